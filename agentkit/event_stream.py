@@ -1,0 +1,172 @@
+"""Thread-safe event streams: a producer pushes events from any thread, a consumer iterates.
+
+Both layers use it: a provider's answer is an :class:`AssistantMessageEventStream`, and
+``agent_loop`` hands back an :class:`EventStream` of agent events. Unlike the reference, a stream
+never leaves its consumer hanging: if the producer fails, iteration and :meth:`EventStream.result`
+re-raise the failure, and a stream ended without a result says so instead of blocking forever.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+from .errors import AgentError
+from .events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from .types import AssistantMessage
+
+E = TypeVar("E")
+R = TypeVar("R")
+
+
+class StreamEndedError(AgentError):
+    """The stream ended without the event or value that carries its result."""
+
+
+class _End:
+    """Queue token: no more events."""
+
+
+class _Wake:
+    """Queue token: a waiting consumer should look up (see :meth:`EventStream.wake`)."""
+
+
+_END = _End()
+WAKE = _Wake()
+"""What :meth:`EventStream.get` returns after :meth:`EventStream.wake` was called."""
+
+
+class EventStream(Generic[E, R]):
+    """An iterable, thread-safe queue of events with a result.
+
+    ``is_complete(event)`` marks the event that completes the stream (it is still delivered),
+    and ``extract_result(event)`` turns it into the result. ``push`` after completion is
+    ignored; the first result wins.
+    """
+
+    def __init__(
+        self,
+        is_complete: Callable[[E], bool] | None = None,
+        extract_result: Callable[[E], R] | None = None,
+    ) -> None:
+        self._is_complete = is_complete
+        self._extract_result = extract_result
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # Guards _done, _has_result, _result and _error; _settled is set once they are final.
+        self._lock = threading.Lock()
+        self._settled = threading.Event()
+        self._done = False
+        self._has_result = False
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    # --- producer side ---------------------------------------------------------------------
+
+    def push(self, event: E) -> None:
+        """Deliver ``event``; if it completes the stream, settle the result and stop."""
+        completes = self._is_complete is not None and self._is_complete(event)
+        with self._lock:
+            if self._done:
+                return
+            self._queue.put(event)
+            if not completes:
+                return
+            self._done = True
+            if not self._has_result and self._extract_result is not None:
+                self._has_result = True
+                self._result = self._extract_result(event)
+        self._queue.put(_END)
+        self._settled.set()
+
+    def end(self, result: Any = _END) -> None:
+        """Stop iteration; settle the result with ``result`` if one is given and none was yet."""
+        with self._lock:
+            if result is not _END and not self._has_result:
+                self._has_result = True
+                self._result = result
+            if self._done:
+                return
+            self._done = True
+        self._queue.put(_END)
+        self._settled.set()
+
+    def fail(self, error: BaseException) -> None:
+        """End the stream with ``error``: the consumer's iteration and ``result()`` raise it."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            self._error = error
+        self._queue.put(_END)
+        self._settled.set()
+
+    # --- consumer side ---------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Make a consumer blocked in :meth:`get` return :data:`WAKE` (safe from any thread)."""
+        self._queue.put(WAKE)
+
+    def get(self, timeout: float | None = None) -> E | _Wake | None:
+        """The next event, :data:`WAKE` after :meth:`wake`, or ``None`` once the stream ended.
+
+        Raises ``queue.Empty`` after ``timeout`` seconds without anything to return.
+        """
+        item = self._queue.get(timeout=timeout)
+        if item is _END:
+            self._queue.put(_END)  # stay ended for every later call
+            if self._error is not None:
+                raise self._error
+            return None
+        return item  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[E]:
+        while True:
+            item = self.get()
+            if item is None:
+                return
+            if item is WAKE:
+                continue
+            yield item  # type: ignore[misc]
+
+    def done(self) -> bool:
+        """Whether the stream has ended (its events may still be waiting to be read)."""
+        return self._settled.is_set()
+
+    def result(self, timeout: float | None = None) -> R:
+        """Block until the stream settles and return its result, or raise why it has none."""
+        if not self._settled.wait(timeout):
+            raise TimeoutError("the stream did not end in time")
+        if self._error is not None:
+            raise self._error
+        if not self._has_result:
+            raise StreamEndedError("Stream ended without a result")
+        return self._result  # type: ignore[no-any-return]
+
+
+def _assistant_complete(event: AssistantMessageEvent) -> bool:
+    return isinstance(event, (DoneEvent, ErrorEvent))
+
+
+def _assistant_result(event: AssistantMessageEvent) -> AssistantMessage:
+    if isinstance(event, DoneEvent):
+        return event.message
+    assert isinstance(event, ErrorEvent)
+    return event.error
+
+
+class AssistantMessageEventStream(EventStream[AssistantMessageEvent, AssistantMessage]):
+    """A provider's streamed answer; a ``done`` or ``error`` event completes it."""
+
+    def __init__(self) -> None:
+        super().__init__(_assistant_complete, _assistant_result)
+
+    def result(self, timeout: float | None = None) -> AssistantMessage:
+        """The final message; raises if the stream ended without ``done`` or ``error``."""
+        try:
+            return super().result(timeout)
+        except StreamEndedError:
+            raise StreamEndedError(
+                "Stream ended without a done or error event"
+            ) from None

@@ -1,0 +1,586 @@
+"""Tools: :class:`AgentTool`, the :func:`tool` decorator that builds one from a typed function, and
+the argument validation every call goes through before it runs.
+
+Validation follows the reference exactly: a deep copy of the arguments, optional ``null`` values
+dropped where the schema rejects null, values coerced to the schema's types, then a JSON Schema
+check whose failure text (``Validation failed for tool "<name>": ...``) is what the model reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, get_type_hints, overload
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic_core import to_jsonable_python
+
+from .abort import AbortSignal
+from .errors import ToolArgumentsError
+from .types import ImageContent, TextContent, Tool, ToolCall, Usage
+
+ExecutionMode = Literal["sequential", "parallel"]
+OnUpdate = Callable[[Any], None]
+"""Reports a tool's partial result; it becomes a ``tool_execution_update`` event."""
+
+
+class AgentToolResult(BaseModel):
+    """What a tool returns: content for the model, ``details`` for the application.
+
+    ``is_error`` marks a failure the model should see; ``terminate`` asks the loop not to make
+    the automatic follow-up request (it only does so when every result of the batch asks).
+    A plain string is accepted for ``content``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    content: list[TextContent | ImageContent] = Field(default_factory=list)
+    details: Any = None
+    structured_content: Any = None
+    usage: Usage | None = None
+    is_error: bool = False
+    terminate: bool = False
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_from_str(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [TextContent(text=value)]
+        return value
+
+    @property
+    def text(self) -> str:
+        """The text of every text block, joined by newlines."""
+        return "\n".join(c.text for c in self.content if isinstance(c, TextContent))
+
+
+def error_result(message: str, *, terminate: bool = False) -> AgentToolResult:
+    """The reference's error result: the message as text, empty details, ``is_error`` set."""
+    return AgentToolResult(
+        content=[TextContent(text=message)], details={}, is_error=True, terminate=terminate
+    )
+
+
+ToolExecute = Callable[[str, dict[str, Any], AbortSignal, OnUpdate], AgentToolResult]
+"""``execute(tool_call_id, params, signal, on_update) -> AgentToolResult``."""
+
+
+@dataclass
+class AgentTool:
+    """A tool the agent can run: its declaration for the model plus the code that executes it.
+
+    ``execute(tool_call_id, params, signal, on_update)`` runs on a pool thread; it should watch
+    ``signal`` (``signal.wait(t)`` instead of ``time.sleep(t)``) and report a failure by raising
+    or by returning ``is_error=True``. ``execution_mode="sequential"`` makes any batch containing
+    this tool run one call at a time. ``prepare_arguments(raw)`` may reshape raw arguments
+    before they are validated.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    execute: ToolExecute
+    label: str | None = None
+    execution_mode: ExecutionMode | None = None
+    prepare_arguments: Callable[[Any], Any] | None = None
+
+    def declaration(self) -> Tool:
+        """The tool as the model sees it: name, description and a deep copy of the schema."""
+        return to_tool_declaration(self)
+
+
+def to_tool_declaration(tool: AgentTool | Tool) -> Tool:
+    """The declaration of ``tool``: name, description and a JSON copy of its parameters."""
+    return Tool(
+        name=tool.name,
+        description=tool.description,
+        parameters=json.loads(json.dumps(tool.parameters)),
+    )
+
+
+# --- argument validation ----------------------------------------------------------------------
+
+
+def validate_tool_arguments(tool: AgentTool | Tool, call: ToolCall) -> Any:
+    """Return the coerced copy of ``call.arguments``, or raise :class:`ToolArgumentsError`.
+
+    The error text lists each problem as ``  - <path>: <message>`` and ends with the received
+    arguments as 2-space-indented JSON, which is what the model sees in the tool result.
+    """
+    schema = tool.parameters
+    original = call.arguments
+    args = _drop_rejected_nulls(copy.deepcopy(original), schema)
+    coerced = _coerce(args, schema, schema)
+    validator_cls = jsonschema.validators.validator_for(schema)
+    validator = validator_cls(schema)
+    if not isinstance(coerced, dict):
+        # The reference's edge for non-object schemas: never throw, fall back to the original.
+        return coerced if validator.is_valid(coerced) else original
+    errors = sorted(validator.iter_errors(coerced), key=lambda e: [str(p) for p in e.path])
+    if not errors:
+        return coerced
+    lines = [f"  - {_error_path(e)}: {_error_message(e)}" for e in errors]
+    received = json.dumps(original, indent=2, ensure_ascii=False, default=str)
+    raise ToolArgumentsError(
+        f'Validation failed for tool "{tool.name}":\n'
+        + "\n".join(lines)
+        + f"\n\nReceived arguments:\n{received}"
+    )
+
+
+def _resolve(schema: Any, root: dict[str, Any]) -> Any:
+    """Follow a local ``$ref`` (``#/$defs/X``) so coercion sees the real schema."""
+    seen = 0
+    while isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and seen < 32:
+        ref = schema["$ref"]
+        if not ref.startswith("#/"):
+            return schema
+        target: Any = root
+        for part in ref[2:].split("/"):
+            if not isinstance(target, dict) or part not in target:
+                return schema
+            target = target[part]
+        schema, seen = target, seen + 1
+    return schema
+
+
+def _schema_types(schema: Any) -> list[str]:
+    if not isinstance(schema, dict):
+        return []
+    t = schema.get("type")
+    if isinstance(t, str):
+        return [t]
+    if isinstance(t, list):
+        return [x for x in t if isinstance(x, str)]
+    return []
+
+
+def _accepts_null(schema: Any, root: dict[str, Any]) -> bool:
+    schema = _resolve(schema, root)
+    if not isinstance(schema, dict) or schema == {}:
+        return True
+    types = _schema_types(schema)
+    if types:
+        return "null" in types
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            return any(_accepts_null(s, root) for s in schema[key])
+    if "const" in schema:
+        return schema["const"] is None
+    if isinstance(schema.get("enum"), list):
+        return None in schema["enum"]
+    return True
+
+
+def _drop_rejected_nulls(args: Any, schema: dict[str, Any]) -> Any:
+    """Drop optional properties whose value is ``None`` where their schema rejects null."""
+    if not isinstance(args, dict) or not isinstance(schema, dict):
+        return args
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return args
+    required = set(schema.get("required") or [])
+    for key in [k for k, v in args.items() if v is None]:
+        if key in props and key not in required and not _accepts_null(props[key], schema):
+            del args[key]
+    return args
+
+
+_NUMBER_RE = re.compile(r"^\s*-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
+
+
+def _coerce_scalar(value: Any, target: str) -> Any:
+    """Coerce ``value`` to the JSON type ``target`` the way the reference does, or return it."""
+    if target in ("number", "integer"):
+        if isinstance(value, bool):
+            return 1 if value else 0
+        if value is None:
+            return 0
+        if isinstance(value, str) and _NUMBER_RE.match(value):
+            number = float(value)
+            if target == "integer":
+                return int(number) if number.is_integer() else value
+            return int(number) if number.is_integer() and "." not in value else number
+        return value
+    if target == "boolean":
+        if value is None:
+            return False
+        if value in ("true", "false"):
+            return value == "true"
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value in (0, 1):
+            return value == 1
+        return value
+    if target == "string":
+        if value is None:
+            return ""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (int, float)):
+            return _js_number_text(value)
+        return value
+    if target == "null":
+        if value in ("", 0, False) and value is not True:
+            return None
+        return value
+    return value
+
+
+def _js_number_text(value: int | float) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return str(int(value))
+    return str(value)
+
+
+def _matches_type(value: Any, target: str) -> bool:
+    if target == "null":
+        return value is None
+    if target == "boolean":
+        return isinstance(value, bool)
+    if target == "integer":
+        return isinstance(value, int) and not isinstance(value, bool) or (
+            isinstance(value, float) and value.is_integer()
+        )
+    if target == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if target == "string":
+        return isinstance(value, str)
+    if target == "array":
+        return isinstance(value, list)
+    if target == "object":
+        return isinstance(value, dict)
+    return False
+
+
+def _coerce(value: Any, schema: Any, root: dict[str, Any]) -> Any:
+    """Coerce ``value`` (already a private copy) towards ``schema``, recursing into containers."""
+    schema = _resolve(schema, root)
+    if not isinstance(schema, dict):
+        return value
+    for key in ("anyOf", "oneOf"):
+        members = schema.get(key)
+        if isinstance(members, list) and members:
+            return _coerce_union(value, members, root)
+    types = _schema_types(schema)
+    if types and not any(_matches_type(value, t) for t in types):
+        for t in types:
+            coerced = _coerce_scalar(value, t)
+            if _matches_type(coerced, t):
+                value = coerced
+                break
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        if isinstance(props, dict):
+            for key, sub in props.items():
+                if key in value:
+                    value[key] = _coerce(value[key], sub, root)
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, dict):
+            for i, item in enumerate(value):
+                value[i] = _coerce(item, items, root)
+    return value
+
+
+def _coerce_union(value: Any, members: list[Any], root: dict[str, Any]) -> Any:
+    """Pick the first union member that validates the value (as is, then after coercion)."""
+    for member in members:
+        if _is_valid(value, member, root):
+            return value
+    for member in members:
+        candidate = _coerce(copy.deepcopy(value), member, root)
+        if _is_valid(candidate, member, root):
+            return candidate
+    return value
+
+
+def _is_valid(value: Any, schema: Any, root: dict[str, Any]) -> bool:
+    if not isinstance(schema, dict):
+        return True
+    full = dict(schema)
+    for defs in ("$defs", "definitions"):
+        if defs in root and defs not in full:
+            full[defs] = root[defs]
+    return bool(jsonschema.validators.validator_for(full)(full).is_valid(value))
+
+
+def _error_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    if error.validator == "required":
+        match = re.search(r"'(.+?)' is a required property", error.message)
+        if match:
+            parts.append(match.group(1))
+    return ".".join(parts) if parts else "root"
+
+
+def _error_message(error: jsonschema.ValidationError) -> str:
+    """An error message in the reference's (AJV's) words."""
+    kind, arg = error.validator, error.validator_value
+    if kind == "type":
+        return f"must be {','.join(arg) if isinstance(arg, list) else arg}"
+    if kind == "required":
+        match = re.search(r"'(.+?)' is a required property", error.message)
+        return f"must have required property '{match.group(1) if match else arg}'"
+    simple = {
+        "enum": "must be equal to one of the allowed values",
+        "const": "must be equal to constant",
+        "additionalProperties": "must NOT have additional properties",
+        "uniqueItems": "must NOT have duplicate items",
+        "anyOf": "must match a schema in anyOf",
+        "oneOf": "must match exactly one schema in oneOf",
+        "not": "must NOT be valid",
+    }
+    if kind in simple:
+        return simple[kind]
+    bounds = {
+        "minimum": ">=",
+        "maximum": "<=",
+        "exclusiveMinimum": ">",
+        "exclusiveMaximum": "<",
+    }
+    if kind in bounds:
+        return f"must be {bounds[kind]} {arg}"
+    sizes = {
+        "minLength": ("fewer", "characters"),
+        "maxLength": ("more", "characters"),
+        "minItems": ("fewer", "items"),
+        "maxItems": ("more", "items"),
+        "minProperties": ("fewer", "properties"),
+        "maxProperties": ("more", "properties"),
+    }
+    if kind in sizes:
+        word, unit = sizes[kind]
+        return f"must NOT have {word} than {arg} {unit}"
+    if kind == "pattern":
+        return f'must match pattern "{arg}"'
+    if kind == "format":
+        return f'must match format "{arg}"'
+    if kind == "multipleOf":
+        return f"must be multiple of {arg}"
+    return str(error.message)
+
+
+# --- @tool ------------------------------------------------------------------------------------
+
+INJECTED_PARAMETERS = ("signal", "on_update", "tool_call_id")
+"""Parameters of a ``@tool`` function that agentkit fills in instead of the model."""
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> AgentTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    label: str | None = None,
+    description: str | None = None,
+    execution_mode: ExecutionMode | None = None,
+) -> Callable[[Callable[..., Any]], AgentTool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    label: str | None = None,
+    description: str | None = None,
+    execution_mode: ExecutionMode | None = None,
+) -> AgentTool | Callable[[Callable[..., Any]], AgentTool]:
+    """Turn a typed function into an :class:`AgentTool`.
+
+    The JSON Schema comes from the signature (through pydantic), the descriptions from the
+    docstring (Google, NumPy or reST style). Parameters named ``signal``, ``on_update`` or
+    ``tool_call_id`` are injected. A ``str`` return becomes text, an :class:`AgentToolResult` is
+    used as is, anything else is serialised to JSON; raising makes an error result.
+    ``async def`` functions work too: each call runs its own event loop on the tool's thread.
+    """
+
+    def build(func: Callable[..., Any]) -> AgentTool:
+        return _tool_from_function(func, name, label, description, execution_mode)
+
+    if fn is not None:
+        return build(fn)
+    return build
+
+
+def _tool_from_function(
+    func: Callable[..., Any],
+    name: str | None,
+    label: str | None,
+    description: str | None,
+    execution_mode: ExecutionMode | None,
+) -> AgentTool:
+    summary, param_docs = parse_docstring(inspect.getdoc(func) or "")
+    signature = inspect.signature(func)
+    try:
+        hints = get_type_hints(func)
+    except Exception:  # unresolvable forward references: fall back to the raw annotations
+        hints = {}
+    fields: dict[str, Any] = {}
+    injected: list[str] = []
+    for pname, param in signature.parameters.items():
+        if pname in INJECTED_PARAMETERS:
+            injected.append(pname)
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"@tool cannot describe *args or **kwargs ({func.__name__})")
+        annotation = hints.get(pname, param.annotation)
+        if annotation is inspect.Parameter.empty:
+            annotation = Any
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, Field(default, description=param_docs.get(pname)))
+    tool_name = name or func.__name__
+    args_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    parameters = _clean_schema(args_model.model_json_schema())
+    is_async = inspect.iscoroutinefunction(func)
+
+    def execute(
+        tool_call_id: str, params: dict[str, Any], signal: AbortSignal, on_update: OnUpdate
+    ) -> AgentToolResult:
+        try:
+            parsed = args_model.model_validate(params)
+        except ValidationError as exc:
+            raise ToolArgumentsError(_pydantic_error_text(tool_name, exc)) from None
+        kwargs = {k: getattr(parsed, k) for k in fields}
+        extra = {"signal": signal, "on_update": on_update, "tool_call_id": tool_call_id}
+        kwargs.update({k: extra[k] for k in injected})
+        value = asyncio.run(func(**kwargs)) if is_async else func(**kwargs)
+        return to_tool_result(value)
+
+    return AgentTool(
+        name=tool_name,
+        description=description if description is not None else summary,
+        parameters=parameters,
+        execute=execute,
+        label=label or tool_name,
+        execution_mode=execution_mode,
+    )
+
+
+def to_tool_result(value: Any) -> AgentToolResult:
+    """A tool's return value as a result: text for ``str``, JSON text for anything else."""
+    if isinstance(value, AgentToolResult):
+        return value
+    if isinstance(value, str):
+        return AgentToolResult(content=[TextContent(text=value)])
+    if isinstance(value, (TextContent, ImageContent)):
+        return AgentToolResult(content=[value])
+    text = json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False)
+    return AgentToolResult(content=[TextContent(text=text)], details=value)
+
+
+def _pydantic_error_text(tool_name: str, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "root"
+        lines.append(f"  - {path}: {err['msg']}")
+    return f'Validation failed for tool "{tool_name}":\n' + "\n".join(lines)
+
+
+def _clean_schema(schema: Any) -> Any:
+    """Drop pydantic's generated ``title`` keys: noise for the model."""
+    if isinstance(schema, dict):
+        cleaned = {}
+        for key, value in schema.items():
+            if key == "title" and isinstance(value, str):
+                continue
+            if key in ("properties", "$defs") and isinstance(value, dict):
+                cleaned[key] = {k: _clean_schema(v) for k, v in value.items()}
+            else:
+                cleaned[key] = _clean_schema(value)
+        return cleaned
+    if isinstance(schema, list):
+        return [_clean_schema(v) for v in schema]
+    return schema
+
+
+_GOOGLE_HEADERS = ("args:", "arguments:", "parameters:", "params:", "keyword args:")
+_SECTION_HEADERS = (
+    "returns:", "return:", "yields:", "raises:", "examples:", "example:", "notes:", "note:",
+    "see also:", "attributes:", "warnings:", "todo:",
+)
+_NUMPY_SECTIONS = ("parameters", "returns", "yields", "raises", "examples", "notes", "see also",
+                   "attributes", "other parameters", "warns", "references")
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a docstring into its description and per-parameter descriptions.
+
+    Understands Google (``Args:``), NumPy (``Parameters`` underlined) and reST (``:param x:``)
+    sections; anything else is description.
+    """
+    lines = doc.expandtabs().splitlines()
+    params: dict[str, str] = {}
+    summary: list[str] = []
+    i = 0
+    current: str | None = None
+    mode: str | None = None  # "google", "numpy", "skip"
+    base_indent = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        lower = stripped.lower()
+        nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        indent = len(line) - len(line.lstrip())
+        rest = re.match(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$", stripped)
+        if rest:
+            current, mode = rest.group(1), "rest"
+            params[current] = rest.group(2).strip()
+        elif re.match(r"^:(type|rtype|returns?|raises?|yields?)\b", stripped):
+            current, mode = None, "skip"
+        elif lower in _GOOGLE_HEADERS:
+            current, mode, base_indent = None, "google", indent
+        elif lower in _SECTION_HEADERS:
+            current, mode = None, "skip"
+        elif nxt and set(nxt) == {"-"} and lower in _NUMPY_SECTIONS:
+            mode = "numpy" if lower in ("parameters", "other parameters") else "skip"
+            current, base_indent = None, indent
+            i += 1
+        elif mode == "google" and stripped and indent > base_indent:
+            entry = re.match(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$", stripped)
+            if entry and (current is None or indent <= _indent_of(lines, current, params, i)):
+                current = entry.group(1).lstrip("*")
+                params[current] = entry.group(2).strip()
+            elif current:
+                params[current] = (params[current] + " " + stripped).strip()
+        elif mode == "google" and stripped:
+            current, mode = None, None
+            summary.append(line)
+        elif mode == "numpy" and stripped and indent <= base_indent:
+            entry = re.match(r"^(\w+)\s*(?::.*)?$", stripped)
+            current = entry.group(1) if entry else None
+            if current:
+                params[current] = ""
+        elif mode == "numpy" and stripped and current:
+            params[current] = (params[current] + " " + stripped).strip()
+        elif mode == "rest" and stripped and current and indent > 0:
+            params[current] = (params[current] + " " + stripped).strip()
+        elif mode in ("skip", "rest", "numpy") and stripped:
+            pass
+        elif not stripped and mode in ("google", "numpy", "rest", "skip"):
+            pass
+        else:
+            summary.append(line)
+        i += 1
+    text = "\n".join(summary).strip()
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text, {k: v for k, v in params.items() if v}
+
+
+def _indent_of(lines: list[str], name: str, params: dict[str, str], upto: int) -> int:
+    """The indent of the line that introduced parameter ``name`` in a Google section."""
+    for j in range(upto - 1, -1, -1):
+        stripped = lines[j].strip()
+        if re.match(rf"^\*{{0,2}}{re.escape(name)}\s*(\([^)]*\))?\s*:", stripped):
+            return len(lines[j]) - len(lines[j].lstrip())
+    return 0

@@ -1,0 +1,166 @@
+"""Replaying a transcript's system messages: the current prompt, its sections and declared tools.
+
+The transcript carries the system prompt and the tool declarations as system messages (SPEC 2.10
+and 4.3). These functions replay them; :func:`declare_tool_changes` works out the system message
+that tells the model when the executable tools differ from what it was told.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .types import SystemMessage, TextContent, Tool, ToolRef, now_ms, role_of
+
+
+def as_system_message(message: Any) -> SystemMessage:
+    """A system message as a :class:`SystemMessage` (dicts are validated)."""
+    if isinstance(message, SystemMessage):
+        return message
+    if isinstance(message, dict):
+        return SystemMessage.model_validate(message)
+    return SystemMessage.model_validate(message, from_attributes=True)
+
+
+def system_messages(messages: Sequence[Any]) -> list[SystemMessage]:
+    """The system messages of ``messages``, in order."""
+    return [as_system_message(m) for m in messages if role_of(m) == "system"]
+
+
+def content_text(content: str | list[TextContent]) -> str:
+    """A system message's content as text (a block list is joined with newlines)."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(block.text for block in content)
+
+
+def get_current_tools(messages: Sequence[Any]) -> list[Tool]:
+    """The tools the model has been told about: removals then additions, message by message."""
+    tools: dict[str, Tool] = {}
+    for message in system_messages(messages):
+        for ref in message.tools_removed or []:
+            tools.pop(ref.name, None)
+        for decl in message.tools_added or []:
+            tools[decl.name] = decl
+    return list(tools.values())
+
+
+def get_current_system_message(messages: Sequence[Any]) -> SystemMessage | None:
+    """All system messages replayed into one, or ``None`` when there are none and no tools."""
+    systems = system_messages(messages)
+    if not systems:
+        return None
+    texts = [t for t in (content_text(m.content) for m in systems) if t]
+    sections: dict[str, str | None] = {}
+    for message in systems:
+        for name, value in (message.sections or {}).items():
+            if value is None:
+                sections.pop(name, None)
+            else:
+                sections[name] = value
+    tools = get_current_tools(systems)
+    return SystemMessage(
+        content="\n\n".join(texts),
+        sections=sections or None,
+        tools_added=tools or None,
+        timestamp=systems[0].timestamp,
+    )
+
+
+def render_system_prompt(message: SystemMessage | None) -> str:
+    """A replayed system message as prompt text: the content, then the non-empty sections."""
+    if message is None:
+        return ""
+    parts = [content_text(message.content)]
+    parts.extend(v for v in (message.sections or {}).values() if v)
+    return "\n\n".join(p for p in parts if p)
+
+
+def get_current_system_prompt(messages: Sequence[Any]) -> str:
+    """The system prompt the transcript amounts to (``""`` when it has no system message)."""
+    return render_system_prompt(get_current_system_message(messages))
+
+
+def split_transcript(messages: Sequence[Any]) -> tuple[str, list[Tool], list[Any]]:
+    """For providers with one system prompt: the replayed prompt, the declared tools, and the
+    messages that are not system messages, in order."""
+    current = get_current_system_message(messages)
+    rest = [m for m in messages if role_of(m) != "system"]
+    return render_system_prompt(current), list(current.tools_added or []) if current else [], rest
+
+
+def create_initial_system_message(
+    system_prompt: str, tools: Sequence[Tool]
+) -> SystemMessage | None:
+    """The system message a new Agent starts with, or ``None`` for no prompt and no tools."""
+    if not system_prompt and not tools:
+        return None
+    return SystemMessage(content=system_prompt or "", tools_added=list(tools) or None, timestamp=0)
+
+
+def _decl_key(decl: Tool) -> str:
+    return json.dumps(decl.model_dump(mode="json"), sort_keys=True)
+
+
+def declare_tool_changes(
+    context_messages: Sequence[Any], tools: Sequence[Any], pending: list[Any]
+) -> list[Any]:
+    """The pending messages, with a system message declaring any change to the tool set.
+
+    ``tools`` is the executable set (anything with ``name``, ``description``, ``parameters``);
+    the declared set is the replay of ``context_messages`` followed by ``pending``. The
+    executable set always wins over ``tools_added`` a caller put in a pending system message.
+    """
+    from .tools import to_tool_declaration
+
+    last_system = None
+    for index in range(len(pending) - 1, -1, -1):
+        if role_of(pending[index]) == "system":
+            last_system = index
+            break
+    baseline = list(pending)
+    original_system: SystemMessage | None = None
+    if last_system is not None:
+        original_system = as_system_message(pending[last_system])
+        baseline[last_system] = original_system.model_copy(
+            update={"tools_added": None, "tools_removed": None}
+        )
+
+    declared = {d.name: d for d in get_current_tools([*context_messages, *baseline])}
+    current: dict[str, Tool] = {}
+    for t in tools:
+        current.setdefault(t.name, to_tool_declaration(t))
+    added = [
+        decl
+        for name, decl in current.items()
+        if name not in declared or _decl_key(declared[name]) != _decl_key(decl)
+    ]
+    removed = [
+        ToolRef(name=name)
+        for name, decl in declared.items()
+        if name not in current or _decl_key(current[name]) != _decl_key(decl)
+    ]
+
+    if last_system is not None:
+        assert original_system is not None
+        had_tool_fields = bool(original_system.tools_added) or bool(original_system.tools_removed)
+        if not added and not removed and not had_tool_fields:
+            return pending
+        baseline[last_system] = original_system.model_copy(
+            update={"tools_added": added or None, "tools_removed": removed or None}
+        )
+        return baseline
+
+    if not added and not removed:
+        return pending
+    declaration = SystemMessage(
+        content="", tools_added=added or None, tools_removed=removed or None, timestamp=now_ms()
+    )
+    result = list(pending)
+    for index, message in enumerate(result):
+        if role_of(message) != "system":
+            result.insert(index, declaration)
+            return result
+    result.append(declaration)
+    return result

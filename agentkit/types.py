@@ -1,0 +1,297 @@
+"""The data agentkit passes around: content blocks, messages, usage and models (pydantic v2).
+
+Every model round-trips through ``model_dump(mode="json")`` and ``model_validate``. Messages are
+mutable on purpose: a provider fills one partial :class:`AssistantMessage` in place while it
+streams, and the loop stamps ``thinking_level`` on the final one.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal, Protocol, Union, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+StopReason = Literal["stop", "length", "tool_use", "error", "aborted"]
+"""Why an assistant message ended. The loop only looks at ``error``, ``aborted`` and ``length``."""
+
+ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
+"""How hard a reasoning model should think; ``"off"`` asks for no reasoning."""
+
+Api = str
+"""The wire API a model speaks, e.g. ``"openai-completions"`` or ``"anthropic-messages"``."""
+
+
+def now_ms() -> int:
+    """The current time in milliseconds since the epoch, the unit of every ``timestamp``."""
+    return int(time.time() * 1000)
+
+
+class _Data(BaseModel):
+    """Base for agentkit's data: plain, mutable pydantic models that ignore unknown keys."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
+# --- content blocks ---------------------------------------------------------------------------
+
+
+class TextContent(_Data):
+    """A piece of text in a message."""
+
+    type: Literal["text"] = "text"
+    text: str
+    text_signature: str | None = None
+
+
+class ImageContent(_Data):
+    """An image in a message, as base64 ``data`` with its ``mime_type``."""
+
+    type: Literal["image"] = "image"
+    data: str
+    mime_type: str
+
+
+class ThinkingContent(_Data):
+    """A model's visible reasoning; ``signature`` is what the vendor needs echoed back."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str | None = None
+    redacted: bool = False
+
+
+class ToolCall(_Data):
+    """A request from the model to run the tool ``name`` with ``arguments``."""
+
+    type: Literal["tool_call"] = "tool_call"
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    thought_signature: str | None = None
+
+
+UserContent = Annotated[Union[TextContent, ImageContent], Field(discriminator="type")]
+AssistantContent = Annotated[
+    Union[TextContent, ThinkingContent, ToolCall], Field(discriminator="type")
+]
+ToolResultContent = UserContent
+
+
+# --- usage and cost ---------------------------------------------------------------------------
+
+
+class Cost(_Data):
+    """What a request cost, in US dollars."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+    total: float = 0.0
+
+
+class Usage(_Data):
+    """Token counts of one request, and their cost."""
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total_tokens: int = 0
+    cost: Cost = Field(default_factory=Cost)
+
+
+# --- tool declarations ------------------------------------------------------------------------
+
+
+class Tool(_Data):
+    """A tool as the model sees it: its name, what it does and its JSON Schema parameters."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ToolRef(_Data):
+    """Names a tool that a system message removes from the declared set."""
+
+    name: str
+
+
+# --- messages ---------------------------------------------------------------------------------
+
+
+class SystemMessage(_Data):
+    """Instructions and declared tools. The first one is the base prompt; later ones change it.
+
+    ``sections`` replaces named sections (``None`` deletes one); ``tools_removed`` then
+    ``tools_added`` change the tools the model is told about.
+    """
+
+    role: Literal["system"] = "system"
+    content: str | list[TextContent] = ""
+    sections: dict[str, str | None] | None = None
+    tools_added: list[Tool] | None = None
+    tools_removed: list[ToolRef] | None = None
+    timestamp: int = Field(default_factory=now_ms)
+
+
+class UserMessage(_Data):
+    """What the user says: text, or a list of text and image blocks."""
+
+    role: Literal["user"] = "user"
+    content: str | list[UserContent]
+    timestamp: int = Field(default_factory=now_ms)
+
+
+class AssistantMessage(_Data):
+    """One model reply: text, thinking and tool calls, with how and why it ended."""
+
+    role: Literal["assistant"] = "assistant"
+    content: list[AssistantContent] = Field(default_factory=list)
+    api: str = "unknown"
+    provider: str = "unknown"
+    model: str = "unknown"
+    usage: Usage = Field(default_factory=Usage)
+    stop_reason: StopReason = "stop"
+    error_message: str | None = None
+    thinking_level: ThinkingLevel | None = None
+    response_id: str | None = None
+    timestamp: int = Field(default_factory=now_ms)
+
+
+class ToolResultMessage(_Data):
+    """The outcome of one tool call, as the model will read it."""
+
+    role: Literal["tool_result"] = "tool_result"
+    tool_call_id: str
+    tool_name: str
+    content: list[ToolResultContent] = Field(default_factory=list)
+    details: Any = None
+    usage: Usage | None = None
+    is_error: bool = False
+    duration_ms: float | None = None
+    timestamp: int = Field(default_factory=now_ms)
+
+
+Message = Annotated[
+    Union[SystemMessage, UserMessage, AssistantMessage, ToolResultMessage],
+    Field(discriminator="role"),
+]
+"""A message a model understands."""
+
+
+@runtime_checkable
+class CustomMessage(Protocol):
+    """An application's own transcript entry: any object with a ``role``."""
+
+    role: str
+
+
+AgentMessage = Any
+"""A :data:`Message` or an application's own message (any object with a ``role``)."""
+
+
+def role_of(message: Any) -> str | None:
+    """The ``role`` of a message object or dict, or ``None`` when it has none."""
+    if isinstance(message, dict):
+        role = message.get("role")
+    else:
+        role = getattr(message, "role", None)
+    return role if isinstance(role, str) else None
+
+
+# --- models -----------------------------------------------------------------------------------
+
+
+class ModelCost(_Data):
+    """A model's prices in US dollars per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
+class Model(_Data):
+    """A model to talk to: where it lives, which wire API it speaks, and what it can do."""
+
+    id: str
+    name: str = ""
+    api: str
+    provider: str
+    base_url: str
+    reasoning: bool = False
+    input: list[Literal["text", "image"]] = Field(default_factory=lambda: ["text"])
+    cost: ModelCost = Field(default_factory=ModelCost)
+    context_window: int = 128000
+    max_tokens: int = 4096
+    headers: dict[str, str] | None = None
+    compat: dict[str, Any] | None = None
+    """Per-server quirks of an OpenAI-compatible server, read by its provider."""
+
+
+def placeholder_model() -> Model:
+    """The model an Agent has before one is set (SPEC 2.8): everything ``"unknown"`` or zero."""
+    return Model(
+        id="unknown",
+        name="unknown",
+        api="unknown",
+        provider="unknown",
+        base_url="",
+        reasoning=False,
+        input=[],
+        cost=ModelCost(),
+        context_window=0,
+        max_tokens=0,
+    )
+
+
+# --- provider inputs --------------------------------------------------------------------------
+
+
+class Context(_Data):
+    """What a stream function gets: the converted transcript, and optionally a prompt and tools.
+
+    The loop passes only ``messages``; providers replay the transcript's system messages for the
+    system prompt and the declared tools.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    messages: list[Any] = Field(default_factory=list)
+    system_prompt: str | None = None
+    tools: list[Tool] | None = None
+
+
+class StreamOptions(_Data):
+    """Options for one provider request. Unknown keys are kept, so a loop config passes through.
+
+    ``signal`` is the run's :class:`~agentkit.abort.AbortSignal`; ``timeout`` is seconds (one
+    number, or a ``(connect, read)`` pair); ``on_payload`` sees (and may replace) the request body.
+    """
+
+    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+    api_key: str | None = None
+    signal: Any = None
+    reasoning: ThinkingLevel | None = None
+    session_id: str | None = None
+    headers: dict[str, str] | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    max_retries: int = 2
+    max_retry_delay_ms: int = 60000
+    timeout: float | tuple[float, float] | None = None
+    on_payload: Any = None
+    thinking_budgets: dict[str, int] | None = None
+
+
+def as_stream_options(options: StreamOptions | dict[str, Any] | None) -> StreamOptions:
+    """Accept a :class:`StreamOptions`, a dict or ``None`` where options are taken."""
+    if options is None:
+        return StreamOptions()
+    if isinstance(options, StreamOptions):
+        return options
+    return StreamOptions.model_validate(options)

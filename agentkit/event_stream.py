@@ -33,6 +33,9 @@ class _Wake:
     """Queue token: a waiting consumer should look up (see :meth:`EventStream.wake`)."""
 
 
+PRODUCER_EXIT_TIMEOUT = 5.0
+"""Seconds :meth:`EventStream.result` waits for a producer thread that has settled the stream."""
+
 _END = _End()
 WAKE = _Wake()
 """What :meth:`EventStream.get` returns after :meth:`EventStream.wake` was called."""
@@ -61,6 +64,7 @@ class EventStream(Generic[E, R]):
         self._has_result = False
         self._result: Any = None
         self._error: BaseException | None = None
+        self._producer: threading.Thread | None = None
 
     # --- producer side ---------------------------------------------------------------------
 
@@ -102,6 +106,11 @@ class EventStream(Generic[E, R]):
         self._queue.put(_END)
         self._settled.set()
 
+    def set_producer(self, thread: threading.Thread) -> None:
+        """Name the thread that feeds this stream; :meth:`result` waits for it to exit, so no
+        producer thread outlives the consumer's use of the stream."""
+        self._producer = thread
+
     # --- consumer side ---------------------------------------------------------------------
 
     def wake(self) -> None:
@@ -119,7 +128,7 @@ class EventStream(Generic[E, R]):
             if self._error is not None:
                 raise self._error
             return None
-        return item  # type: ignore[no-any-return]
+        return item
 
     def __iter__(self) -> Iterator[E]:
         while True:
@@ -138,11 +147,14 @@ class EventStream(Generic[E, R]):
         """Block until the stream settles and return its result, or raise why it has none."""
         if not self._settled.wait(timeout):
             raise TimeoutError("the stream did not end in time")
+        producer = self._producer
+        if producer is not None and producer is not threading.current_thread():
+            producer.join(PRODUCER_EXIT_TIMEOUT)
         if self._error is not None:
             raise self._error
         if not self._has_result:
             raise StreamEndedError("Stream ended without a result")
-        return self._result  # type: ignore[no-any-return]
+        return self._result
 
 
 def _assistant_complete(event: AssistantMessageEvent) -> bool:
@@ -167,6 +179,4 @@ class AssistantMessageEventStream(EventStream[AssistantMessageEvent, AssistantMe
         try:
             return super().result(timeout)
         except StreamEndedError:
-            raise StreamEndedError(
-                "Stream ended without a done or error event"
-            ) from None
+            raise StreamEndedError("Stream ended without a done or error event") from None

@@ -243,8 +243,10 @@ def _matches_type(value: Any, target: str) -> bool:
     if target == "boolean":
         return isinstance(value, bool)
     if target == "integer":
-        return isinstance(value, int) and not isinstance(value, bool) or (
-            isinstance(value, float) and value.is_integer()
+        return (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            or (isinstance(value, float) and value.is_integer())
         )
     if target == "number":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -438,7 +440,7 @@ def _tool_from_function(
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[pname] = (annotation, Field(default, description=param_docs.get(pname)))
     tool_name = name or func.__name__
-    args_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    args_model: type[BaseModel] = create_model(
         f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
     )
     parameters = _clean_schema(args_model.model_json_schema())
@@ -506,11 +508,32 @@ def _clean_schema(schema: Any) -> Any:
 
 _GOOGLE_HEADERS = ("args:", "arguments:", "parameters:", "params:", "keyword args:")
 _SECTION_HEADERS = (
-    "returns:", "return:", "yields:", "raises:", "examples:", "example:", "notes:", "note:",
-    "see also:", "attributes:", "warnings:", "todo:",
+    "returns:",
+    "return:",
+    "yields:",
+    "raises:",
+    "examples:",
+    "example:",
+    "notes:",
+    "note:",
+    "see also:",
+    "attributes:",
+    "warnings:",
+    "todo:",
 )
-_NUMPY_SECTIONS = ("parameters", "returns", "yields", "raises", "examples", "notes", "see also",
-                   "attributes", "other parameters", "warns", "references")
+_NUMPY_SECTIONS = (
+    "parameters",
+    "returns",
+    "yields",
+    "raises",
+    "examples",
+    "notes",
+    "see also",
+    "attributes",
+    "other parameters",
+    "warns",
+    "references",
+)
 
 
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:

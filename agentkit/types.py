@@ -8,7 +8,7 @@ streams, and the loop stamps ``thinking_level`` on the final one.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal, Protocol, Union, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -71,10 +71,8 @@ class ToolCall(_Data):
     thought_signature: str | None = None
 
 
-UserContent = Annotated[Union[TextContent, ImageContent], Field(discriminator="type")]
-AssistantContent = Annotated[
-    Union[TextContent, ThinkingContent, ToolCall], Field(discriminator="type")
-]
+UserContent = Annotated[TextContent | ImageContent, Field(discriminator="type")]
+AssistantContent = Annotated[TextContent | ThinkingContent | ToolCall, Field(discriminator="type")]
 ToolResultContent = UserContent
 
 
@@ -176,7 +174,7 @@ class ToolResultMessage(_Data):
 
 
 Message = Annotated[
-    Union[SystemMessage, UserMessage, AssistantMessage, ToolResultMessage],
+    SystemMessage | UserMessage | AssistantMessage | ToolResultMessage,
     Field(discriminator="role"),
 ]
 """A message a model understands."""
@@ -223,7 +221,7 @@ class Model(_Data):
     provider: str
     base_url: str
     reasoning: bool = False
-    input: list[Literal["text", "image"]] = Field(default_factory=lambda: ["text"])
+    input: list[Literal["text", "image"]] = Field(default_factory=lambda: ["text"])  # type: ignore[arg-type]
     cost: ModelCost = Field(default_factory=ModelCost)
     context_window: int = 128000
     max_tokens: int = 4096

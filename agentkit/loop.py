@@ -1,0 +1,852 @@
+"""The agent loop: plain functions over ``(context, config, emit, signal)`` that keep no state.
+
+A run alternates model requests and tool batches until the model stops asking for tools and no
+steering or follow-up message is waiting (SPEC section 4). Everything here runs on the calling
+thread; only tool execution fans out to a short-lived ``ThreadPoolExecutor``, and the calling
+thread pumps the pool's progress so that every ``emit`` happens on it, in order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .abort import AbortController, AbortSignal
+from .errors import CannotContinueError, NoStreamFunctionError
+from .event_stream import WAKE, AssistantMessageEventStream, EventStream
+from .events import (
+    AgentEndEvent,
+    AgentEvent,
+    AgentStartEvent,
+    DoneEvent,
+    ErrorEvent,
+    MessageEndEvent,
+    MessageStartEvent,
+    MessageUpdateEvent,
+    StartEvent,
+    ToolExecutionEndEvent,
+    ToolExecutionStartEvent,
+    ToolExecutionUpdateEvent,
+    TurnEndEvent,
+    TurnStartEvent,
+)
+from .hooks import (
+    AfterToolCallContext,
+    AfterToolCallResult,
+    BeforeToolCallContext,
+    BeforeToolCallResult,
+    RequestContext,
+    ToolCallOutcome,
+    TurnContext,
+    TurnUpdate,
+    coerce_hook_result,
+)
+from .tools import AgentTool, AgentToolResult, error_result, validate_tool_arguments
+from .transcript import declare_tool_changes
+from .types import (
+    AssistantMessage,
+    Context,
+    Model,
+    StreamOptions,
+    ThinkingLevel,
+    ToolCall,
+    ToolResultMessage,
+    role_of,
+)
+
+Emit = Callable[[AgentEvent], None]
+StreamFn = Callable[[Model, Context, Any], AssistantMessageEventStream]
+"""``stream_fn(model, context, options) -> AssistantMessageEventStream``: the seam to a model."""
+
+LLM_ROLES = frozenset({"system", "user", "assistant", "tool_result"})
+ABORTED_TEXT = "Operation aborted"
+TRUNCATED_TEXT = (
+    'Tool call "{name}" was not executed: the response hit the output token limit, so its '
+    "arguments may be truncated. Re-issue the tool call with complete arguments."
+)
+
+
+def default_convert_to_llm(messages: list[Any]) -> list[Any]:
+    """Keep the roles a model understands (system, user, assistant, tool_result); drop the rest."""
+    return [m for m in messages if role_of(m) in LLM_ROLES]
+
+
+@dataclass
+class AgentContext:
+    """What the loop works on: the transcript and the executable tools."""
+
+    messages: list[Any] = field(default_factory=list)
+    tools: list[AgentTool] = field(default_factory=list)
+
+
+@dataclass
+class AgentLoopConfig:
+    """Every hook and option of a run (SPEC 2.7); all of it is also passed to ``stream_fn``.
+
+    Hooks run on the loop's thread; a hook that raises fails the run, except the tool hooks,
+    whose failures become error tool results. ``tool_abort_grace`` is how long (seconds) an
+    aborted batch waits for tools that ignore the signal before giving up on them.
+    """
+
+    model: Model
+    convert_to_llm: Callable[[list[Any]], list[Any]] = default_convert_to_llm
+    transform_context: Callable[[list[Any], AbortSignal], list[Any]] | None = None
+    get_api_key: Callable[[str], str | None] | None = None
+    get_steering_messages: Callable[[], list[Any]] | None = None
+    get_follow_up_messages: Callable[[], list[Any]] | None = None
+    prepare_next_turn: Callable[[TurnContext], TurnUpdate | dict[str, Any] | None] | None = None
+    prepare_request: (
+        Callable[[RequestContext, AbortSignal], TurnUpdate | dict[str, Any] | None] | None
+    ) = None
+    finish_turn: Callable[[TurnContext, AbortSignal], Any] | None = None
+    before_tool_call: (
+        Callable[[BeforeToolCallContext, AbortSignal], BeforeToolCallResult | dict[str, Any] | None]
+        | None
+    ) = None
+    after_tool_call: (
+        Callable[[AfterToolCallContext, AbortSignal], AfterToolCallResult | dict[str, Any] | None]
+        | None
+    ) = None
+    tool_execution: Literal["parallel", "sequential"] = "parallel"
+    max_tool_workers: int = 32
+    tool_abort_grace: float = 2.0
+    api_key: str | None = None
+    reasoning: ThinkingLevel | None = None
+    session_id: str | None = None
+    thinking_budgets: dict[str, int] | None = None
+    max_retry_delay_ms: int | None = None
+    max_retries: int | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    headers: dict[str, str] | None = None
+    timeout: float | tuple[float, float] | None = None
+    on_payload: Callable[..., Any] | None = None
+    transport: str = "auto"
+
+
+# --- the default stream function --------------------------------------------------------------
+
+# Guards _default_stream_fn, the process-wide fallback when no stream_fn is given.
+_default_lock = threading.Lock()
+_default_stream_fn: StreamFn | None = None
+
+
+def set_default_stream_fn(fn: StreamFn | None) -> None:
+    """Replace the process-wide default stream function; ``None`` restores the providers'."""
+    global _default_stream_fn
+    with _default_lock:
+        _default_stream_fn = fn
+
+
+def get_default_stream_fn() -> StreamFn:
+    """The default stream function: the one set, else ``agentkit.providers.stream_simple``."""
+    with _default_lock:
+        fn = _default_stream_fn
+    if fn is not None:
+        return fn
+    try:
+        from .providers import stream_simple  # type: ignore[attr-defined]
+    except ImportError:
+        raise NoStreamFunctionError(
+            "No default stream function configured. Pass stream_fn explicitly or call "
+            "set_default_stream_fn()."
+        ) from None
+    return stream_simple
+
+
+# --- entry points -----------------------------------------------------------------------------
+
+
+def run_agent_loop(
+    prompts: Sequence[Any],
+    context: AgentContext,
+    config: AgentLoopConfig,
+    emit: Emit,
+    signal: AbortSignal | None = None,
+    stream_fn: StreamFn | None = None,
+) -> list[Any]:
+    """Run the loop for new prompt messages; block until it ends; return the new messages.
+
+    The caller's ``context.messages`` is not changed. ``emit`` is called for every event, in
+    order, on this thread; if it raises, the run stops and the exception propagates.
+    """
+    stream_fn = stream_fn or get_default_stream_fn()
+    signal = signal or AbortController().signal
+    initial = declare_tool_changes(context.messages, context.tools, list(prompts))
+    new_messages = list(initial)
+    current = AgentContext(messages=[*context.messages, *initial], tools=list(context.tools))
+    emit(AgentStartEvent())
+    emit(TurnStartEvent())
+    for message in initial:
+        emit(MessageStartEvent(message))
+        emit(MessageEndEvent(message))
+    _run_loop(current, new_messages, dataclasses.replace(config), emit, signal, stream_fn)
+    return new_messages
+
+
+def check_can_continue(messages: Sequence[Any]) -> None:
+    """Raise :class:`CannotContinueError` unless the transcript ends in a continuable message."""
+    if not messages:
+        raise CannotContinueError("Cannot continue: no messages in context")
+    last = role_of(messages[-1])
+    if last == "assistant":
+        raise CannotContinueError("Cannot continue from message role: assistant")
+
+
+def run_agent_loop_continue(
+    context: AgentContext,
+    config: AgentLoopConfig,
+    emit: Emit,
+    signal: AbortSignal | None = None,
+    stream_fn: StreamFn | None = None,
+) -> list[Any]:
+    """Continue from the transcript as it is (its last message must not be the assistant's).
+
+    Unlike :func:`run_agent_loop`, this appends to the caller's ``context.messages``.
+    """
+    check_can_continue(context.messages)
+    stream_fn = stream_fn or get_default_stream_fn()
+    signal = signal or AbortController().signal
+    new_messages: list[Any] = []
+    current = AgentContext(messages=context.messages, tools=list(context.tools))
+    emit(AgentStartEvent())
+    emit(TurnStartEvent())
+    _run_loop(current, new_messages, dataclasses.replace(config), emit, signal, stream_fn)
+    return new_messages
+
+
+def agent_loop(
+    prompts: Sequence[Any],
+    context: AgentContext,
+    config: AgentLoopConfig,
+    signal: AbortSignal | None = None,
+    stream_fn: StreamFn | None = None,
+) -> EventStream[AgentEvent, list[Any]]:
+    """Run :func:`run_agent_loop` on a thread; iterate the stream for its events.
+
+    ``.result()`` gives the new messages. If the loop raises, iteration and ``.result()``
+    re-raise the exception.
+    """
+    return _loop_stream(
+        lambda emit: run_agent_loop(prompts, context, config, emit, signal, stream_fn)
+    )
+
+
+def agent_loop_continue(
+    context: AgentContext,
+    config: AgentLoopConfig,
+    signal: AbortSignal | None = None,
+    stream_fn: StreamFn | None = None,
+) -> EventStream[AgentEvent, list[Any]]:
+    """:func:`run_agent_loop_continue` as a stream; the continue checks raise at once."""
+    check_can_continue(context.messages)
+    return _loop_stream(
+        lambda emit: run_agent_loop_continue(context, config, emit, signal, stream_fn)
+    )
+
+
+def _loop_stream(run: Callable[[Emit], list[Any]]) -> EventStream[AgentEvent, list[Any]]:
+    stream: EventStream[AgentEvent, list[Any]] = EventStream(
+        lambda e: isinstance(e, AgentEndEvent),
+        lambda e: e.messages,  # type: ignore[union-attr]
+    )
+
+    def worker() -> None:
+        try:
+            stream.end(run(stream.push))
+        except BaseException as exc:  # handed to the consumer, never lost on this thread
+            stream.fail(exc)
+
+    threading.Thread(target=worker, name="agentkit-loop", daemon=True).start()
+    return stream
+
+
+# --- the loop ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _LoopState:
+    context: AgentContext
+    config: AgentLoopConfig
+    new_messages: list[Any]
+    emit: Emit
+    signal: AbortSignal
+    stream_fn: StreamFn
+
+
+def _apply_update(state: _LoopState, update: TurnUpdate | None) -> None:
+    if update is None:
+        return
+    if update.context is not None:
+        state.context = update.context
+    if update.model is not None:
+        state.config.model = update.model
+    if update.thinking_level is not None:
+        state.config.reasoning = None if update.thinking_level == "off" else update.thinking_level
+
+
+def _finish_decision(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("action")
+    return value if value in ("end", "continue") else None
+
+
+def _run_loop(
+    context: AgentContext,
+    new_messages: list[Any],
+    config: AgentLoopConfig,
+    emit: Emit,
+    signal: AbortSignal,
+    stream_fn: StreamFn,
+) -> None:
+    state = _LoopState(context, config, new_messages, emit, signal, stream_fn)
+    last_turn: TurnContext | None = None
+    explicit_continuation = False
+    pending: list[Any] = _poll(config.get_steering_messages)
+
+    while True:
+        has_more_tool_calls = True
+        while has_more_tool_calls or pending:
+            prepared: list[Any] = []
+            if last_turn is not None:
+                if config.prepare_next_turn is not None:
+                    update = coerce_hook_result(config.prepare_next_turn(last_turn), TurnUpdate)
+                    _apply_update(state, update)
+                    if update is not None and update.messages:
+                        prepared = list(update.messages)
+                if not pending:
+                    pending = _poll(config.get_steering_messages)
+                emit(TurnStartEvent())
+            incoming = declare_tool_changes(
+                state.context.messages, state.context.tools, prepared + pending
+            )
+            for message in incoming:
+                emit(MessageStartEvent(message))
+                emit(MessageEndEvent(message))
+                state.context.messages.append(message)
+                new_messages.append(message)
+            pending = []
+
+            if config.prepare_request is not None:
+                request = RequestContext(
+                    context=state.context,
+                    model=state.config.model,
+                    thinking_level=state.config.reasoning or "off",
+                )
+                update = coerce_hook_result(config.prepare_request(request, signal), TurnUpdate)
+                _apply_update(state, update)
+
+            message = stream_assistant_response(state)
+            new_messages.append(message)
+
+            if message.stop_reason in ("error", "aborted"):
+                last_turn = TurnContext(message, [], state.context, new_messages)
+                if config.finish_turn is not None:
+                    config.finish_turn(last_turn, signal)  # the decision is ignored
+                emit(TurnEndEvent(message, []))
+                emit(AgentEndEvent(new_messages))
+                return
+
+            calls = [c for c in message.content if isinstance(c, ToolCall)]
+            tool_results: list[ToolResultMessage] = []
+            has_more_tool_calls = False
+            if calls:
+                if message.stop_reason == "length":
+                    tool_results, terminate = _fail_truncated(calls, emit), False
+                else:
+                    tool_results, terminate = _execute_tool_calls(state, message, calls)
+                has_more_tool_calls = not terminate
+                state.context.messages.extend(tool_results)
+                new_messages.extend(tool_results)
+
+            last_turn = TurnContext(message, tool_results, state.context, new_messages)
+            decision = None
+            if config.finish_turn is not None:
+                decision = _finish_decision(config.finish_turn(last_turn, signal))
+            emit(TurnEndEvent(message, tool_results))
+            if decision == "end" or (calls and signal.aborted):
+                # Departure 1: a run aborted during tools ends after that batch.
+                emit(AgentEndEvent(new_messages))
+                return
+            explicit_continuation = decision == "continue"
+            pending = _poll(config.get_steering_messages)
+            if has_more_tool_calls or pending:
+                explicit_continuation = False
+
+        follow_ups = _poll(config.get_follow_up_messages)
+        if follow_ups:
+            explicit_continuation = False
+            pending = follow_ups
+            continue
+        if explicit_continuation:
+            explicit_continuation = False
+            continue
+        break
+    emit(AgentEndEvent(new_messages))
+
+
+def _poll(getter: Callable[[], list[Any]] | None) -> list[Any]:
+    if getter is None:
+        return []
+    return list(getter() or [])
+
+
+# --- one model request ------------------------------------------------------------------------
+
+
+def _stream_options(state: _LoopState, api_key: str | None) -> StreamOptions:
+    values = {f.name: getattr(state.config, f.name) for f in dataclasses.fields(state.config)}
+    values.pop("model")
+    values = {k: v for k, v in values.items() if v is not None}
+    values["api_key"] = api_key
+    values["signal"] = state.signal
+    return StreamOptions.model_validate(values)
+
+
+def stream_assistant_response(state: _LoopState) -> AssistantMessage:
+    """Make one request and fold its stream into the transcript, emitting message events.
+
+    If the stream function ignores an abort, the loop gives it ``tool_abort_grace`` seconds to
+    end, then ends the message as aborted itself.
+    """
+    config, signal = state.config, state.signal
+    messages = state.context.messages
+    if config.transform_context is not None:
+        messages = config.transform_context(messages, signal)
+    llm_messages = config.convert_to_llm(messages)
+    api_key = None
+    if config.get_api_key is not None:
+        api_key = config.get_api_key(config.model.provider)
+    api_key = api_key or config.api_key
+    response = state.stream_fn(
+        config.model, Context(messages=list(llm_messages)), _stream_options(state, api_key)
+    )
+
+    context_messages = state.context.messages
+    partial: AssistantMessage | None = None
+    remove_wake = signal.add_callback(response.wake)
+    deadline: float | None = None
+    try:
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                event = response.get(timeout)
+            except queue.Empty:
+                final = _aborted_message(partial, config.model)
+                break
+            if event is WAKE:
+                deadline = time.monotonic() + config.tool_abort_grace
+                continue
+            if event is None:
+                final = response.result()  # raises: the stream ended without done or error
+                break
+            if isinstance(event, StartEvent):
+                partial = event.partial
+                context_messages.append(partial)
+                state.emit(MessageStartEvent(partial.model_copy()))
+            elif isinstance(event, (DoneEvent, ErrorEvent)):
+                final = response.result()
+                break
+            elif partial is not None:
+                partial = event.partial  # type: ignore[union-attr]
+                context_messages[-1] = partial
+                state.emit(MessageUpdateEvent(partial.model_copy(), event))  # type: ignore[arg-type]
+    finally:
+        remove_wake()
+
+    final.thinking_level = config.reasoning or "off"
+    if partial is not None:
+        context_messages[-1] = final
+    else:
+        context_messages.append(final)
+        state.emit(MessageStartEvent(final.model_copy()))
+    state.emit(MessageEndEvent(final))
+    return final
+
+
+def _aborted_message(partial: AssistantMessage | None, model: Model) -> AssistantMessage:
+    """The message for a stream that did not end after an abort."""
+    if partial is not None:
+        message = partial.model_copy()
+        message.content = list(partial.content)
+    else:
+        message = AssistantMessage(api=model.api, provider=model.provider, model=model.id)
+    message.stop_reason = "aborted"
+    message.error_message = ABORTED_TEXT
+    return message
+
+
+# --- tools ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Prepared:
+    tool_call: ToolCall
+    tool: AgentTool
+    args: Any
+
+
+def _find_tool(tools: Sequence[AgentTool], name: str) -> AgentTool | None:
+    for candidate in tools:
+        if candidate.name == name:
+            return candidate
+    return None
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+def _prepare_tool_call(
+    tool_call: ToolCall,
+    tools: Sequence[AgentTool],
+    assistant_message: AssistantMessage,
+    context: AgentContext,
+    signal: AbortSignal,
+    before_tool_call: Any,
+) -> _Prepared | ToolCallOutcome:
+    """Preflight one call: lookup, argument preparation and validation, ``before_tool_call``."""
+
+    def immediate(text: str, terminate: bool = False) -> ToolCallOutcome:
+        return ToolCallOutcome(tool_call, error_result(text, terminate=terminate), True, None)
+
+    if signal.aborted:
+        return immediate(ABORTED_TEXT)
+    tool = _find_tool(tools, tool_call.name)
+    if tool is None:
+        return immediate(f"Tool {tool_call.name} not found")
+    try:
+        call = tool_call
+        if tool.prepare_arguments is not None:
+            prepared_args = tool.prepare_arguments(tool_call.arguments)
+            if prepared_args is not tool_call.arguments:
+                call = tool_call.model_copy(update={"arguments": prepared_args})
+        args = validate_tool_arguments(tool, call)
+        if before_tool_call is not None:
+            ctx = BeforeToolCallContext(assistant_message, tool_call, args, context)
+            decision = coerce_hook_result(before_tool_call(ctx, signal), BeforeToolCallResult)
+            args = ctx.args
+            if signal.aborted:
+                return immediate(ABORTED_TEXT)
+            if decision is not None and decision.block:
+                return immediate(
+                    decision.reason or "Tool execution was blocked", decision.terminate
+                )
+    except Exception as exc:
+        return immediate(_error_text(exc))
+    if signal.aborted:
+        return immediate(ABORTED_TEXT)
+    return _Prepared(tool_call, tool, args)
+
+
+def _execute(
+    prepared: _Prepared, signal: AbortSignal, on_update: Callable[[Any], None]
+) -> tuple[AgentToolResult, bool, float]:
+    """Run a prepared call; a raise or a non-result becomes an error result."""
+    started = time.monotonic()
+    try:
+        value = prepared.tool.execute(prepared.tool_call.id, prepared.args, signal, on_update)
+        if isinstance(value, dict):
+            value = AgentToolResult.model_validate(value)
+        if not isinstance(value, AgentToolResult):
+            raise TypeError(
+                f"Tool {prepared.tool.name} returned {type(value).__name__}, not an AgentToolResult"
+            )
+        result, is_error = value, value.is_error
+    except Exception as exc:
+        result, is_error = error_result(_error_text(exc)), True
+    return result, is_error, (time.monotonic() - started) * 1000
+
+
+def _finalize(
+    prepared: _Prepared,
+    result: AgentToolResult,
+    is_error: bool,
+    duration_ms: float | None,
+    assistant_message: AssistantMessage,
+    context: AgentContext,
+    signal: AbortSignal,
+    after_tool_call: Any,
+) -> ToolCallOutcome:
+    """Apply ``after_tool_call``'s field-level replacements (or its failure) to a result."""
+    if after_tool_call is not None:
+        ctx = AfterToolCallContext(
+            assistant_message, prepared.tool_call, prepared.args, result, is_error, context
+        )
+        try:
+            change = coerce_hook_result(after_tool_call(ctx, signal), AfterToolCallResult)
+        except Exception as exc:
+            return ToolCallOutcome(
+                prepared.tool_call, error_result(_error_text(exc)), True, duration_ms
+            )
+        if change is not None:
+            updates: dict[str, Any] = {}
+            if change.content is not None:
+                updates["content"] = change.content
+                updates["structured_content"] = change.structured_content
+            elif change.structured_content is not None:
+                updates["structured_content"] = change.structured_content
+            for name in ("details", "usage", "terminate", "is_error"):
+                if getattr(change, name) is not None:
+                    updates[name] = getattr(change, name)
+            result = AgentToolResult.model_validate({**dict(result), **updates})
+            if change.is_error is not None:
+                is_error = change.is_error
+    return ToolCallOutcome(prepared.tool_call, result, is_error, duration_ms)
+
+
+def run_tool_call(
+    tool_call: ToolCall,
+    *,
+    tools: Sequence[AgentTool],
+    assistant_message: AssistantMessage,
+    context: AgentContext,
+    signal: AbortSignal | None = None,
+    on_update: Callable[[Any], None] | None = None,
+    before_tool_call: Any = None,
+    after_tool_call: Any = None,
+) -> ToolCallOutcome:
+    """Preflight, execute and finalise one call on this thread, without events or messages.
+
+    It never raises for a tool failure: the failure is in the outcome.
+    """
+    signal = signal or AbortController().signal
+    prepared = _prepare_tool_call(
+        tool_call, tools, assistant_message, context, signal, before_tool_call
+    )
+    if isinstance(prepared, ToolCallOutcome):
+        return prepared
+    settled = threading.Event()
+
+    def guarded_update(partial: Any) -> None:
+        if on_update is not None and not settled.is_set():
+            on_update(partial)
+
+    result, is_error, duration = _execute(prepared, signal, guarded_update)
+    settled.set()
+    return _finalize(
+        prepared, result, is_error, duration, assistant_message, context, signal, after_tool_call
+    )
+
+
+def _result_message(outcome: ToolCallOutcome) -> ToolResultMessage:
+    result = outcome.result
+    return ToolResultMessage(
+        tool_call_id=outcome.tool_call.id,
+        tool_name=outcome.tool_call.name,
+        content=list(result.content or []),
+        details=result.details,
+        usage=result.usage,
+        is_error=outcome.is_error,
+        duration_ms=outcome.duration_ms,
+    )
+
+
+def _emit_end(emit: Emit, outcome: ToolCallOutcome) -> None:
+    emit(
+        ToolExecutionEndEvent(
+            outcome.tool_call.id,
+            outcome.tool_call.name,
+            outcome.result,
+            outcome.is_error,
+            outcome.duration_ms,
+        )
+    )
+
+
+def _emit_result_message(emit: Emit, outcome: ToolCallOutcome) -> ToolResultMessage:
+    message = _result_message(outcome)
+    emit(MessageStartEvent(message))
+    emit(MessageEndEvent(message))
+    return message
+
+
+def _fail_truncated(calls: list[ToolCall], emit: Emit) -> list[ToolResultMessage]:
+    """Length protection: calls from a truncated response never run (SPEC 4.4)."""
+    messages = []
+    for call in calls:
+        emit(ToolExecutionStartEvent(call.id, call.name, call.arguments))
+        outcome = ToolCallOutcome(call, error_result(TRUNCATED_TEXT.format(name=call.name)), True)
+        _emit_end(emit, outcome)
+        messages.append(_emit_result_message(emit, outcome))
+    return messages
+
+
+def _execute_tool_calls(
+    state: _LoopState, message: AssistantMessage, calls: list[ToolCall]
+) -> tuple[list[ToolResultMessage], bool]:
+    """Run one batch, parallel or sequential (SPEC 4.5); return its results and terminate."""
+    tools = state.context.tools
+    sequential = state.config.tool_execution == "sequential" or any(
+        (t := _find_tool(tools, c.name)) is not None and t.execution_mode == "sequential"
+        for c in calls
+    )
+    outcomes: list[ToolCallOutcome] = []
+    messages: list[ToolResultMessage] = []
+    if sequential:
+        for call in calls:
+            state.emit(ToolExecutionStartEvent(call.id, call.name, call.arguments))
+            outcome = _preflight(state, message, call)
+            if isinstance(outcome, _Prepared):
+                outcome = _run_batch(state, message, [outcome])[0]
+            else:
+                _emit_end(state.emit, outcome)
+            outcomes.append(outcome)
+            messages.append(_emit_result_message(state.emit, outcome))
+    else:
+        slots: list[ToolCallOutcome | None] = []
+        deferred: list[tuple[int, _Prepared]] = []
+        for index, call in enumerate(calls):
+            state.emit(ToolExecutionStartEvent(call.id, call.name, call.arguments))
+            prepared = _preflight(state, message, call)
+            if isinstance(prepared, _Prepared):
+                deferred.append((index, prepared))
+                slots.append(None)
+            else:
+                _emit_end(state.emit, prepared)
+                slots.append(prepared)
+        if deferred:
+            finished = _run_batch(state, message, [p for _, p in deferred])
+            for (index, _), outcome in zip(deferred, finished, strict=False):
+                slots[index] = outcome
+        for slot in slots:
+            assert slot is not None
+            outcomes.append(slot)
+            messages.append(_emit_result_message(state.emit, slot))
+    terminate = bool(outcomes) and all(o.result.terminate for o in outcomes)
+    return messages, terminate
+
+
+def _preflight(
+    state: _LoopState, message: AssistantMessage, call: ToolCall
+) -> _Prepared | ToolCallOutcome:
+    return _prepare_tool_call(
+        call,
+        state.context.tools,
+        message,
+        state.context,
+        state.signal,
+        state.config.before_tool_call,
+    )
+
+
+class _Update:
+    __slots__ = ("index", "partial")
+
+    def __init__(self, index: int, partial: Any) -> None:
+        self.index, self.partial = index, partial
+
+
+class _Finished:
+    __slots__ = ("index", "result", "is_error", "duration_ms")
+
+    def __init__(self, index: int, result: AgentToolResult, is_error: bool, duration: float):
+        self.index, self.result, self.is_error, self.duration_ms = index, result, is_error, duration
+
+
+def _run_batch(
+    state: _LoopState, message: AssistantMessage, batch: list[_Prepared]
+) -> list[ToolCallOutcome]:
+    """Execute prepared calls at once on a pool while this thread emits their progress.
+
+    Tool threads only put updates and completions on ``inbox``; this (the loop's) thread takes
+    them off in order, runs ``after_tool_call`` and emits each ``tool_execution_end`` as its call
+    completes. On abort, tools that ignore the signal get ``tool_abort_grace`` seconds, then an
+    "Operation aborted" result while their threads are left to finish on their own.
+    """
+    emit, signal, config = state.emit, state.signal, state.config
+    inbox: queue.SimpleQueue[_Update | _Finished | object] = queue.SimpleQueue()
+    # Per call: guards the hand-over between late on_update calls and completion.
+    locks = [threading.Lock() for _ in batch]
+    settled = [False] * len(batch)
+
+    def make_on_update(index: int) -> Callable[[Any], None]:
+        def on_update(partial: Any) -> None:
+            with locks[index]:
+                if not settled[index]:
+                    inbox.put(_Update(index, partial))
+
+        return on_update
+
+    def work(index: int) -> None:
+        prepared = batch[index]
+        if signal.aborted:
+            result, is_error, duration = error_result(ABORTED_TEXT), True, 0.0
+        else:
+            result, is_error, duration = _execute(prepared, signal, make_on_update(index))
+        with locks[index]:
+            settled[index] = True
+            inbox.put(_Finished(index, result, is_error, duration))
+
+    outcomes: list[ToolCallOutcome | None] = [None] * len(batch)
+    pool = ThreadPoolExecutor(
+        max_workers=max(1, min(len(batch), config.max_tool_workers)),
+        thread_name_prefix="agentkit-tool",
+    )
+    remove_wake = signal.add_callback(lambda: inbox.put(WAKE))
+    futures = []
+    abandoned = False
+    try:
+        for index in range(len(batch)):
+            futures.append(pool.submit(work, index))
+        remaining = len(batch)
+        deadline: float | None = None
+        while remaining:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                item = inbox.get(timeout=timeout)
+            except queue.Empty:
+                abandoned = True
+                break
+            if item is WAKE:
+                deadline = time.monotonic() + config.tool_abort_grace
+            elif isinstance(item, _Update):
+                call = batch[item.index].tool_call
+                emit(ToolExecutionUpdateEvent(call.id, call.name, call.arguments, item.partial))
+            elif isinstance(item, _Finished):
+                remaining -= 1
+                outcome = _finalize(
+                    batch[item.index],
+                    item.result,
+                    item.is_error,
+                    item.duration_ms,
+                    message,
+                    state.context,
+                    signal,
+                    config.after_tool_call,
+                )
+                outcomes[item.index] = outcome
+                _emit_end(emit, outcome)
+        for index, prepared in enumerate(batch):
+            if outcomes[index] is None:  # abandoned after the grace period
+                with locks[index]:
+                    settled[index] = True
+                text = (
+                    f"{ABORTED_TEXT}: tool {prepared.tool.name} did not stop within "
+                    f"{config.tool_abort_grace:g} s"
+                )
+                outcome = ToolCallOutcome(prepared.tool_call, error_result(text), True, None)
+                outcomes[index] = outcome
+                _emit_end(emit, outcome)
+    finally:
+        remove_wake()
+        if abandoned:
+            pool.shutdown(wait=False, cancel_futures=True)
+        elif any(o is None for o in outcomes):
+            # An emit raised mid-batch and the run is failing: give running tools the grace
+            # period to finish, but never hang the failure on them.
+            for future in futures:
+                future.cancel()
+            wait_futures(futures, timeout=config.tool_abort_grace)
+            pool.shutdown(wait=False, cancel_futures=True)
+        else:
+            pool.shutdown(wait=True)
+    return [o for o in outcomes if o is not None]

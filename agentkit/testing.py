@@ -1,0 +1,364 @@
+"""A scripted model for tests: a ``stream_fn`` that plays back replies and records requests.
+
+Use it to test your own agents without a network or an API key::
+
+    from agentkit import Agent, tool
+    from agentkit.testing import ScriptedModel, reply, text, tool_call
+
+    model = ScriptedModel([
+        reply(tool_call("add", {"a": 1, "b": 2})),
+        "The sum is 3.",
+    ])
+    agent = Agent(model=model.model, stream_fn=model, tools=[add])
+    agent.prompt("What is 1 + 2?")
+    assert model.requests[1].messages[-1].role == "tool_result"
+
+Each reply streams as realistic deltas (``start``, ``text_delta``..., ``toolcall_delta``...,
+``done``) from a producer thread, optionally with a delay between deltas; it may end with an
+error, or hang until the run is aborted. Every delay honours the run's abort signal.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .abort import AbortSignal
+from .event_stream import AssistantMessageEventStream
+from .events import (
+    DoneEvent,
+    ErrorEvent,
+    StartEvent,
+    TextDeltaEvent,
+    TextEndEvent,
+    TextStartEvent,
+    ThinkingDeltaEvent,
+    ThinkingEndEvent,
+    ThinkingStartEvent,
+    ToolCallDeltaEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
+)
+from .types import (
+    AssistantMessage,
+    Context,
+    Model,
+    StopReason,
+    StreamOptions,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    Usage,
+    as_stream_options,
+)
+
+SCRIPTED_MODEL = Model(
+    id="scripted", name="Scripted model", api="scripted", provider="scripted", base_url=""
+)
+
+
+@dataclass
+class Text:
+    """A text block of a scripted reply."""
+
+    text: str
+
+
+@dataclass
+class Thinking:
+    """A thinking block of a scripted reply."""
+
+    thinking: str
+    signature: str | None = None
+
+
+@dataclass
+class Call:
+    """A tool call of a scripted reply."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str | None = None
+
+
+Part = Text | Thinking | Call
+
+
+def text(value: str) -> Text:
+    """A text part."""
+    return Text(value)
+
+
+def thinking(value: str, signature: str | None = None) -> Thinking:
+    """A thinking part, optionally with a signature."""
+    return Thinking(value, signature)
+
+
+def tool_call(name: str, arguments: dict[str, Any] | None = None, id: str | None = None) -> Call:
+    """A tool-call part; the id defaults to ``call_<n>`` numbered across the script."""
+    return Call(name, dict(arguments or {}), id)
+
+
+@dataclass
+class Reply:
+    """One scripted answer.
+
+    ``stop_reason`` defaults to ``"tool_use"`` when there are calls, else ``"stop"``.
+    ``delay`` is seconds before each event; ``error`` ends the stream with that error message;
+    ``hang`` streams the parts, then waits until the run is aborted and ends as aborted;
+    ``raise_error`` makes the stream function itself raise (breaking its contract).
+    """
+
+    parts: list[Part] = field(default_factory=list)
+    stop_reason: StopReason | None = None
+    usage: Usage | None = None
+    delay: float = 0.0
+    error: str | None = None
+    hang: bool = False
+    raise_error: BaseException | None = None
+    end_without_done: bool = False
+
+
+def reply(
+    *parts: Part | str,
+    stop_reason: StopReason | None = None,
+    usage: Usage | None = None,
+    delay: float = 0.0,
+    error: str | None = None,
+    hang: bool = False,
+    raise_error: BaseException | None = None,
+    end_without_done: bool = False,
+) -> Reply:
+    """Build a :class:`Reply`; a ``str`` part is text."""
+    return Reply(
+        [Text(p) if isinstance(p, str) else p for p in parts],
+        stop_reason,
+        usage,
+        delay,
+        error,
+        hang,
+        raise_error,
+        end_without_done,
+    )
+
+
+Script = Reply | str | Callable[[Context, StreamOptions], "Reply | str"]
+
+
+@dataclass
+class ScriptedRequest:
+    """What the scripted model was asked: the model, the context and the options."""
+
+    model: Model
+    context: Context
+    options: StreamOptions
+
+    @property
+    def messages(self) -> list[Any]:
+        """The messages of the request."""
+        return self.context.messages
+
+
+class ScriptedModel:
+    """A ``stream_fn`` that answers each request with the next scripted reply.
+
+    A script entry is a :class:`Reply`, a string (a text reply), or a function
+    ``(context, options) -> Reply | str`` for answers that depend on the request. When the
+    script runs out, the stream ends with an error message saying so.
+    """
+
+    def __init__(
+        self,
+        replies: Iterable[Script] = (),
+        *,
+        model: Model | None = None,
+        chunk_size: int = 8,
+        delay: float = 0.0,
+    ) -> None:
+        self.model = model or SCRIPTED_MODEL
+        self.chunk_size = max(1, chunk_size)
+        self.delay = delay
+        # Guards _script, _calls and requests: runs may call the model from several threads.
+        self._lock = threading.Lock()
+        self._script: list[Script] = list(replies)
+        self._calls = 0
+        self.requests: list[ScriptedRequest] = []
+
+    def add(self, *replies: Script) -> None:
+        """Append replies to the script."""
+        with self._lock:
+            self._script.extend(replies)
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted replies are left."""
+        with self._lock:
+            return len(self._script)
+
+    def __call__(
+        self, model: Model, context: Context, options: StreamOptions | dict[str, Any] | None = None
+    ) -> AssistantMessageEventStream:
+        return self.stream_fn(model, context, options)
+
+    def stream_fn(
+        self, model: Model, context: Context, options: StreamOptions | dict[str, Any] | None = None
+    ) -> AssistantMessageEventStream:
+        """Record the request and stream the next reply."""
+        opts = as_stream_options(options)
+        with self._lock:
+            self.requests.append(ScriptedRequest(model, context, opts))
+            entry = self._script.pop(0) if self._script else None
+        if entry is not None and callable(entry) and not isinstance(entry, Reply):
+            entry = entry(context, opts)
+        script = reply(entry) if isinstance(entry, str) else entry
+        if script is not None and script.raise_error is not None:
+            raise script.raise_error
+        stream = AssistantMessageEventStream()
+        thread = threading.Thread(
+            target=self._play,
+            args=(stream, model, script, opts.signal),
+            name="agentkit-scripted",
+            daemon=True,
+        )
+        stream.set_producer(thread)
+        thread.start()
+        return stream
+
+    def _next_id(self) -> str:
+        with self._lock:
+            self._calls += 1
+            return f"call_{self._calls}"
+
+    def _play(
+        self,
+        stream: AssistantMessageEventStream,
+        model: Model,
+        script: Reply | None,
+        signal: AbortSignal | None,
+    ) -> None:
+        message = AssistantMessage(api=model.api, provider=model.provider, model=model.id)
+        try:
+            if script is None:
+                _fail(stream, message, "error", "ScriptedModel: no scripted reply left")
+                return
+            _Player(self, stream, message, script, signal).play()
+        except Exception as exc:  # keep the stream contract even if the script is broken
+            _fail(stream, message, "error", f"ScriptedModel failed: {exc}")
+
+
+def _fail(
+    stream: AssistantMessageEventStream,
+    message: AssistantMessage,
+    reason: Literal["error", "aborted"],
+    text_: str,
+) -> None:
+    message.stop_reason = reason
+    message.error_message = text_
+    stream.push(ErrorEvent(reason, message))
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Player:
+    """Streams one reply into a stream, as a provider would."""
+
+    def __init__(
+        self,
+        owner: ScriptedModel,
+        stream: AssistantMessageEventStream,
+        message: AssistantMessage,
+        script: Reply,
+        signal: AbortSignal | None,
+    ) -> None:
+        self.owner, self.stream, self.message = owner, stream, message
+        self.script, self.signal = script, signal
+        self.delay = script.delay or owner.delay
+
+    def pause(self) -> None:
+        if self.signal is not None and self.signal.aborted:
+            raise _Aborted
+        if self.delay > 0:
+            if self.signal is not None:
+                if self.signal.wait(self.delay):
+                    raise _Aborted
+            else:
+                threading.Event().wait(self.delay)
+
+    def emit(self, event: Any) -> None:
+        self.pause()
+        self.stream.push(event)
+
+    def chunks(self, value: str) -> Sequence[str]:
+        size = self.owner.chunk_size
+        return [value[i : i + size] for i in range(0, len(value), size)] or [""]
+
+    def play(self) -> None:
+        message, script = self.message, self.script
+        try:
+            self.emit(StartEvent(message))
+            for part in script.parts:
+                index = len(message.content)
+                if isinstance(part, Text):
+                    self.play_text(index, part)
+                elif isinstance(part, Thinking):
+                    self.play_thinking(index, part)
+                else:
+                    self.play_call(index, part)
+            if script.hang:
+                if self.signal is None:
+                    raise RuntimeError("a hanging reply needs the run's signal")
+                self.signal.wait()
+                raise _Aborted
+        except _Aborted:
+            _fail(self.stream, message, "aborted", "Operation aborted")
+            return
+        chars = sum(len(getattr(p, "text", "") or getattr(p, "thinking", "")) for p in script.parts)
+        message.usage = script.usage or Usage(
+            input=10, output=max(1, chars // 4), total_tokens=10 + max(1, chars // 4)
+        )
+        if script.error is not None:
+            _fail(self.stream, message, "error", script.error)
+            return
+        if script.end_without_done:
+            self.stream.end()
+            return
+        has_calls = any(isinstance(p, Call) for p in script.parts)
+        stop = script.stop_reason or ("tool_use" if has_calls else "stop")
+        message.stop_reason = stop
+        if stop in ("error", "aborted"):
+            _fail(self.stream, message, stop, message.error_message or stop)
+            return
+        self.stream.push(DoneEvent(stop, message))  # type: ignore[arg-type]
+
+    def play_text(self, index: int, part: Text) -> None:
+        block = TextContent(text="")
+        self.message.content.append(block)
+        self.emit(TextStartEvent(index, self.message))
+        for chunk in self.chunks(part.text):
+            block.text += chunk
+            self.emit(TextDeltaEvent(index, chunk, self.message))
+        self.emit(TextEndEvent(index, block.text, self.message))
+
+    def play_thinking(self, index: int, part: Thinking) -> None:
+        block = ThinkingContent(thinking="")
+        self.message.content.append(block)
+        self.emit(ThinkingStartEvent(index, self.message))
+        for chunk in self.chunks(part.thinking):
+            block.thinking += chunk
+            self.emit(ThinkingDeltaEvent(index, chunk, self.message))
+        block.signature = part.signature
+        self.emit(ThinkingEndEvent(index, block.thinking, self.message))
+
+    def play_call(self, index: int, part: Call) -> None:
+        call = ToolCall(id=part.id or self.owner._next_id(), name=part.name, arguments={})
+        self.message.content.append(call)
+        self.emit(ToolCallStartEvent(index, self.message))
+        for chunk in self.chunks(json.dumps(part.arguments)):
+            self.emit(ToolCallDeltaEvent(index, chunk, self.message))
+        call.arguments = dict(part.arguments)
+        self.emit(ToolCallEndEvent(index, call, self.message))

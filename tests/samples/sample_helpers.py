@@ -1,0 +1,45 @@
+"""Helpers for the sample tests: ``samples/`` on the import path, scripted models only."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+if str(SAMPLES) not in sys.path:
+    sys.path.insert(0, str(SAMPLES))
+
+
+@pytest.fixture(autouse=True)
+def scripted_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never let a developer's ``AGENTKIT_MODEL`` send a test to a real model."""
+    monkeypatch.delenv("AGENTKIT_MODEL", raising=False)
+    monkeypatch.delenv("AGENTKIT_SCRIPTED_DELAY", raising=False)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, step: float = 0.02) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
+
+
+@pytest.fixture
+def thread_baseline() -> Iterator[Callable[[], None]]:
+    """A check that the process's thread count is back to where it was (within 5 s)."""
+    before = threading.active_count()
+
+    def check() -> None:
+        ok = wait_until(lambda: threading.active_count() <= before, timeout=5.0)
+        names = [t.name for t in threading.enumerate()]
+        assert ok, f"threads left behind: {before} before, now {names}"
+
+    yield check

@@ -1,0 +1,97 @@
+"""The console samples: quickstart, parallel tools, steering."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+import parallel_tools
+import pytest
+import quickstart
+import steering
+from sample_helpers import SAMPLES
+
+
+def test_quickstart_streams_text_and_calls_both_tools(
+    thread_baseline: Callable[[], None],
+) -> None:
+    out = io.StringIO()
+    messages = quickstart.main([], out=out)
+    text = out.getvalue()
+    assert "[calling get_temperature({'city': 'Lisbon'})]" in text
+    assert "[to_fahrenheit -> 74.3]" in text
+    assert "74.3 °F" in text
+    roles = [m.role for m in messages]
+    assert roles == ["system", "user", "assistant", "tool_result", "tool_result", "assistant"]
+    assert messages[-1].stop_reason == "stop"
+    thread_baseline()
+
+
+def test_quickstart_prints_deltas_as_they_arrive() -> None:
+    """The answer is written in several pieces, each flushed, not in one final print."""
+
+    class Recorder(io.StringIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes: list[str] = []
+
+        def write(self, s: str) -> int:
+            self.writes.append(s)
+            return super().write(s)
+
+    out = Recorder()
+    quickstart.main([], out=out)
+    answer_pieces = [w for w in out.writes if w and w in quickstart.SCRIPT[1]]
+    assert len(answer_pieces) > 5
+    assert "".join(answer_pieces).startswith("It is 23.5 °C")
+
+
+def test_parallel_tools_take_the_time_of_the_slowest(
+    thread_baseline: Callable[[], None],
+) -> None:
+    out = io.StringIO()
+    timing = parallel_tools.main([], out=out)
+    assert timing.slowest - 0.05 <= timing.wall < timing.slowest + 0.5 < timing.total
+    assert "3 tools in" in out.getvalue()
+    thread_baseline()
+
+
+def test_steering_then_abort_from_another_thread(thread_baseline: Callable[[], None]) -> None:
+    out = io.StringIO()
+    messages = steering.main([], out=out)
+    roles = [m.role for m in messages]
+    # prompt, tool turn, steer injected after the batch, second tool turn, aborted answer
+    assert roles == [
+        "system", "user", "assistant", "tool_result", "user", "assistant", "tool_result",
+        "assistant",
+    ]  # fmt: skip
+    assert messages[4].content[0].text == steering.STEER
+    assert messages[-1].stop_reason == "aborted"
+    assert "supervisor: abort()" in out.getvalue()
+    thread_baseline()
+
+
+@pytest.mark.parametrize("name", ["quickstart.py", "parallel_tools.py", "steering.py"])
+def test_sample_runs_as_a_script(name: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AGENTKIT_MODEL"}
+    done = subprocess.run(
+        [sys.executable, str(SAMPLES / name)], capture_output=True, text=True, timeout=30, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    assert "Traceback" not in done.stderr
+
+
+def test_model_switch_without_providers_exits_cleanly() -> None:
+    """``--model`` names a real model; without ``agentkit.providers`` it says so."""
+    try:
+        import agentkit.providers  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("agentkit.providers is installed; the switch resolves real models")
+    with pytest.raises(SystemExit, match="needs a module"):
+        quickstart.main(["--model", "openai:gpt-4o-mini"], out=io.StringIO())

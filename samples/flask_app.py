@@ -1,0 +1,251 @@
+"""A Flask app that streams agent runs to the browser as server-sent events (SSE).
+
+Run it: ``python samples/flask_app.py [--port 5000] [--model PROVIDER:MODEL_ID]`` and open
+http://127.0.0.1:5000/. Endpoints:
+
+- ``GET /runs/stream?prompt=...`` (``EventSource``) or ``POST /runs/stream`` with JSON
+  ``{"prompt": ...}``: start a run and stream its events. The first SSE event, ``run``, carries
+  the run's id; each agent event follows as ``event: <type>``; ``done`` ends the stream.
+- ``POST /runs/<id>/steer`` with JSON ``{"message": ...}``: steer the running agent.
+- ``POST /runs/<id>/abort``: abort it.
+- ``GET /runs/<id>``: the run's status and transcript.
+
+Each run gets an agent of its own on a worker thread; the request thread only relays its events.
+When the browser goes away, the next write fails (a heartbeat comment is written every
+``heartbeat`` seconds when nothing else is), werkzeug closes the response, and the run is aborted:
+nothing keeps running for a client that left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from _support import last_text, model_spec, real_model, rule_model
+from flask import Flask, Response, abort, jsonify, request
+
+from agentkit import Agent, AgentTool, Model, Run, event_to_dict, tool
+from agentkit.events import to_jsonable
+from agentkit.loop import StreamFn
+from agentkit.testing import SCRIPTED_MODEL, Reply, reply, tool_call
+
+
+@tool
+def current_time() -> str:
+    """The server's local date and time."""
+    return datetime.now().strftime("%Y-%m-%d %H:%M")
+
+
+def demo_answer(messages: list[Any]) -> Reply | str:
+    """The offline demo model: look up the time after a question, then answer with it."""
+    last = messages[-1]
+    if last.role == "tool_result":
+        return f"It is {last_text([last])} here. Anything else?"
+    return reply("Let me look at the clock.", tool_call("current_time", {}))
+
+
+_END = object()  # queue token: the run is over
+
+
+@dataclass
+class RunEntry:
+    """A run and the agent running it."""
+
+    id: str
+    agent: Agent
+    run: Run
+
+
+class RunRegistry:
+    """The app's runs by id: running ones, and the last ``keep`` finished ones."""
+
+    def __init__(self, keep: int = 100) -> None:
+        self.keep = keep
+        # Guards _runs: request threads add, look up and retire runs concurrently.
+        self._lock = threading.Lock()
+        self._runs: OrderedDict[str, RunEntry] = OrderedDict()
+
+    def add(self, entry: RunEntry) -> None:
+        """Register a run; forget the oldest finished runs beyond ``keep``."""
+        with self._lock:
+            self._runs[entry.id] = entry
+            finished = [key for key, e in self._runs.items() if e.run.done()]
+            for key in finished[: max(0, len(finished) - self.keep)]:
+                del self._runs[key]
+
+    def get(self, run_id: str) -> RunEntry | None:
+        """The run with this id, or ``None``."""
+        with self._lock:
+            return self._runs.get(run_id)
+
+
+def _sse(event: str, data: Any) -> str:
+    """One server-sent event."""
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def _payload(event: Any) -> dict[str, Any]:
+    """An agent event as JSON for the browser; text updates carry just their delta."""
+    if event.type == "message_update":
+        update = event.assistant_message_event
+        return {
+            "type": "message_update",
+            "kind": update.type,
+            "delta": getattr(update, "delta", ""),
+        }
+    return event_to_dict(event)
+
+
+def create_app(
+    stream_fn: StreamFn | None = None,
+    model: Model | None = None,
+    *,
+    tools: Sequence[AgentTool] | None = None,
+    system_prompt: str = "You are a helpful assistant. Use current_time for the time.",
+    heartbeat: float = 15.0,
+    keep_runs: int = 100,
+) -> Flask:
+    """Build the app. Given neither ``stream_fn`` nor ``model``, it runs the offline demo model,
+    or the real model ``AGENTKIT_MODEL`` names; given only ``model``, the default stream function.
+    ``heartbeat`` is how often (seconds) a quiet stream checks that its client is still there."""
+    if stream_fn is None and model is None:
+        spec = model_spec()
+        if spec:  # a real model: the providers' default stream function serves it
+            model, stream_fn = real_model(spec)
+        else:
+            stream_fn = rule_model(demo_answer, delay=0.02)
+    model = model or SCRIPTED_MODEL
+    agent_tools = list(tools) if tools is not None else [current_time]
+    runs = RunRegistry(keep_runs)
+    app = Flask(__name__)
+    app.extensions["agentkit_runs"] = runs
+
+    @app.get("/")
+    def index() -> str:
+        return INDEX_HTML
+
+    @app.route("/runs/stream", methods=["GET", "POST"])
+    def stream_run() -> Response:
+        data = request.get_json(silent=True) or {}
+        prompt = data.get("prompt") or request.args.get("prompt", "")
+        if not prompt:
+            abort(400, "prompt is required")
+        agent = Agent(
+            model=model, stream_fn=stream_fn, tools=agent_tools, system_prompt=system_prompt
+        )
+        events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # Convert on the worker thread, while the event's message is as the event saw it.
+        unsubscribe = agent.subscribe(lambda event: events.put(_payload(event)))
+        entry = RunEntry(uuid.uuid4().hex, agent, agent.start(prompt))
+        entry.run.add_done_callback(lambda _run: events.put(_END))
+        runs.add(entry)
+
+        def relay() -> Iterator[str]:
+            try:
+                yield _sse("run", {"id": entry.id})
+                while True:
+                    try:
+                        item = events.get(timeout=heartbeat)
+                    except queue.Empty:
+                        yield ": heartbeat\n\n"  # a write that fails once the client is gone
+                        continue
+                    if item is _END:
+                        last = agent.state.messages[-1]
+                        yield _sse("done", {"id": entry.id, "stop_reason": last.stop_reason})
+                        return
+                    yield _sse(item["type"], item)
+            finally:  # the end of the run, or the client went away (werkzeug closes us)
+                entry.run.abort()
+                entry.run.wait()
+                unsubscribe()
+
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return Response(relay(), mimetype="text/event-stream", headers=headers)
+
+    def _entry(run_id: str) -> RunEntry:
+        entry = runs.get(run_id)
+        if entry is None:
+            abort(404, "no such run")
+        return entry
+
+    @app.post("/runs/<run_id>/steer")
+    def steer(run_id: str) -> tuple[Response, int]:
+        entry = _entry(run_id)
+        message = (request.get_json(silent=True) or {}).get("message")
+        if not message:
+            abort(400, "message is required")
+        if entry.run.done():
+            return jsonify(error="the run has ended"), 409
+        entry.agent.steer(message)
+        return jsonify(steered=True), 202
+
+    @app.post("/runs/<run_id>/abort")
+    def abort_run(run_id: str) -> tuple[Response, int]:
+        entry = _entry(run_id)
+        entry.run.abort()
+        return jsonify(aborted=True), 202
+
+    @app.get("/runs/<run_id>")
+    def show(run_id: str) -> Response:
+        entry = _entry(run_id)
+        done = entry.run.done()
+        messages = to_jsonable(entry.agent.state.messages) if done else []
+        return jsonify(id=run_id, status="done" if done else "running", messages=messages)
+
+    return app
+
+
+INDEX_HTML = """<!doctype html>
+<meta charset="utf-8"><title>agentkit + Flask</title>
+<form id="ask"><input id="prompt" size="60" value="What time is it?"> <button>Ask</button>
+<button type="button" id="stop">Stop</button></form>
+<pre id="out"></pre>
+<script>
+let source = null, runId = null;
+const out = document.getElementById("out");
+document.getElementById("ask").onsubmit = (e) => {
+  e.preventDefault();
+  if (source) source.close();
+  out.textContent = "";
+  const prompt = document.getElementById("prompt").value;
+  source = new EventSource("/runs/stream?prompt=" + encodeURIComponent(prompt));
+  source.addEventListener("run", (m) => { runId = JSON.parse(m.data).id; });
+  source.addEventListener("message_update", (m) => { out.textContent += JSON.parse(m.data).delta; });
+  source.addEventListener("tool_execution_start", (m) => {
+    out.textContent += "\\n[" + JSON.parse(m.data).tool_name + "]\\n";
+  });
+  source.addEventListener("done", (m) => {
+    out.textContent += "\\n(" + JSON.parse(m.data).stop_reason + ")"; source.close();
+  });
+};
+document.getElementById("stop").onclick = () => {
+  if (runId) fetch("/runs/" + runId + "/abort", {method: "POST"});
+};
+</script>
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve the app with Flask's development server (one thread per request)."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=5000)
+    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
+    args = parser.parse_args(argv)
+    if args.model:
+        model, stream_fn = real_model(args.model)
+        app = create_app(stream_fn, model)
+    else:
+        app = create_app()
+    app.run(host="127.0.0.1", port=args.port, threaded=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""The Flask sample against a real server on 127.0.0.1 and a streaming ``requests`` client."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+from flask import Flask
+from flask_app import create_app
+from sample_helpers import wait_until
+from werkzeug.serving import make_server
+
+from agentkit import tool
+from agentkit.abort import AbortSignal
+from agentkit.testing import ScriptedModel, reply, tool_call
+
+Event = tuple[str, Any]
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Flask], str]]:
+    """Start an app on a real threaded werkzeug server (port 0); return its base URL."""
+    started: list[tuple[Any, threading.Thread]] = []
+
+    def start(app: Flask) -> str:
+        server = make_server("127.0.0.1", 0, app, threaded=True)
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-server"
+        )
+        thread.start()
+        started.append((server, thread))
+        return f"http://127.0.0.1:{server.server_port}"
+
+    yield start
+    for server, thread in started:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def sse_events(response: requests.Response) -> Iterator[Event]:
+    """Parse a server-sent event stream as it arrives: ``(event, data)`` pairs."""
+    buffer = ""
+    for chunk in response.iter_content(chunk_size=None, decode_unicode=True):
+        buffer += chunk
+        while "\n\n" in buffer:
+            block, buffer = buffer.split("\n\n", 1)
+            name, data = "message", None
+            for line in block.splitlines():
+                if line.startswith("event: "):
+                    name = line[len("event: ") :]
+                elif line.startswith("data: "):
+                    data = json.loads(line[len("data: ") :])
+            if data is not None:
+                yield name, data
+
+
+@tool
+def slow_step(signal: AbortSignal) -> str:
+    """A quiet step: no events for up to 30 s unless the run is aborted."""
+    if signal.wait(30):
+        signal.throw_if_aborted()
+    return "done"
+
+
+def runs_of(app: Flask) -> Any:
+    return app.extensions["agentkit_runs"]
+
+
+def test_stream_a_whole_run(serve: Callable[[Flask], str]) -> None:
+    app = create_app()  # the offline demo model: a tool call, then an answer
+    base = serve(app)
+    with requests.post(
+        f"{base}/runs/stream", json={"prompt": "What time is it?"}, stream=True
+    ) as r:
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        events = list(sse_events(r))
+    names = [name for name, _ in events]
+    assert names[:3] == ["run", "agent_start", "turn_start"]
+    assert names[-2:] == ["agent_end", "done"]
+    assert "tool_execution_end" in names
+    text = "".join(
+        d["delta"] for n, d in events if n == "message_update" and d["kind"] == "text_delta"
+    )
+    assert "Let me look at the clock." in text and "It is " in text
+    run_id = events[0][1]["id"]
+    assert events[-1][1] == {"id": run_id, "stop_reason": "stop"}
+    shown = requests.get(f"{base}/runs/{run_id}", timeout=5).json()
+    assert shown["status"] == "done"
+    assert [m["role"] for m in shown["messages"]] == [
+        "system", "user", "assistant", "tool_result", "assistant",
+    ]  # fmt: skip
+
+
+def test_eventsource_get_and_errors(serve: Callable[[Flask], str]) -> None:
+    base = serve(create_app())
+    with requests.get(f"{base}/runs/stream", params={"prompt": "time?"}, stream=True) as r:
+        assert [n for n, _ in sse_events(r)][-1] == "done"
+    assert requests.get(f"{base}/runs/stream", timeout=5).status_code == 400
+    assert requests.post(f"{base}/runs/nope/abort", timeout=5).status_code == 404
+    assert requests.get(f"{base}/", timeout=5).text.startswith("<!doctype html>")
+
+
+def test_steer_a_running_run(serve: Callable[[Flask], str]) -> None:
+    model = ScriptedModel(
+        [reply(tool_call("pause", {})), "Switching to French.", "Voilà."], delay=0.01
+    )
+
+    @tool
+    def pause(signal: AbortSignal) -> str:
+        """Wait a moment."""
+        signal.wait(0.5)
+        return "ok"
+
+    base = serve(create_app(model, model.model, tools=[pause], heartbeat=0.1))
+    seen: list[Event] = []
+    with requests.post(f"{base}/runs/stream", json={"prompt": "Hi"}, stream=True) as r:
+        for name, data in sse_events(r):
+            seen.append((name, data))
+            if name == "tool_execution_start":
+                run_id = seen[0][1]["id"]
+                steer = requests.post(
+                    f"{base}/runs/{run_id}/steer", json={"message": "Answer in French."}, timeout=5
+                )
+                assert steer.status_code == 202
+    user_texts = [
+        d["message"]["content"][0]["text"]
+        for n, d in seen
+        if n == "message_start" and d["message"]["role"] == "user"
+    ]
+    assert user_texts == ["Hi", "Answer in French."]
+    assert seen[-1][1]["stop_reason"] == "stop"
+    # Steering a finished run is refused.
+    late = requests.post(f"{base}/runs/{run_id}/steer", json={"message": "x"}, timeout=5)
+    assert late.status_code == 409
+
+
+def test_abort_endpoint(serve: Callable[[Flask], str]) -> None:
+    model = ScriptedModel([reply("A very long answer. " * 100, hang=True)], delay=0.02)
+    app = create_app(model, model.model, heartbeat=0.1)
+    base = serve(app)
+    with requests.post(f"{base}/runs/stream", json={"prompt": "Go"}, stream=True) as r:
+        events = sse_events(r)
+        run_id = next(events)[1]["id"]
+        for name, data in events:
+            if name == "message_update" and data["kind"] == "text_delta":
+                assert requests.post(f"{base}/runs/{run_id}/abort", timeout=5).status_code == 202
+                break
+        rest = list(events)
+    assert rest[-1] == ("done", {"id": run_id, "stop_reason": "aborted"})
+    assert runs_of(app).get(run_id).agent.state.messages[-1].stop_reason == "aborted"
+
+
+def test_client_disconnect_mid_stream_aborts_the_run(serve: Callable[[Flask], str]) -> None:
+    model = ScriptedModel([reply("Streaming on and on. " * 200, hang=True)], delay=0.02)
+    app = create_app(model, model.model, heartbeat=0.1)
+    base = serve(app)
+    baseline = threading.active_count()
+    session = requests.Session()
+    r = session.post(f"{base}/runs/stream", json={"prompt": "Talk"}, stream=True)
+    events = sse_events(r)
+    run_id = next(events)[1]["id"]
+    for name, data in events:
+        if name == "message_update" and data["kind"] == "text_delta":
+            break
+    r.close()  # the browser tab is closed mid-answer
+    session.close()
+    entry = runs_of(app).get(run_id)
+    assert entry.run.wait(5), "the run kept going after its client left"
+    last = entry.agent.state.messages[-1]
+    assert (last.role, last.stop_reason) == ("assistant", "aborted")
+    assert not entry.agent.state.is_streaming
+    assert wait_until(lambda: threading.active_count() <= baseline, timeout=5), [
+        t.name for t in threading.enumerate()
+    ]
+
+
+def test_client_disconnect_during_a_quiet_tool_aborts_it(serve: Callable[[Flask], str]) -> None:
+    """No events while a tool runs: the heartbeat is what notices the client left."""
+    model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
+    app = create_app(model, model.model, tools=[slow_step], heartbeat=0.1)
+    base = serve(app)
+    baseline = threading.active_count()
+    r = requests.post(f"{base}/runs/stream", json={"prompt": "Work"}, stream=True)
+    events = sse_events(r)
+    run_id = next(events)[1]["id"]
+    for name, _ in events:
+        if name == "tool_execution_start":
+            break
+    r.close()
+    entry = runs_of(app).get(run_id)
+    assert entry.run.wait(5), "the tool kept running after its client left"
+    result = entry.agent.state.messages[-1]
+    assert (result.role, result.is_error) == ("tool_result", True)
+    assert "abort" in result.content[0].text.lower()
+    assert len(model.requests) == 1  # an aborted run makes no further request
+    assert wait_until(lambda: threading.active_count() <= baseline, timeout=5), [
+        t.name for t in threading.enumerate()
+    ]

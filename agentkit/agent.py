@@ -373,8 +373,9 @@ class Agent:
     def prompt(self, input: Any, images: Sequence[ImageContent] | None = None) -> list[Any]:
         """Run the agent on ``input`` and block until it is done; return the new messages.
 
-        ``input`` is a string, a message or a list of messages. A ``KeyboardInterrupt`` while
-        waiting aborts the run, waits for it to wind down, then propagates.
+        ``input`` is a string, a message or a list of messages. A ``KeyboardInterrupt`` (or any
+        exception a signal handler raises) while waiting aborts the run, waits for it to wind
+        down, then propagates.
         """
         return self._wait(self.start(input, images))
 
@@ -626,7 +627,7 @@ class Agent:
     def _wait(self, run: Run) -> list[Any]:
         try:
             run.wait()
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or what a signal handler raises (Celery's time limits)
             run.abort()
             _wait_through_interrupts(run)
             raise

@@ -1,0 +1,105 @@
+"""The notebook, executed by nbclient on a real IPython kernel, and interrupted twice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+from jupyter_core.utils import run_sync
+from nbclient import NotebookClient
+from sample_helpers import SAMPLES, wait_until
+
+NOTEBOOK = SAMPLES / "notebook.ipynb"
+PYTHONS = {"python", "python3", f"python3.{sys.version_info[1]}"}
+
+
+@pytest.fixture(scope="module")
+def kernel_name() -> str:
+    """``python3``, made to launch this interpreter (installed into the venv if need be)."""
+    try:
+        argv = KernelSpecManager().get_kernel_spec("python3").argv
+    except NoSuchKernel:
+        argv = []
+    if not argv or (argv[0] not in PYTHONS and Path(argv[0]) != Path(sys.executable)):
+        subprocess.run(
+            [sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3"],
+            check=True,
+            capture_output=True,
+        )
+    return "python3"
+
+
+def client_for(nb: Any, kernel_name: str) -> NotebookClient:
+    return NotebookClient(
+        nb,
+        kernel_name=kernel_name,
+        timeout=60,
+        resources={"metadata": {"path": str(SAMPLES)}},  # the notebook's folder, as in Jupyter
+    )
+
+
+def text_of(cell: Any) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", []))
+
+
+def test_notebook_runs_top_to_bottom(kernel_name: str) -> None:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client_for(nb, kernel_name).execute()
+    out = [text_of(c) for c in nb.cells if c.cell_type == "code"]
+    assert "asyncio.run() would fail" in out[0]
+    assert "🔧 search_hotels({'city': 'Lisbon', 'nights': 2})" in out[2]
+    assert "Hotel in Lisbon: 2 nights for 190 EUR" in out[2]
+    assert "Shall I book?" in out[2]
+    assert "stop_reason: aborted" in out[3]
+    assert "idle: True; last message: assistant" in out[4]
+    assert "Day 1: Alfama" in out[4]
+    assert "Yes, still here and ready." in out[5]
+
+
+def test_cell_interrupted_twice_leaves_the_agent_idle_and_usable(kernel_name: str) -> None:
+    """Press ■ twice while ``agent.prompt()`` runs: real SIGINTs to the kernel process."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = client_for(nb, kernel_name)
+    interrupts: list[float] = []
+
+    def press_stop_twice(cell: Any) -> None:
+        # First while the uncancellable tool runs, again while prompt() waits for it to end.
+        if not wait_until(lambda: "🔧 draft_itinerary" in text_of(cell), timeout=30):
+            return
+        interrupt = run_sync(client.km.interrupt_kernel)  # what the ■ button does
+        for _ in range(2):
+            interrupt()
+            interrupts.append(time.monotonic())
+            time.sleep(0.3)
+
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            if "interrupt-me" in cell.metadata.get("tags", []):
+                presser = threading.Thread(target=press_stop_twice, args=(cell,))
+                presser.start()
+                client.execute_cell(cell, index)
+                ended = time.monotonic()
+                presser.join()
+                interrupted = cell
+            else:
+                client.execute_cell(cell, index)
+        out = text_of(interrupted)
+        assert len(interrupts) == 2
+        assert ended > interrupts[1], "the second interrupt came after the cell had ended"
+        assert "Interrupted." in out
+        # The tool ignored the abort and finished within the grace period: its result is kept,
+        # and the aborted run made no further request (no answer streamed after it).
+        assert "idle: True; last message: tool_result" in out
+        assert "Day 1" not in out
+        # The cells after it ran normally: the agent was idle and took a new prompt.
+        after = [text_of(c) for c in nb.cells[nb.cells.index(interrupted) + 1 :]]
+        assert any("Yes, still here and ready." in text for text in after)

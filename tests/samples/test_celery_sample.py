@@ -100,25 +100,30 @@ class Worker:
 
 
 @pytest.fixture(scope="module")
-def sample(redis_url: str) -> Iterator[ModuleType]:
-    """The sample module, pointed at the test broker, with a worker running."""
+def sample(redis_url: str) -> ModuleType:
+    """The sample module, its app pointed at the test broker."""
     os.environ["AGENTKIT_CELERY_BROKER"] = redis_url
     try:
         import celery_worker
     finally:
         del os.environ["AGENTKIT_CELERY_BROKER"]
     celery_worker.app.conf.update(broker_url=redis_url, result_backend=redis_url)
-    worker = Worker(redis_url)
+    return celery_worker
+
+
+@pytest.fixture(scope="module")
+def worker(sample: ModuleType, redis_url: str) -> Iterator[Worker]:
+    """A real worker (prefork, one pool process) consuming from the test broker."""
+    started = Worker(redis_url)
     try:
-        if not wait_until(worker.ready, timeout=30, step=0.1):
-            raise AssertionError("the worker did not start:\n" + "".join(worker.lines))
-        celery_worker.test_worker = worker  # type: ignore[attr-defined]
-        yield celery_worker
+        if not wait_until(started.ready, timeout=30, step=0.1):
+            raise AssertionError("the worker did not start:\n" + "".join(started.lines))
+        yield started
     finally:
-        worker.stop()
+        started.stop()
 
 
-def test_task_runs_an_agent(sample: ModuleType) -> None:
+def test_task_runs_an_agent(sample: ModuleType, worker: Worker) -> None:
     result = sample.run_agent.delay("Summarise the incident report")
     value = result.get(timeout=20)
     assert result.state == "SUCCESS"
@@ -127,14 +132,14 @@ def test_task_runs_an_agent(sample: ModuleType) -> None:
     assert roles == ["user", "assistant", "tool_result", "assistant"]
 
 
-def test_task_reports_progress_while_the_agent_runs(sample: ModuleType) -> None:
+def test_task_reports_progress_while_the_agent_runs(sample: ModuleType, worker: Worker) -> None:
     result = sample.run_agent.delay("Summarise the incident report")
     assert wait_until(lambda: result.state == "PROGRESS", timeout=10)
     assert result.info == {"tool": "read_report"}
     result.get(timeout=20)
 
 
-def test_failed_run_is_a_failed_task(sample: ModuleType) -> None:
+def test_failed_run_is_a_failed_task(sample: ModuleType, worker: Worker) -> None:
     """A run that ends in a provider error is FAILURE, never SUCCESS with half an answer."""
     result = sample.run_agent.delay("This one will fail")
     with pytest.raises(Exception, match="the model provider is overloaded"):
@@ -143,7 +148,7 @@ def test_failed_run_is_a_failed_task(sample: ModuleType) -> None:
     assert type(result.result).__name__ == "AgentRunFailed"
 
 
-def test_soft_time_limit_aborts_the_run(sample: ModuleType) -> None:
+def test_soft_time_limit_aborts_the_run(sample: ModuleType, worker: Worker) -> None:
     result = sample.run_agent.apply_async(("Summarise the incident report",), soft_time_limit=0.3)
     with pytest.raises(Exception) as raised:
         result.get(timeout=20)
@@ -153,9 +158,8 @@ def test_soft_time_limit_aborts_the_run(sample: ModuleType) -> None:
     assert sample.run_agent.delay("Summarise it again").get(timeout=20)["answer"]
 
 
-def test_worker_killed_mid_run_fails_the_task(sample: ModuleType) -> None:
+def test_worker_killed_mid_run_fails_the_task(sample: ModuleType, worker: Worker) -> None:
     """SIGKILL the pool process while the agent's tool runs: the task must not look done."""
-    worker = sample.test_worker
     result = sample.run_agent.delay("Summarise the incident report")
     assert wait_until(lambda: result.state == "PROGRESS", timeout=10)
     (child,) = worker.pool_children()

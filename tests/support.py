@@ -8,7 +8,7 @@ from typing import Any
 
 from agentkit import Agent, AgentTool, AgentToolResult, TextContent
 from agentkit.abort import AbortSignal
-from agentkit.testing import ScriptedModel, Script
+from agentkit.testing import Script, ScriptedModel
 
 
 class Recorder:

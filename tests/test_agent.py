@@ -23,7 +23,6 @@ from agentkit import (
 )
 from agentkit.testing import ScriptedModel, reply, text, thinking, tool_call
 from agentkit.types import Model
-
 from tests.support import Recorder, make_agent, make_tool, roles
 
 A = make_tool("A")

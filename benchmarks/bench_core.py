@@ -72,6 +72,19 @@ def bench_loop_overhead() -> None:
     print(f"loop, instant provider:  {elapsed / TURNS * 1e6:8.1f} µs per turn "
           f"({TURNS} turns, {events[0]} events)")
 
+    started = time.perf_counter()
+    for _ in range(TURNS):
+        run_agent_loop(
+            [UserMessage(content="go")],
+            AgentContext(),
+            AgentLoopConfig(model=model),
+            emit,
+            stream_fn=instant_stream_fn,
+        )
+    elapsed = time.perf_counter() - started
+    print(f"loop, one-turn runs:     {elapsed / TURNS * 1e6:8.1f} µs per turn "
+          f"({TURNS} separate runs, short transcript)")
+
     scripted = ScriptedModel(["ok"] * TURNS)
     agent = Agent(model=scripted.model, stream_fn=scripted)
     started = time.perf_counter()

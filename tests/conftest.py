@@ -168,9 +168,7 @@ def make_tool(
     def execute(
         tool_call_id: str, params: Any, signal: AbortSignal, on_update: Callable[[Any], None]
     ) -> AgentToolResult:
-        calls.append(
-            ToolCallRecord(tool_call_id, params, signal, threading.current_thread().name)
-        )
+        calls.append(ToolCallRecord(tool_call_id, params, signal, threading.current_thread().name))
         if body is None:
             return AgentToolResult(content=[TextContent(text=f"{name} done")])
         value = body(tool_call_id, params, signal, on_update)

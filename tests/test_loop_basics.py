@@ -237,9 +237,7 @@ def test_b7_deltas_before_start_are_ignored_and_no_start_still_gives_start_and_e
         DoneEvent("stop", final),
     )
     rec = Recorder()
-    new_messages = run_agent_loop(
-        [user("hi")], AgentContext(), make_config(), rec, None, stream_fn
-    )
+    new_messages = run_agent_loop([user("hi")], AgentContext(), make_config(), rec, None, stream_fn)
 
     assert rec.of("message_update") == []
     assert rec.labels(updates=True) == [
@@ -284,9 +282,7 @@ def test_b8_message_start_is_a_shallow_copy_and_message_end_the_final_object() -
         DoneEvent("stop", final),
     )
     rec = Recorder()
-    new_messages = run_agent_loop(
-        [user("hi")], AgentContext(), make_config(), rec, None, stream_fn
-    )
+    new_messages = run_agent_loop([user("hi")], AgentContext(), make_config(), rec, None, stream_fn)
 
     start = [e for e in rec.of("message_start") if e.message.role == "assistant"][0]
     assert start.message is not partial

@@ -521,6 +521,21 @@ def test_b30_after_tool_call_field_level_replacement() -> None:
     assert details_only.details == {"d": 2}
 
 
+def test_b30_after_tool_call_replaces_is_error_and_keeps_unset_fields() -> None:
+    tool = make_tool("t", lambda *_: AgentToolResult(content="looks fine", details={"d": 1}))
+    run = run_loop(
+        [reply(tool_call("t", {}, id="c1")), "done"],
+        tools=[tool],
+        after_tool_call=lambda ctx, signal: {"is_error": True},
+    )
+
+    end = _tee(run, "c1")
+    assert end.is_error is True
+    assert end.result.text == "looks fine"
+    assert end.result.details == {"d": 1}
+    assert _result_message(run, "c1").is_error is True
+
+
 def test_b31_updates_after_settling_emit_nothing() -> None:
     saved: list[Any] = []
     errors: list[BaseException] = []
@@ -700,5 +715,32 @@ def test_d1_parallel_abort_in_preflight_gives_every_call_a_result() -> None:
         ("c3", "Operation aborted"),
     ]
     assert len([m for m in run.new_messages if m.role == "tool_result"]) == 3
+    assert len(run.requests) == 1
+    assert run.rec.labels()[-2:] == ["turn_end", "agent_end"]
+
+
+def test_d1_parallel_abort_during_execution_stops_calls_not_yet_started() -> None:
+    controller = AbortController()
+
+    def aborting(*_: Any) -> str:
+        controller.abort()
+        return "finished anyway"
+
+    work = make_tool("work")
+    run = run_loop(
+        [reply(tool_call("aborting", {}, id="c1"), tool_call("work", {}, id="c2")), "never"],
+        tools=[make_tool("aborting", aborting), work],
+        max_tool_workers=1,  # c2 can only start once c1 has returned, after the abort
+        signal=controller.signal,
+    )
+
+    assert work.calls == []
+    first, second = _tee(run, "c1"), _tee(run, "c2")
+    assert (first.is_error, first.result.text) == (False, "finished anyway")
+    assert first.duration_ms is not None
+    assert (second.is_error, second.result.text) == (True, "Operation aborted")
+    # Departure 4: a call that never executed has no duration.
+    assert second.duration_ms is None
+    assert _result_message(run, "c2").duration_ms is None
     assert len(run.requests) == 1
     assert run.rec.labels()[-2:] == ["turn_end", "agent_end"]

@@ -748,7 +748,9 @@ class _Update:
 class _Finished:
     __slots__ = ("index", "result", "is_error", "duration_ms")
 
-    def __init__(self, index: int, result: AgentToolResult, is_error: bool, duration: float):
+    def __init__(
+        self, index: int, result: AgentToolResult, is_error: bool, duration: float | None
+    ) -> None:
         self.index, self.result, self.is_error, self.duration_ms = index, result, is_error, duration
 
 
@@ -778,8 +780,9 @@ def _run_batch(
 
     def work(index: int) -> None:
         prepared = batch[index]
+        duration: float | None = None  # the call never executed when the run is aborted
         if signal.aborted:
-            result, is_error, duration = error_result(ABORTED_TEXT), True, 0.0
+            result, is_error = error_result(ABORTED_TEXT), True
         else:
             result, is_error, duration = _execute(prepared, signal, make_on_update(index))
         with locks[index]:

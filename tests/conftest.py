@@ -67,11 +67,13 @@ class Recorder:
         # Guards events and _watchers: tools may watch from pool threads.
         self._lock = threading.Lock()
         self.events: list[Any] = []
+        self.threads: list[str] = []  # the thread each event was emitted on
         self._watchers: list[tuple[Callable[[Any], bool], threading.Event]] = []
 
     def __call__(self, event: Any) -> None:
         with self._lock:
             self.events.append(event)
+            self.threads.append(threading.current_thread().name)
             watchers = list(self._watchers)
         for predicate, flag in watchers:
             if predicate(event):

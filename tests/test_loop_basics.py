@@ -89,9 +89,15 @@ def test_b3_transform_context_runs_before_convert_to_llm() -> None:
     signal = AbortController().signal
     transform_signals: list[Any] = []
 
+    live: list[Any] = []
+
+    def prepare_request(request: Any, sig: Any) -> None:
+        live.append(request.context.messages)
+
     def transform(messages: list[Any], sig: Any) -> list[Any]:
         order.append("transform")
         transform_signals.append(sig)
+        assert messages is live[-1]  # the loop's live list, not a copy
         return messages[-2:]
 
     def convert(messages: list[Any]) -> list[Any]:
@@ -106,6 +112,7 @@ def test_b3_transform_context_runs_before_convert_to_llm() -> None:
         messages=history,
         transform_context=transform,
         convert_to_llm=convert,
+        prepare_request=prepare_request,
         signal=signal,
     )
 

@@ -403,6 +403,26 @@ def test_b45_prepare_request_context_replaces_loop_context_but_not_new_messages(
     assert run.context.messages == []
 
 
+def test_b45_prepare_request_model_and_level_apply_from_this_request() -> None:
+    other = ScriptedModel().model.model_copy(update={"id": "other", "provider": "elsewhere"})
+    providers: list[str] = []
+    updates = iter([TurnUpdate(model=other, thinking_level="minimal")])
+
+    run = run_loop(
+        [reply(tool_call("t", {}, id="c1")), "done"],
+        tools=[make_tool("t")],
+        prepare_request=lambda request, signal: next(updates, None),
+        get_api_key=lambda provider: providers.append(provider) or None,
+        reasoning="high",
+    )
+
+    assert [r.model.id for r in run.requests] == ["other", "other"]
+    assert providers == ["elsewhere", "elsewhere"]
+    assert [r.options.reasoning for r in run.requests] == ["minimal", "minimal"]
+    assert run.config.model.id == "scripted"  # the caller's config is left alone
+    assert run.config.reasoning == "high"
+
+
 def test_b46_prepare_next_turn_only_before_a_further_turn() -> None:
     counts: list[int] = []
 

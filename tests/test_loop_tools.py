@@ -180,6 +180,8 @@ def test_b15_parallel_end_order_vs_result_order() -> None:
     )
 
     assert [e.tool_call_id for e in rec.of("tool_execution_end")] == ["b", "a"]
+    # Every event is emitted on the loop's (here: the test's) thread, never on a tool's.
+    assert set(rec.threads) == {threading.current_thread().name}
     assert all(not e.is_error for e in rec.of("tool_execution_end"))
     result_ends = [
         e.message.tool_call_id for e in rec.of("message_end") if e.message.role == "tool_result"

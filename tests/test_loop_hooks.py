@@ -140,19 +140,18 @@ def test_b37_finish_turn_end_accepts_the_plain_literal() -> None:
 def test_b38_finish_turn_runs_before_turn_end_and_cannot_continue_a_failure(
     failure: str,
 ) -> None:
+    rec = Recorder()
     calls: list[tuple[Any, list[str]]] = []
     tool = make_tool("t")
     if failure == "error":
         bad = reply(tool_call("t", {}, id="c1"), error="provider broke")
     else:
         bad = reply(tool_call("t", {}, id="c1"), stop_reason="aborted")
-    holder: dict[str, Any] = {}
 
     def finish(turn: Any, signal: Any) -> str:
-        calls.append((turn, holder["rec"].labels()))
+        calls.append((turn, rec.labels()))
         return "continue"
 
-    holder["rec"] = rec = Recorder()
     run = run_loop([bad, "never"], tools=[tool], finish_turn=finish, rec=rec)
 
     assert len(run.requests) == 1

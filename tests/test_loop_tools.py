@@ -87,12 +87,15 @@ def test_b11_after_tool_call_sees_and_replaces_usage() -> None:
 
 def test_b12_length_truncated_tool_call_never_runs() -> None:
     echo = make_tool("echo")
+    before_calls: list[str] = []
     run = run_loop(
         [reply(tool_call("echo", {"x": 1}, id="c1"), stop_reason="length"), "retrying"],
         tools=[echo],
+        before_tool_call=lambda ctx, signal: before_calls.append(ctx.tool_call.id),
     )
 
     assert echo.calls == []
+    assert before_calls == []
     end = _tee(run, "c1")
     assert end.is_error is True
     assert "output token limit" in end.result.text
@@ -101,7 +104,7 @@ def test_b12_length_truncated_tool_call_never_runs() -> None:
     assert _result_message(run, "c1").is_error is True
     assert len(run.requests) == 2
     assert run.new_messages[-1].role == "assistant"
-    assert _after_first_reply(run.rec)[:8] == [
+    assert _after_first_reply(run.rec) == [
         "tes:c1",
         "tee:c1",
         "ms:tool_result:c1",
@@ -110,7 +113,40 @@ def test_b12_length_truncated_tool_call_never_runs() -> None:
         "turn_start",
         "ms:assistant",
         "me:assistant",
+        "turn_end",
+        "agent_end",
     ]
+
+
+def test_b12_each_truncated_call_is_answered_in_order() -> None:
+    echo = make_tool("echo")
+    other = make_tool("other")
+    run = run_loop(
+        [
+            reply(
+                tool_call("echo", {"x": 1}, id="c1"),
+                tool_call("other", {"y": 2}, id="c2"),
+                stop_reason="length",
+            ),
+            "retrying",
+        ],
+        tools=[echo, other],
+    )
+
+    assert echo.calls == [] and other.calls == []
+    assert _after_first_reply(run.rec)[:9] == [
+        "tes:c1",
+        "tee:c1",
+        "ms:tool_result:c1",
+        "me:tool_result:c1",
+        "tes:c2",
+        "tee:c2",
+        "ms:tool_result:c2",
+        "me:tool_result:c2",
+        "turn_end",
+    ]
+    assert _tee(run, "c2").result.text == TRUNCATED.replace('"echo"', '"other"')
+    assert len(run.requests) == 2
 
 
 def test_b13_arguments_mutated_by_before_tool_call_skip_revalidation() -> None:

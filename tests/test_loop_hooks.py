@@ -254,14 +254,16 @@ def test_b42_prepare_next_turn_context_is_what_the_next_request_sees() -> None:
     def prepare_next_turn(turn: Any) -> TurnUpdate:
         old = turn.context.messages
         system = SystemMessage(content="OTHER PROMPT", tools_added=old[0].tools_added)
-        return TurnUpdate(
-            context=AgentContext(messages=[system, *old[1:]], tools=turn.context.tools)
-        )
+        replaced.append(AgentContext(messages=[system, *old[1:]], tools=turn.context.tools))
+        return TurnUpdate(context=replaced[-1])
 
+    replaced: list[AgentContext] = []
+    finished: list[Any] = []
     run = run_loop(
         [reply(tool_call("t", {}, id="c1")), "done"],
         tools=[make_tool("t")],
         prepare_next_turn=prepare_next_turn,
+        finish_turn=lambda turn, signal: finished.append(turn.context),
     )
 
     first, second = run.requests
@@ -269,6 +271,15 @@ def test_b42_prepare_next_turn_context_is_what_the_next_request_sees() -> None:
     assert second.messages[0].content == "OTHER PROMPT"
     assert roles(second.messages) == ["system", "user", "assistant", "tool_result"]
     assert roles(run.new_messages) == ["system", "user", "assistant", "tool_result", "assistant"]
+    assert len(replaced) == 1
+    assert finished[1] is replaced[0]  # the loop works on the returned context from then on
+    assert roles(replaced[0].messages) == [
+        "system",
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+    ]
 
 
 def test_b43_prepare_next_turn_gets_last_turn_and_injects_messages_and_level() -> None:

@@ -246,12 +246,15 @@ def test_b15_parallel_end_order_vs_result_order() -> None:
 
 
 def test_b16_parallel_preflights_all_finish_before_any_execution() -> None:
+    rec = Recorder()
     log: list[str] = []
     lock = threading.Lock()
 
     def before(ctx: Any, signal: Any) -> None:
         with lock:
             log.append(f"before:{ctx.tool_call.id}")
+        # Each call's start event comes before its own preflight.
+        assert rec.labels()[-1] == f"tes:{ctx.tool_call.id}"
 
     def body(call_id: str, *_: Any) -> str:
         with lock:
@@ -269,9 +272,11 @@ def test_b16_parallel_preflights_all_finish_before_any_execution() -> None:
         ],
         tools=[make_tool("work", body)],
         before_tool_call=before,
+        rec=rec,
     )
 
     assert log[:3] == ["before:c1", "before:c2", "before:c3"]
+    assert [e.is_error for e in rec.of("tool_execution_end")] == [False, False, False]
     assert sorted(log[3:]) == ["execute:c1", "execute:c2", "execute:c3"]
 
 
@@ -377,9 +382,13 @@ def test_b20_parallel_tools_overlap() -> None:
     )
 
     assert [e.is_error for e in run.rec.of("tool_execution_end")] == [False, False]
+    # The batch's pool ends with the batch: no tool thread outlives the run.
+    assert not [t for t in threading.enumerate() if t.name.startswith("agentkit-tool")]
 
 
 def test_b21_sequential_result_message_precedes_next_call() -> None:
+    rec = Recorder()
+    preflight_saw: list[str] = []
     run = run_loop(
         [
             reply(
@@ -391,6 +400,8 @@ def test_b21_sequential_result_message_precedes_next_call() -> None:
         ],
         tools=[make_tool("echo")],
         tool_execution="sequential",
+        before_tool_call=lambda ctx, signal: preflight_saw.append(rec.labels()[-1]),
+        rec=rec,
     )
 
     tool_part = _after_first_reply(run.rec)[:13]
@@ -409,6 +420,8 @@ def test_b21_sequential_result_message_precedes_next_call() -> None:
         "me:tool_result:c3",
         "turn_end",
     ]
+    # Each preflight runs right after its own start event.
+    assert preflight_saw == ["tes:c1", "tes:c2", "tes:c3"]
 
 
 def test_b22_unknown_tool_is_an_error_result() -> None:

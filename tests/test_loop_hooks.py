@@ -46,6 +46,21 @@ def test_b34_single_terminating_result() -> None:
     assert run.rec.types.count("turn_end") == 1
 
 
+def test_b34_terminate_only_cancels_the_automatic_request() -> None:
+    steering = iter([[], [user("steer")]])
+    follow_ups = iter([[user("follow")]])
+    run = run_loop(
+        [reply(tool_call("t", {}, id="c1")), reply(tool_call("t", {}, id="c2")), "end", "never"],
+        tools=[make_tool("t", _terminating)],
+        get_steering_messages=lambda: next(steering, []),
+        get_follow_up_messages=lambda: next(follow_ups, []),
+    )
+
+    # Terminated batch 1, then the steering message; terminated batch 2, then the follow-up.
+    assert len(run.requests) == 3
+    assert [text_of(r.messages[-1]) for r in run.requests[1:]] == ["steer", "follow"]
+
+
 def test_b35_mixed_terminate_batch_continues() -> None:
     run = run_loop(
         [reply(tool_call("t", {}, id="c1"), tool_call("plain", {}, id="c2")), "after"],

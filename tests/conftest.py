@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -146,7 +146,6 @@ class ToolCallRecord:
     tool_call_id: str
     params: Any
     signal: AbortSignal
-    thread: str
 
 
 ToolBody = Callable[[str, Any, AbortSignal, Callable[[Any], None]], Any]
@@ -170,7 +169,7 @@ def make_tool(
     def execute(
         tool_call_id: str, params: Any, signal: AbortSignal, on_update: Callable[[Any], None]
     ) -> AgentToolResult:
-        calls.append(ToolCallRecord(tool_call_id, params, signal, threading.current_thread().name))
+        calls.append(ToolCallRecord(tool_call_id, params, signal))
         if body is None:
             return AgentToolResult(content=[TextContent(text=f"{name} done")])
         value = body(tool_call_id, params, signal, on_update)
@@ -208,7 +207,6 @@ class LoopRun:
     model: ScriptedModel
     context: AgentContext
     config: AgentLoopConfig
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def requests(self) -> list[Any]:

@@ -49,9 +49,15 @@ def _result_message(run: Any, call_id: str) -> Any:
 
 def test_b10_one_tool_call_runs_once_and_the_loop_asks_again() -> None:
     echo = make_tool("echo")
-    run = run_loop([reply(tool_call("echo", {"x": 1}, id="c1")), "all done"], tools=[echo])
+    controller = AbortController()
+    run = run_loop(
+        [reply(tool_call("echo", {"x": 1}, id="c1")), "all done"],
+        tools=[echo],
+        signal=controller.signal,
+    )
 
     assert [(c.tool_call_id, c.params) for c in echo.calls] == [("c1", {"x": 1})]
+    assert echo.calls[0].signal is controller.signal
     assert len(run.requests) == 2
     start = run.rec.of("tool_execution_start")
     assert [(e.tool_call_id, e.tool_name, e.args) for e in start] == [("c1", "echo", {"x": 1})]

@@ -801,3 +801,36 @@ def test_d1_parallel_abort_during_execution_stops_calls_not_yet_started() -> Non
     assert _result_message(run, "c2").duration_ms is None
     assert len(run.requests) == 1
     assert run.rec.labels()[-2:] == ["turn_end", "agent_end"]
+
+
+def test_d1_parallel_abort_while_tools_run_ends_after_the_batch() -> None:
+    controller = AbortController()
+    b_running = threading.Event()
+
+    def aborter(call_id: str, params: Any, signal: Any, on_update: Any) -> str:
+        assert b_running.wait(WAIT)
+        controller.abort()
+        signal.throw_if_aborted()
+        return "unreachable"
+
+    def waiter(call_id: str, params: Any, signal: Any, on_update: Any) -> str:
+        b_running.set()
+        assert signal.wait(WAIT), "the running tool never saw the abort"
+        signal.throw_if_aborted()
+        return "unreachable"
+
+    run = run_loop(
+        [reply(tool_call("aborter", {}, id="a"), tool_call("waiter", {}, id="b")), "never"],
+        tools=[make_tool("aborter", aborter), make_tool("waiter", waiter)],
+        signal=controller.signal,
+    )
+
+    ends = {e.tool_call_id: e for e in run.rec.of("tool_execution_end")}
+    assert {k: (e.is_error, e.result.text) for k, e in ends.items()} == {
+        "a": (True, "Operation aborted"),
+        "b": (True, "Operation aborted"),
+    }
+    assert ends["a"].duration_ms is not None and ends["b"].duration_ms is not None
+    assert [m.tool_call_id for m in run.new_messages if m.role == "tool_result"] == ["a", "b"]
+    assert len(run.requests) == 1
+    assert run.rec.labels()[-2:] == ["turn_end", "agent_end"]

@@ -65,8 +65,14 @@ def measure_install() -> float:
         pip = Path(folder) / "bin" / "pip"
         started = time.perf_counter()
         subprocess.run(
-            [str(pip), "install", "-q", "--require-hashes", "-r",
-             str(ROOT / "requirements-local.txt")],
+            [
+                str(pip),
+                "install",
+                "-q",
+                "--require-hashes",
+                "-r",
+                str(ROOT / "requirements-local.txt"),
+            ],
             check=True,
         )
         return time.perf_counter() - started
@@ -106,11 +112,13 @@ def measure_generation(server: local.LocalModel, max_tokens: int = 128) -> dict[
         "model": server.model.id,
         "max_tokens": max_tokens,
         "cache_prompt": False,
-        "messages": [{
-            "role": "user",
-            "content": "Write a Python function that parses an INI file, with a docstring "
-                       "and comments explaining every step.",
-        }],
+        "messages": [
+            {
+                "role": "user",
+                "content": "Write a Python function that parses an INI file, with a docstring "
+                "and comments explaining every step.",
+            }
+        ],
     }
     with session() as s:
         started = time.perf_counter()
@@ -127,7 +135,9 @@ def measure_generation(server: local.LocalModel, max_tokens: int = 128) -> dict[
     }
 
 
-def tool_turn(server: local.LocalModel, cache_prompt: bool) -> tuple[float, float, str, dict[str, Any]]:
+def tool_turn(
+    server: local.LocalModel, cache_prompt: bool
+) -> tuple[float, float, str, dict[str, Any]]:
     """One streamed tool-call turn: (first tool delta s, total s, tool name, arguments)."""
     body = {
         "model": server.model.id,
@@ -140,7 +150,9 @@ def tool_turn(server: local.LocalModel, cache_prompt: bool) -> tuple[float, floa
     name, arguments = "", ""
     with session() as s:
         started = time.perf_counter()
-        with s.post(server.base_url + "/chat/completions", json=body, stream=True, timeout=120) as r:
+        with s.post(
+            server.base_url + "/chat/completions", json=body, stream=True, timeout=120
+        ) as r:
             for line in r.iter_lines(decode_unicode=True):
                 if not line or not line.startswith("data:") or line.endswith("[DONE]"):
                     continue

@@ -131,9 +131,7 @@ def test_an_unreadable_part_says_how_to_install(tmp_path: Path) -> None:
         L.prepare_weights([tmp_path / "nope.bin"], directory=tmp_path / "c", expected_sha256="0")
 
 
-def test_cache_dir_honours_the_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_cache_dir_honours_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AGENTKIT_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert L.cache_dir() == tmp_path / "xdg" / "agentkit"
@@ -174,13 +172,19 @@ def test_parts_are_found_through_package_metadata_without_importing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     site = tmp_path / "site"
-    fake_distribution(site, "agentkit-fake-w1", L.WEIGHTS_VERSION, {"agentkit_fake_w1/data/a.bin": b"A"})
-    fake_distribution(site, "agentkit-fake-w2", L.WEIGHTS_VERSION, {"agentkit_fake_w2/data/b.bin": b"B"})
+    fake_distribution(
+        site, "agentkit-fake-w1", L.WEIGHTS_VERSION, {"agentkit_fake_w1/data/a.bin": b"A"}
+    )
+    fake_distribution(
+        site, "agentkit-fake-w2", L.WEIGHTS_VERSION, {"agentkit_fake_w2/data/b.bin": b"B"}
+    )
     monkeypatch.syspath_prepend(str(site))
 
     found = L.find_weight_parts(
-        [("agentkit-fake-w1", "agentkit_fake_w1/data/a.bin"),
-         ("agentkit-fake-w2", "agentkit_fake_w2/data/b.bin")]
+        [
+            ("agentkit-fake-w1", "agentkit_fake_w1/data/a.bin"),
+            ("agentkit-fake-w2", "agentkit_fake_w2/data/b.bin"),
+        ]
     )
 
     assert [p.read_bytes() for p in found] == [b"A", b"B"]
@@ -254,7 +258,9 @@ def test_models_for_each_api() -> None:
     url = "http://127.0.0.1:5555"
     chat = L.local_model(url)
     assert (chat.api, chat.provider, chat.base_url) == (
-        "openai-completions", "local", "http://127.0.0.1:5555/v1"
+        "openai-completions",
+        "local",
+        "http://127.0.0.1:5555/v1",
     )
     assert chat.context_window == 4096
     assert chat.cost.input == chat.cost.output == 0
@@ -393,7 +399,11 @@ def test_server_is_healthy_and_serves_the_model(server: L.LocalModel) -> None:
         models = s.get(server.base_url + "/models", timeout=10).json()
     assert L.MODEL_ID in json.dumps(models)
     model = server.model
-    assert (model.api, model.provider, model.context_window) == ("openai-completions", "local", 4096)
+    assert (model.api, model.provider, model.context_window) == (
+        "openai-completions",
+        "local",
+        4096,
+    )
     assert model.base_url == f"http://127.0.0.1:{server.port}/v1"
 
 
@@ -406,9 +416,12 @@ def test_streamed_chat_completion_returns_a_tool_call(server: L.LocalModel) -> N
         "messages": [{"role": "user", "content": "What is the weather in Paris right now?"}],
         "tools": [WEATHER_TOOL],
     }
-    with session() as s, s.post(
-        server.model.base_url + "/chat/completions", json=body, stream=True, timeout=60
-    ) as response:
+    with (
+        session() as s,
+        s.post(
+            server.model.base_url + "/chat/completions", json=body, stream=True, timeout=60
+        ) as response,
+    ):
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         chunks = list(sse_events(response))
@@ -439,8 +452,12 @@ def test_the_other_apis_answer_at_their_base_urls(server: L.LocalModel) -> None:
     with session() as s:
         with s.post(
             anthropic.base_url + "/v1/messages",
-            json={"model": anthropic.id, "max_tokens": 4, "stream": True,
-                  "messages": [{"role": "user", "content": "Say hi"}]},
+            json={
+                "model": anthropic.id,
+                "max_tokens": 4,
+                "stream": True,
+                "messages": [{"role": "user", "content": "Say hi"}],
+            },
             stream=True,
             timeout=60,
         ) as r:

@@ -126,18 +126,9 @@ def workspace_tools(root: str | os.PathLike[str]) -> list[AgentTool]:
         _check_range("offset", offset, 1, None)
         _check_range("limit", limit, 1, READ_MAX_LINES)
         target = ws.resolve(path)
-        text = _read_text(target, ws.display(target))
-        lines = text.splitlines(keepends=True)
-        total = len(lines)
+        chosen, total = _read_lines(target, ws.display(target), offset, limit)
         if total and offset > total:
             raise WorkspaceError(f"{path} has {total} lines; offset {offset} is past its end")
-        chosen: list[str] = []
-        size = 0
-        for line in lines[offset - 1 : offset - 1 + limit]:
-            if chosen and size + len(line) > READ_MAX_CHARS:
-                break
-            chosen.append(line[:READ_MAX_CHARS])
-            size += len(chosen[-1])
         last = offset - 1 + len(chosen)
         body = "".join(chosen)
         if last < total:
@@ -316,12 +307,18 @@ def _check_range(name: str, value: int, low: int, high: int | None) -> None:
         raise WorkspaceError(f"{name} must be {bound}, not {value}")
 
 
-def _read_text(path: Path, shown: str) -> str:
-    """A workspace file's text; refuses folders, missing files and binary or non-UTF-8 data."""
+def _check_file(path: Path, shown: str) -> None:
     if path.is_dir():
         raise WorkspaceError(f"{shown} is a folder; use list_folder")
-    if not path.is_file():
+    if not path.exists():
         raise WorkspaceError(f"{shown} does not exist")
+    if not path.is_file():
+        raise WorkspaceError(f"{shown} is not a regular file")
+
+
+def _read_text(path: Path, shown: str) -> str:
+    """A workspace file's text; refuses folders, missing files and binary or non-UTF-8 data."""
+    _check_file(path, shown)
     data = path.read_bytes()
     if b"\0" in data[:8192]:
         raise WorkspaceError(f"{shown} is a binary file")
@@ -331,6 +328,30 @@ def _read_text(path: Path, shown: str) -> str:
         raise WorkspaceError(
             f"{shown} is not UTF-8 text ({exc.reason} at byte {exc.start})"
         ) from exc
+
+
+def _read_lines(path: Path, shown: str, offset: int, limit: int) -> tuple[list[str], int]:
+    """Up to ``limit`` lines from line ``offset`` on (at most READ_MAX_CHARS of text), and the
+    file's line count; streams the file so a huge one costs time, not memory."""
+    _check_file(path, shown)
+    chosen: list[str] = []
+    size = 0
+    total = 0
+    full = False
+    with path.open("rb") as f:
+        if b"\0" in f.read(8192):
+            raise WorkspaceError(f"{shown} is a binary file")
+        f.seek(0)
+        for total, raw in enumerate(f, start=1):
+            if total < offset or full:
+                continue
+            line = raw.decode("utf-8", errors="replace")[:READ_MAX_CHARS]
+            if len(chosen) >= limit or (chosen and size + len(line) > READ_MAX_CHARS):
+                full = True
+                continue
+            chosen.append(line)
+            size += len(line)
+    return chosen, total
 
 
 def _entry_name(entry: os.DirEntry[str]) -> str:

@@ -142,6 +142,15 @@ def test_read_with_offset_and_limit(ws: Path) -> None:
         call(ws, "read_file", path="notes.txt", limit=0)
 
 
+def test_read_bounds_the_text_it_returns(ws: Path) -> None:
+    (ws / "wide.txt").write_text(("x" * 25_000 + "\n") * 4)
+    first = call(ws, "read_file", path="wide.txt")
+    assert first.details["lines"] == 2 and "offset=3" in first.text
+    assert len(first.text) < 52_000
+    rest = call(ws, "read_file", path="wide.txt", offset=3)
+    assert rest.details["lines"] == 2 and "showing" not in rest.text
+
+
 def test_read_refuses_missing_folders_and_binary(ws: Path) -> None:
     (ws / "blob.bin").write_bytes(b"\x00\x01\x02")
     with pytest.raises(WorkspaceError, match="does not exist"):
@@ -150,6 +159,9 @@ def test_read_refuses_missing_folders_and_binary(ws: Path) -> None:
         call(ws, "read_file", path="src")
     with pytest.raises(WorkspaceError, match="binary"):
         call(ws, "read_file", path="blob.bin")
+    os.mkfifo(ws / "pipe")
+    with pytest.raises(WorkspaceError, match="not a regular file"):
+        call(ws, "read_file", path="pipe")
 
 
 def test_write_creates_folders_and_overwrites(ws: Path) -> None:

@@ -102,13 +102,24 @@ class Workspace:
             return str(path)
 
 
-def workspace_tools(root: str | os.PathLike[str]) -> list[AgentTool]:
+def workspace_tools(
+    root: str | os.PathLike[str],
+    *,
+    max_read_chars: int = READ_MAX_CHARS,
+    max_output_chars: int = COMMAND_OUTPUT_HEAD + COMMAND_OUTPUT_TAIL,
+) -> list[AgentTool]:
     """The CLI's built-in tools, confined to the folder ``root``.
 
     In order: ``read_file``, ``write_file``, ``edit_file``, ``list_folder``, ``search_text``,
     ``run_command``. Those in :data:`MUTATING_TOOLS` run one call at a time.
+    ``max_read_chars`` bounds the text one ``read_file`` call returns and ``max_output_chars``
+    the command output ``run_command`` keeps (a third from the start, the rest from the end):
+    lower them for a model with a small context window.
     """
+    if max_read_chars < 1 or max_output_chars < 3:
+        raise ValueError("max_read_chars and max_output_chars must be positive")
     ws = Workspace(root)
+    output_head = max_output_chars // 3
 
     @tool(label="Read file")
     def read_file(
@@ -126,7 +137,7 @@ def workspace_tools(root: str | os.PathLike[str]) -> list[AgentTool]:
         _check_range("offset", offset, 1, None)
         _check_range("limit", limit, 1, READ_MAX_LINES)
         target = ws.resolve(path)
-        chosen, total = _read_lines(target, ws.display(target), offset, limit)
+        chosen, total = _read_lines(target, ws.display(target), offset, limit, max_read_chars)
         if total and offset > total:
             raise WorkspaceError(f"{path} has {total} lines; offset {offset} is past its end")
         last = offset - 1 + len(chosen)
@@ -293,7 +304,8 @@ def workspace_tools(root: str | os.PathLike[str]) -> list[AgentTool]:
         """
         if not 0 < timeout <= COMMAND_MAX_TIMEOUT:
             raise WorkspaceError(f"timeout must be more than 0 and at most {COMMAND_MAX_TIMEOUT:g}")
-        return _run_command(ws.root, command, timeout, signal, on_update)
+        head, tail = output_head, max_output_chars - output_head
+        return _run_command(ws.root, command, timeout, signal, on_update, head, tail)
 
     return [read_file, write_file, edit_file, list_folder, search_text, run_command]
 
@@ -330,8 +342,10 @@ def _read_text(path: Path, shown: str) -> str:
         ) from exc
 
 
-def _read_lines(path: Path, shown: str, offset: int, limit: int) -> tuple[list[str], int]:
-    """Up to ``limit`` lines from line ``offset`` on (at most READ_MAX_CHARS of text), and the
+def _read_lines(
+    path: Path, shown: str, offset: int, limit: int, max_chars: int
+) -> tuple[list[str], int]:
+    """Up to ``limit`` lines from line ``offset`` on (at most ``max_chars`` of text), and the
     file's line count; streams the file so a huge one costs time, not memory."""
     _check_file(path, shown)
     chosen: list[str] = []
@@ -345,8 +359,8 @@ def _read_lines(path: Path, shown: str, offset: int, limit: int) -> tuple[list[s
         for total, raw in enumerate(f, start=1):
             if total < offset or full:
                 continue
-            line = raw.decode("utf-8", errors="replace")[:READ_MAX_CHARS]
-            if len(chosen) >= limit or (chosen and size + len(line) > READ_MAX_CHARS):
+            line = raw.decode("utf-8", errors="replace")[:max_chars]
+            if len(chosen) >= limit or (chosen and size + len(line) > max_chars):
                 full = True
                 continue
             chosen.append(line)
@@ -475,6 +489,8 @@ def _run_command(
     timeout: float,
     signal: AbortSignal | None,
     on_update: Callable[[Any], None] | None,
+    head: int,
+    tail: int,
 ) -> AgentToolResult:
     """Run ``command`` through the shell, on this thread, within ``timeout`` and ``signal``."""
     if not command.strip():
@@ -493,7 +509,7 @@ def _run_command(
     assert process.stdout is not None
     fd = process.stdout.fileno()
     os.set_blocking(fd, False)
-    buffer = _OutputBuffer(COMMAND_OUTPUT_HEAD, COMMAND_OUTPUT_TAIL)
+    buffer = _OutputBuffer(head, tail)
     started = time.monotonic()
     deadline = started + timeout
     exited_at: float | None = None

@@ -326,6 +326,18 @@ def test_run_command_output_is_bounded_and_streamed(ws: Path) -> None:
     assert updates and isinstance(updates[0], AgentToolResult)
 
 
+def test_the_bounds_can_be_lowered_for_a_small_context(ws: Path) -> None:
+    small = {t.name: t for t in workspace_tools(ws, max_read_chars=20, max_output_chars=30)}
+    signal = AbortController().signal
+    read = small["read_file"].execute("c", {"path": "notes.txt"}, signal, lambda _: None)
+    assert read.details["lines"] == 2 and "offset=3" in read.text  # "line 1\n" is 7 chars
+    ran = small["run_command"].execute("c", {"command": "seq 1 1000"}, signal, lambda _: None)
+    assert ran.text.startswith("Exit code 0\n1\n2\n") and ran.text.endswith("999\n1000")
+    assert len(ran.text) < 100
+    with pytest.raises(ValueError):
+        workspace_tools(ws, max_read_chars=0)
+
+
 def test_run_command_does_not_wait_for_background_children(ws: Path) -> None:
     started = time.monotonic()
     result = call(ws, "run_command", command="sleep 30 & echo $! > child; echo bye")

@@ -423,7 +423,7 @@ def _tool_from_function(
     summary, param_docs = parse_docstring(inspect.getdoc(func) or "")
     signature = inspect.signature(func)
     try:
-        hints = get_type_hints(func)
+        hints = get_type_hints(func, include_extras=True)
     except Exception:  # unresolvable forward references: fall back to the raw annotations
         hints = {}
     fields: dict[str, Any] = {}

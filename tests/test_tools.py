@@ -226,3 +226,19 @@ def test_root_errors_are_named_root() -> None:
     strict = Tool(name="S", parameters={"type": "object", "additionalProperties": False})
     with pytest.raises(ToolArgumentsError, match="  - root: must NOT have additional properties"):
         validate_tool_arguments(strict, ToolCall(id="1", name="S", arguments={"x": 1}))
+
+
+def test_annotated_constraints_reach_the_schema_and_validation() -> None:
+    from typing import Annotated
+
+    from pydantic import Field
+
+    @tool
+    def pick(count: Annotated[int, Field(ge=1, le=5, description="How many.")]) -> str:
+        """Picks."""
+        return str(count)
+
+    prop = pick.parameters["properties"]["count"]
+    assert prop["minimum"] == 1 and prop["maximum"] == 5 and prop["description"] == "How many."
+    with pytest.raises(ToolArgumentsError, match="  - count: must be <= 5"):
+        validate_tool_arguments(pick, ToolCall(id="1", name="pick", arguments={"count": 9}))

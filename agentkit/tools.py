@@ -424,8 +424,11 @@ def _tool_from_function(
     signature = inspect.signature(func)
     try:
         hints = get_type_hints(func, include_extras=True)
-    except Exception:  # unresolvable forward references: fall back to the raw annotations
-        hints = {}
+    except Exception as exc:
+        raise TypeError(
+            f"@tool could not resolve the type hints of {func.__name__}: {exc} "
+            "(import every type the signature names at module level)"
+        ) from exc
     fields: dict[str, Any] = {}
     injected: list[str] = []
     for pname, param in signature.parameters.items():

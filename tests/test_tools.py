@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agentkit import (
     AbortController,
@@ -229,10 +229,6 @@ def test_root_errors_are_named_root() -> None:
 
 
 def test_annotated_constraints_reach_the_schema_and_validation() -> None:
-    from typing import Annotated
-
-    from pydantic import Field
-
     @tool
     def pick(count: Annotated[int, Field(ge=1, le=5, description="How many.")]) -> str:
         """Picks."""
@@ -242,3 +238,17 @@ def test_annotated_constraints_reach_the_schema_and_validation() -> None:
     assert prop["minimum"] == 1 and prop["maximum"] == 5 and prop["description"] == "How many."
     with pytest.raises(ToolArgumentsError, match="  - count: must be <= 5"):
         validate_tool_arguments(pick, ToolCall(id="1", name="pick", arguments={"count": 9}))
+
+
+def test_unresolvable_hints_are_a_clear_error() -> None:
+    def local_types() -> None:
+        class Local(BaseModel):
+            x: int
+
+        @tool
+        def uses_local(value: Local) -> str:  # a string annotation naming a local class
+            """Uses a local type."""
+            return ""
+
+    with pytest.raises(TypeError, match="could not resolve the type hints of uses_local"):
+        local_types()

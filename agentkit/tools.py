@@ -441,7 +441,9 @@ def _tool_from_function(
         if annotation is inspect.Parameter.empty:
             annotation = Any
         default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[pname] = (annotation, Field(default, description=param_docs.get(pname)))
+        doc = param_docs.get(pname)
+        described = {"description": doc} if doc else {}  # keep one given through Annotated
+        fields[pname] = (annotation, Field(default, **described))
     tool_name = name or func.__name__
     args_model: type[BaseModel] = create_model(
         f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields

@@ -366,7 +366,7 @@ def _chat(agent: Agent, io: _Io) -> int:
                 continue
             if kind == "eof":
                 if run is not None:
-                    _wait_quietly(run)
+                    run.wait()  # let the last task finish; Ctrl-C still aborts it
                 return 0
             line = str(value).strip()
             if run is None:
@@ -382,24 +382,25 @@ def _chat(agent: Agent, io: _Io) -> int:
                 agent.steer(line)
                 io.err(f"agentkit: steering: {line}")
         except KeyboardInterrupt:
-            if run is None:
+            # Ask the agent, not `run`: Ctrl-C may land before start() handed the run back.
+            if not agent.state.is_streaming:
                 io.out("")
                 return 130
-            run.abort()
-            _wait_quietly(run)
+            _abort_quietly(agent)
             io.err("agentkit: run aborted")
             run = None
             prompt_shown = False
 
 
-def _wait_quietly(run: Run) -> None:
-    """Wait for an aborted run to end, even through more Ctrl-Cs."""
+def _abort_quietly(agent: Agent) -> None:
+    """Abort the agent's run and wait for it to end, even through more Ctrl-Cs."""
     while True:
         try:
-            run.wait()
+            agent.abort()
+            agent.wait_for_idle()
             return
         except KeyboardInterrupt:
-            run.abort()
+            continue
 
 
 def _read_lines(stdin: TextIO, inbox: queue.SimpleQueue[tuple[str, Any]]) -> None:

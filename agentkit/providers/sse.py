@@ -41,14 +41,10 @@ class SSEParser:
         return self._feed_text(text)
 
     def close(self) -> list[SSEEvent]:
-        """The body ended: flush the last line, and dispatch an event missing its blank line."""
+        """The body ended. A line cut off by the end is dropped (it may be half a JSON text);
+        an event whose lines all ended but that lacks the closing blank line is dispatched."""
         events = self._feed_text(self._decoder.decode(b"", final=True))
-        if self._pending:
-            line = "".join(self._pending)
-            self._pending = []
-            event = self._process_line(line)
-            if event is not None:
-                events.append(event)
+        self._pending = []
         if self._data:
             events.append(self._dispatch())
         return events

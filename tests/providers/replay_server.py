@@ -152,10 +152,14 @@ class ReplayServer:
                 else:
                     self.close_connection = True
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class QuietServer(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                return  # clients that hang up early are part of the tests
+
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(
-            target=self.httpd.serve_forever, name="replay-server", daemon=True
+            target=self.httpd.serve_forever, args=(0.01,), name="replay-server", daemon=True
         )
 
     @property
@@ -227,3 +231,40 @@ def wait_no_http_threads(timeout: float = 2.0) -> bool:
             return True
         time.sleep(0.01)
     return not http_threads()
+
+
+def collect(stream: Any, timeout: float = 10.0) -> tuple[list[Any], Any]:
+    """All events of a provider stream, and its final message."""
+    events = list(stream)
+    return events, stream.result(timeout=timeout)
+
+
+def check_protocol(events: list[Any]) -> None:
+    """Assert the stream protocol: start first, balanced blocks, one terminal event, last."""
+    from agentkit.events import DoneEvent, ErrorEvent, StartEvent
+
+    assert events, "no events"
+    terminal = events[-1]
+    assert isinstance(terminal, (DoneEvent, ErrorEvent))
+    assert not any(isinstance(e, (DoneEvent, ErrorEvent)) for e in events[:-1])
+    if isinstance(terminal, ErrorEvent) and len(events) == 1:
+        return
+    assert isinstance(events[0], StartEvent)
+    partial = events[0].partial
+    open_blocks: dict[int, str] = {}
+    for event in events[1:-1]:
+        assert event.partial is partial, "partial must be the one live message"
+        kind, _, phase = event.type.rpartition("_")
+        if phase == "start":
+            assert event.content_index not in open_blocks
+            assert event.content_index == len(partial.content) - 1 or event.content_index < len(
+                partial.content
+            )
+            open_blocks[event.content_index] = kind
+        elif phase == "delta":
+            assert open_blocks.get(event.content_index) == kind
+        elif phase == "end":
+            assert open_blocks.pop(event.content_index) == kind
+    if isinstance(terminal, DoneEvent):
+        assert not open_blocks, f"blocks left open: {open_blocks}"
+        assert terminal.message is partial

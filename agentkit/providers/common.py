@@ -198,7 +198,9 @@ class MessageBuilder:
             return
         block = self.message.content[index]
         assert isinstance(block, TextContent)
-        self.stream.push(TextEndEvent(content_index=index, content=block.text, partial=self.message))
+        self.stream.push(
+            TextEndEvent(content_index=index, content=block.text, partial=self.message)
+        )
 
     # --- thinking ---------------------------------------------------------------------------
 
@@ -224,9 +226,7 @@ class MessageBuilder:
         block = self.message.content[index]
         assert isinstance(block, ThinkingContent)
         block.thinking = block.thinking + delta
-        self.stream.push(
-            ThinkingDeltaEvent(content_index=index, delta=delta, partial=self.message)
-        )
+        self.stream.push(ThinkingDeltaEvent(content_index=index, delta=delta, partial=self.message))
 
     def set_thinking_signature(self, index: int, signature: str, append: bool = False) -> None:
         """Set (or extend) the signature of the thinking block at ``index``."""
@@ -246,9 +246,7 @@ class MessageBuilder:
 
     # --- tool calls -------------------------------------------------------------------------
 
-    def begin_tool_call(
-        self, call_id: str, name: str, thought_signature: str | None = None
-    ) -> int:
+    def begin_tool_call(self, call_id: str, name: str, thought_signature: str | None = None) -> int:
         """Open a tool call; return its index. Arguments follow via :meth:`add_tool_args`."""
         self.start()
         index = len(self.message.content)
@@ -289,7 +287,9 @@ class MessageBuilder:
             block.arguments = arguments
         elif buffer is not None:
             block.arguments = buffer.final()
-        self.stream.push(ToolCallEndEvent(content_index=index, tool_call=block, partial=self.message))
+        self.stream.push(
+            ToolCallEndEvent(content_index=index, tool_call=block, partial=self.message)
+        )
 
     # --- the end ----------------------------------------------------------------------------
 

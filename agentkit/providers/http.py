@@ -268,7 +268,10 @@ class StreamingRequest:
         return self.signal is not None and bool(self.signal.aborted)
 
     def _on_abort(self) -> None:
-        # Runs on the aborting thread: wake a read blocked on the network.
+        # Runs on the aborting thread. Shutting the sockets down is what wakes a read blocked on
+        # the network (closing alone does not interrupt a recv() in another thread); closing
+        # the response and the session then releases them. The worker sees the failure, finds
+        # the signal set and reports "aborted".
         self._tracker.shutdown_all()
         response = self._response
         if response is not None:
@@ -279,6 +282,14 @@ class StreamingRequest:
                     shutdown()
                 except Exception:
                     pass
+            try:
+                response.close()
+            except Exception:
+                pass
+        try:
+            self._session.close()
+        except Exception:
+            pass
 
     def _check_abort(self) -> None:
         if self.aborted:

@@ -143,9 +143,7 @@ def _map_responses(
     return openai_responses.reasoning_options(model, level)
 
 
-register_api(
-    openai_completions.API, openai_completions.stream_openai_completions, _map_openai
-)
+register_api(openai_completions.API, openai_completions.stream_openai_completions, _map_openai)
 register_api(openai_responses.API, openai_responses.stream_openai_responses, _map_responses)
 register_api(anthropic.API, anthropic.stream_anthropic, anthropic.reasoning_options)
 register_api(google.API, google.stream_google, google.reasoning_options)

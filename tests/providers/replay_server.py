@@ -12,7 +12,6 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from replay_server import (
     API_KEY,
-    Reply,
     ReplayServer,
+    Reply,
     check_protocol,
     collect,
     fixture_bytes,
@@ -36,7 +36,9 @@ CHUNKS = [None, 7, 13]
 def run(server: ReplayServer, name: str, chunk: int | None):  # type: ignore[no-untyped-def]
     server.enqueue(Reply(body=fixture_bytes(name), chunk=chunk))
     model = make_model(API, server.url)
-    events, message = collect(stream(model, Context(messages=[UserMessage(content="hi")]), options()))
+    events, message = collect(
+        stream(model, Context(messages=[UserMessage(content="hi")]), options())
+    )
     check_protocol(events)
     return events, message
 
@@ -61,7 +63,9 @@ def test_thinking_then_tool_use(server: ReplayServer, chunk: int | None) -> None
     _, message = run(server, "vendor/anthropic-thinking-tool-use.sse", chunk)
     assert message.stop_reason == "tool_use"
     thinking, call = message.content
-    assert isinstance(thinking, ThinkingContent) and (thinking.signature or "").startswith("EoQDCm0I")
+    assert isinstance(thinking, ThinkingContent) and (thinking.signature or "").startswith(
+        "EoQDCm0I"
+    )
     assert call == ToolCall(id="toolu_01825dXWLSoJwCst1qTsiWdb", name="fixed_version", arguments={})
     assert (message.usage.input, message.usage.output) == (598, 92)
 
@@ -102,7 +106,9 @@ def test_server_tool_use_is_not_a_tool_call(server: ReplayServer, chunk: int | N
 def test_llamacpp_recording_without_input_key(server: ReplayServer, chunk: int | None) -> None:
     _, message = run(server, "local/llamacpp/messages-tool-use.sse", chunk)
     assert message.content == [
-        ToolCall(id="XIiUdIgSgowH0CSccHBSXaxcIgAQEAdy", name="get_weather", arguments={"city": "Paris"})
+        ToolCall(
+            id="XIiUdIgSgowH0CSccHBSXaxcIgAQEAdy", name="get_weather", arguments={"city": "Paris"}
+        )
     ]
     # message_delta carries only output_tokens: the start's input counts stay
     assert (message.usage.input, message.usage.cache_read, message.usage.output) == (1, 167, 17)
@@ -132,7 +138,9 @@ def test_redacted_thinking_and_max_tokens(server: ReplayServer) -> None:
     )
     server.enqueue(Reply(body=body, chunk=9))
     model = make_model(API, server.url)
-    events, message = collect(stream(model, Context(messages=[UserMessage(content="q")]), options()))
+    events, message = collect(
+        stream(model, Context(messages=[UserMessage(content="q")]), options())
+    )
     check_protocol(events)
     assert message.stop_reason == "length"
     assert message.content[0] == ThinkingContent(
@@ -151,7 +159,9 @@ def test_request_body_shape(server: ReplayServer) -> None:
     tool = Tool(name="fixed_version", description="Version", parameters={"type": "object"})
     transcript = [
         SystemMessage(content="Be brief.", tools_added=[tool]),
-        UserMessage(content=[TextContent(text="Look"), ImageContent(data="aGk=", mime_type="image/png")]),
+        UserMessage(
+            content=[TextContent(text="Look"), ImageContent(data="aGk=", mime_type="image/png")]
+        ),
         AssistantMessage(
             api=API,
             provider="anthropic",
@@ -185,8 +195,14 @@ def test_request_body_shape(server: ReplayServer) -> None:
     assert body["tools"] == [
         {"name": "fixed_version", "description": "Version", "input_schema": {"type": "object"}}
     ]
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "aGk="}}
-    assert body["messages"][0] == {"role": "user", "content": [{"type": "text", "text": "Look"}, image]}
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "aGk="},
+    }
+    assert body["messages"][0] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "Look"}, image],
+    }
     assistant = body["messages"][1]
     assert assistant["role"] == "assistant"
     assert assistant["content"][0] == {"type": "thinking", "thinking": "Hmm.", "signature": "SIG"}

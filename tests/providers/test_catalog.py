@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from replay_server import Reply, ReplayServer, collect, fixture_bytes
+from replay_server import ReplayServer, Reply, collect, fixture_bytes
 
 from agentkit.event_stream import AssistantMessageEventStream
 from agentkit.events import DoneEvent, StartEvent
@@ -26,7 +26,12 @@ from agentkit.providers import (
 )
 from agentkit.types import AssistantMessage, Context, Model, StreamOptions, UserMessage
 
-KNOWN_APIS = {"openai-completions", "openai-responses", "anthropic-messages", "google-generative-ai"}
+KNOWN_APIS = {
+    "openai-completions",
+    "openai-responses",
+    "anthropic-messages",
+    "google-generative-ai",
+}
 
 
 def test_builtin_catalog_covers_the_vendors() -> None:
@@ -74,7 +79,9 @@ def test_register_model_is_thread_safe_and_replaces() -> None:
     for t in threads:
         t.join()
     assert len(get_models("test-reg")) == 20
-    register_model({"id": "m0", "api": "openai-completions", "provider": "test-reg", "base_url": "http://y/v1"})
+    register_model(
+        {"id": "m0", "api": "openai-completions", "provider": "test-reg", "base_url": "http://y/v1"}
+    )
     assert get_model("test-reg", "m0").base_url == "http://y/v1"
 
 
@@ -87,18 +94,27 @@ def test_local_model_presets() -> None:
     guessed = local_model("http://127.0.0.1:8080/v1/", "qwen")
     assert guessed.base_url == "http://127.0.0.1:8080/v1"
     assert guessed.compat and guessed.compat["reasoning_field"] == "reasoning_content"
-    custom = local_model("http://localhost:9999/v1", "m", compat={"supports_usage_in_streaming": False}, register=True)
+    custom = local_model(
+        "http://localhost:9999/v1",
+        "m",
+        compat={"supports_usage_in_streaming": False},
+        register=True,
+    )
     assert custom.compat and custom.compat["supports_usage_in_streaming"] is False
     assert get_model("local", "m").base_url == "http://localhost:9999/v1"
     with pytest.raises(ValueError):
         local_model(None, "m")
 
 
-def test_local_model_talks_to_a_local_server_without_key(server: ReplayServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_model_talks_to_a_local_server_without_key(
+    server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("LOCAL_API_KEY", raising=False)
     server.enqueue(Reply(body=fixture_bytes("local/llamacpp/chat-tool-call-usage.sse"), chunk=7))
     model = local_model(f"{server.url}/v1", "qwen", server="llamacpp")
-    message = complete(model, Context(messages=[UserMessage(content="weather?")]), {"max_tokens": 20})
+    message = complete(
+        model, Context(messages=[UserMessage(content="weather?")]), {"max_tokens": 20}
+    )
     assert message.stop_reason == "tool_use"
     body = server.requests[0].json
     assert body["max_tokens"] == 20 and "store" not in body
@@ -117,7 +133,14 @@ def test_env_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     assert get_env_api_key("google") == "g1"
     monkeypatch.setenv("MY_VENDOR_API_KEY", "v")
     assert get_env_api_key("my-vendor") == "v"
-    for provider, var in [("groq", "GROQ_API_KEY"), ("openrouter", "OPENROUTER_API_KEY"), ("deepseek", "DEEPSEEK_API_KEY"), ("xai", "XAI_API_KEY"), ("mistral", "MISTRAL_API_KEY"), ("anthropic", "ANTHROPIC_API_KEY")]:
+    for provider, var in [
+        ("groq", "GROQ_API_KEY"),
+        ("openrouter", "OPENROUTER_API_KEY"),
+        ("deepseek", "DEEPSEEK_API_KEY"),
+        ("xai", "XAI_API_KEY"),
+        ("mistral", "MISTRAL_API_KEY"),
+        ("anthropic", "ANTHROPIC_API_KEY"),
+    ]:
         monkeypatch.setenv(var, provider + "-key")
         assert get_env_api_key(provider) == provider + "-key"
 
@@ -126,7 +149,11 @@ def test_register_api_and_stream_simple_dispatch() -> None:
     seen: list[StreamOptions] = []
 
     def fake(model: Model, context: Context, options: object = None) -> AssistantMessageEventStream:
-        opts = options if isinstance(options, StreamOptions) else StreamOptions.model_validate(options or {})
+        opts = (
+            options
+            if isinstance(options, StreamOptions)
+            else StreamOptions.model_validate(options or {})
+        )
         seen.append(opts)
         out = AssistantMessageEventStream()
         message = AssistantMessage(api=model.api, provider=model.provider, model=model.id)
@@ -134,15 +161,20 @@ def test_register_api_and_stream_simple_dispatch() -> None:
         out.push(DoneEvent(reason="stop", message=message))
         return out
 
-    register_api("fake-api", fake, lambda model, level, budgets: {"fake_level": level} if level else {})
+    register_api(
+        "fake-api", fake, lambda model, level, budgets: {"fake_level": level} if level else {}
+    )
     try:
         model = Model(id="f", api="fake-api", provider="fake", base_url="")
         message = complete_simple(model, Context(), {"reasoning": "high", "custom": 1})
         assert message.api == "fake-api"
-        assert getattr(seen[-1], "fake_level") == "high"
-        assert getattr(seen[-1], "custom") == 1
+        assert seen[-1].fake_level == "high"
+        assert seen[-1].custom == 1
         events, _ = collect(stream_simple(model, {"messages": []}, None))
         assert [e.type for e in events] == ["start", "done"]
     finally:
         unregister_api("fake-api")
-    assert complete(Model(id="f", api="fake-api", provider="fake", base_url=""), Context()).stop_reason == "error"
+    assert (
+        complete(Model(id="f", api="fake-api", provider="fake", base_url=""), Context()).stop_reason
+        == "error"
+    )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from replay_server import (
     API_KEY,
-    Reply,
     ReplayServer,
+    Reply,
     check_protocol,
     collect,
     fixture_bytes,
@@ -36,7 +36,9 @@ def run(server: ReplayServer, name: str, chunk: int | None, **overrides: object)
     content_type = "application/json" if name.endswith(".json") else "text/event-stream"
     server.enqueue(Reply(body=fixture_bytes(name), chunk=chunk, content_type=content_type))
     model = make_model(API, server.url, **overrides)
-    events, message = collect(stream(model, Context(messages=[UserMessage(content="hi")]), options()))
+    events, message = collect(
+        stream(model, Context(messages=[UserMessage(content="hi")]), options())
+    )
     check_protocol(events)
     return events, message
 
@@ -83,7 +85,11 @@ def test_thinking_then_text_with_signature(server: ReplayServer, chunk: int | No
     assert text.text.endswith("Always assume a driver might not see you.")
     assert text.text_signature == "CiIB0e2Kb6Syj1a961EfbWv4W5C8RgAA/hGleV9VYJtnJFh4...TRIMMED"
     # cumulative usage: the last chunk's counts, output = 469 + 787
-    assert (message.usage.input, message.usage.output, message.usage.total_tokens) == (34, 1256, 1290)
+    assert (message.usage.input, message.usage.output, message.usage.total_tokens) == (
+        34,
+        1256,
+        1290,
+    )
 
 
 def test_aimock_sse_without_alt_and_function_call_finish(server: ReplayServer) -> None:
@@ -114,7 +120,9 @@ def test_request_body_shape(server: ReplayServer) -> None:
     tool = Tool(name="get_country", description="Country", parameters={"type": "object"})
     transcript = [
         SystemMessage(content="Be brief.", tools_added=[tool]),
-        UserMessage(content=[TextContent(text="Look"), ImageContent(data="aGk=", mime_type="image/png")]),
+        UserMessage(
+            content=[TextContent(text="Look"), ImageContent(data="aGk=", mime_type="image/png")]
+        ),
         AssistantMessage(
             api=API,
             provider="google",
@@ -123,7 +131,9 @@ def test_request_body_shape(server: ReplayServer) -> None:
             content=[
                 ThinkingContent(thinking="Thought.", signature=None),
                 TextContent(text="Calling.", text_signature="TSIG"),
-                ToolCall(id="get_country_1", name="get_country", arguments={}, thought_signature="SIG"),
+                ToolCall(
+                    id="get_country_1", name="get_country", arguments={}, thought_signature="SIG"
+                ),
             ],
         ),
         ToolResultMessage(
@@ -132,7 +142,11 @@ def test_request_body_shape(server: ReplayServer) -> None:
             content=[TextContent(text="France")],
         ),
     ]
-    collect(stream_simple(model, Context(messages=transcript), options(reasoning="medium", max_tokens=99)))
+    collect(
+        stream_simple(
+            model, Context(messages=transcript), options(reasoning="medium", max_tokens=99)
+        )
+    )
     request = server.requests[0]
     assert request.path == "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
     assert request.headers["x-goog-api-key"] == API_KEY
@@ -169,7 +183,9 @@ def test_request_body_shape(server: ReplayServer) -> None:
         },
         {
             "role": "user",
-            "parts": [{"functionResponse": {"name": "get_country", "response": {"output": "France"}}}],
+            "parts": [
+                {"functionResponse": {"name": "get_country", "response": {"output": "France"}}}
+            ],
         },
     ]
 
@@ -195,13 +211,20 @@ def test_signatures_are_not_sent_to_gemini_from_other_providers(server: ReplaySe
     )
     collect(stream(make_model(API, server.url), ctx, options()))
     contents = server.requests[0].json["contents"]
-    assert contents[1] == {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"a": 1}}}]}
+    assert contents[1] == {
+        "role": "model",
+        "parts": [{"functionCall": {"name": "f", "args": {"a": 1}}}],
+    }
     assert contents[2]["parts"][0]["functionResponse"]["response"] == {"error": "(no output)"}
 
 
 def test_gemini_3_uses_thinking_level(server: ReplayServer) -> None:
     server.enqueue(Reply(body=fixture_bytes("vendor/gemini-sse-thinking-text.sse")))
     model = make_model(API, server.url, id="gemini-3-pro-preview")
-    collect(stream_simple(model, Context(messages=[UserMessage(content="q")]), options(reasoning="high")))
+    collect(
+        stream_simple(
+            model, Context(messages=[UserMessage(content="q")]), options(reasoning="high")
+        )
+    )
     config = server.requests[0].json["generationConfig"]
     assert config["thinkingConfig"] == {"includeThoughts": True, "thinkingLevel": "high"}

@@ -11,8 +11,8 @@ import time
 import pytest
 from replay_server import (
     API_KEY,
-    Reply,
     ReplayServer,
+    Reply,
     check_protocol,
     collect,
     fixture_bytes,
@@ -37,12 +37,18 @@ def anthropic(server: ReplayServer) -> object:
 
 
 def json_reply(status: int, payload: object, **kw: object) -> Reply:
-    return Reply(status=status, body=json.dumps(payload).encode(), content_type="application/json", **kw)  # type: ignore[arg-type]
+    return Reply(
+        status=status, body=json.dumps(payload).encode(), content_type="application/json", **kw
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("status", [401, 403])
 def test_auth_errors_name_the_provider_and_never_retry(server: ReplayServer, status: int) -> None:
-    server.enqueue(json_reply(status, {"error": {"type": "authentication_error", "message": "invalid x-api-key"}}))
+    server.enqueue(
+        json_reply(
+            status, {"error": {"type": "authentication_error", "message": "invalid x-api-key"}}
+        )
+    )
     events, message = collect(stream(anthropic(server), CTX, options(max_retries=3)))
     check_protocol(events)
     assert isinstance(events[-1], ErrorEvent) and events[-1].reason == "error"
@@ -67,9 +73,13 @@ def test_key_echoed_by_the_server_is_scrubbed(server: ReplayServer) -> None:
 
 
 def test_key_in_a_stream_error_and_in_plain_text_bodies_is_scrubbed(server: ReplayServer) -> None:
-    server.enqueue(Reply(status=400, body=f"bad request for key={API_KEY}".encode(), content_type="text/plain"))
+    server.enqueue(
+        Reply(status=400, body=f"bad request for key={API_KEY}".encode(), content_type="text/plain")
+    )
     message = complete(make_model("google-generative-ai", server.url), CTX, options())
-    assert API_KEY not in (message.error_message or "") and "HTTP 400" in (message.error_message or "")
+    assert API_KEY not in (message.error_message or "") and "HTTP 400" in (
+        message.error_message or ""
+    )
     body = f'data: {{"error": {{"code": 400, "message": "key {API_KEY} is bad"}}}}\r\n\r\n'.encode()
     server.enqueue(Reply(body=body))
     message = complete(make_model("google-generative-ai", server.url), CTX, options())
@@ -103,7 +113,9 @@ def test_retry_after_ms_header_and_408_409(server: ReplayServer) -> None:
 
 
 def test_500_then_success(server: ReplayServer) -> None:
-    server.enqueue(Reply(status=500, body=b"boom"), Reply(status=503, body=b"busy"), Reply(body=ANTHROPIC_BODY))
+    server.enqueue(
+        Reply(status=500, body=b"boom"), Reply(status=503, body=b"busy"), Reply(body=ANTHROPIC_BODY)
+    )
     message = complete(anthropic(server), CTX, options(max_retries=2))
     assert message.stop_reason == "stop" and len(server.requests) == 3
 
@@ -168,9 +180,17 @@ def test_malformed_json_line(server: ReplayServer) -> None:
     ("api", "name", "terminal"),
     [
         ("anthropic-messages", "vendor/anthropic-thinking-text.sse", b"event: message_delta"),
-        ("openai-completions", "vendor/openai-chat-text-usage.sse", b'data: {"id":"chatcmpl-Dx0Xq5Xx9rHB2ehcHZCRDsnuymUXc","object":"chat.completion.chunk","created":1782955818,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_d0469e1700","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}'),
+        (
+            "openai-completions",
+            "vendor/openai-chat-text-usage.sse",
+            b'data: {"id":"chatcmpl-Dx0Xq5Xx9rHB2ehcHZCRDsnuymUXc","object":"chat.completion.chunk","created":1782955818,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_d0469e1700","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}',
+        ),
         ("openai-responses", "vendor/openai-responses-text.sse", b"event: response.completed"),
-        ("google-generative-ai", "vendor/gemini-sse-thinking-text.sse", b'data: {"candidates": [{"content": {"parts": [{"text": " most important'),
+        (
+            "google-generative-ai",
+            "vendor/gemini-sse-thinking-text.sse",
+            b'data: {"candidates": [{"content": {"parts": [{"text": " most important',
+        ),
     ],
 )
 def test_stream_ending_without_its_terminal_event(
@@ -190,7 +210,9 @@ def test_abort_ends_a_stalled_stream_at_once(server: ReplayServer, where: str) -
     if where == "before_headers":
         server.enqueue(Reply(body=ANTHROPIC_BODY, stall_before_headers=True))
     else:
-        server.enqueue(Reply(body=ANTHROPIC_BODY, stall_after=ANTHROPIC_BODY.index(b"signature_delta")))
+        server.enqueue(
+            Reply(body=ANTHROPIC_BODY, stall_after=ANTHROPIC_BODY.index(b"signature_delta"))
+        )
     controller = AbortController()
     events: list[object] = []
     s = stream(anthropic(server), CTX, options(signal=controller.signal, timeout=(5, 30)))
@@ -202,7 +224,10 @@ def test_abort_ends_a_stalled_stream_at_once(server: ReplayServer, where: str) -
     reader.start()
     deadline = time.monotonic() + 5
     if where == "mid_body":
-        while not any(isinstance(e, TextDeltaEvent) or getattr(e, "type", "") == "thinking_delta" for e in events):
+        while not any(
+            isinstance(e, TextDeltaEvent) or getattr(e, "type", "") == "thinking_delta"
+            for e in events
+        ):
             assert time.monotonic() < deadline
             time.sleep(0.005)
     else:
@@ -250,7 +275,9 @@ def test_read_timeout(server: ReplayServer) -> None:
     message = complete(anthropic(server), CTX, options(timeout=(2, 0.3)))
     assert time.monotonic() - start < 2
     assert message.stop_reason == "error"
-    assert "interrupted" in (message.error_message or "") or "timed out" in (message.error_message or "")
+    assert "interrupted" in (message.error_message or "") or "timed out" in (
+        message.error_message or ""
+    )
 
 
 def test_close_delimited_body_streams_without_waiting_for_the_end(server: ReplayServer) -> None:
@@ -272,7 +299,9 @@ def test_missing_key_names_the_env_var(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "GEMINI_API_KEY or GOOGLE_API_KEY" in (complete(google, CTX).error_message or "")
 
 
-def test_env_key_is_used_and_local_servers_need_none(server: ReplayServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_key_is_used_and_local_servers_need_none(
+    server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "env-key-123456")
     server.enqueue(Reply(body=ANTHROPIC_BODY), Reply(body=ANTHROPIC_BODY))
     assert complete(anthropic(server), CTX, {}).stop_reason == "stop"

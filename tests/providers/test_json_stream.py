@@ -69,7 +69,7 @@ def test_partial_parser_rejects_garbage() -> None:
 
 def test_split_escape_sequences_across_deltas() -> None:
     # the shape of anthropic-server-tool-split-json.sse: a delta ends inside an escape
-    pieces = ['{"comman', 'd": "pyt', "hon3 ", '-c \\"p', 'rint(2 + 2)\\', '""}']
+    pieces = ['{"comman', 'd": "pyt', "hon3 ", '-c \\"p', "rint(2 + 2)\\", '""}']
     buffer = ToolArgsBuffer()
     for piece in pieces:
         buffer.append(piece)

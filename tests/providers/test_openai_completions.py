@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from replay_server import (
     API_KEY,
-    Reply,
     ReplayServer,
+    Reply,
     check_protocol,
     collect,
     fixture_bytes,
@@ -36,7 +36,9 @@ CHUNKS = [None, 7, 13]
 def run(server: ReplayServer, name: str, chunk: int | None, **model_overrides: object):  # type: ignore[no-untyped-def]
     server.enqueue(Reply(body=fixture_bytes(name), chunk=chunk))
     model = make_model(API, server.url, **model_overrides)
-    events, message = collect(stream(model, Context(messages=[UserMessage(content="hi")]), options()))
+    events, message = collect(
+        stream(model, Context(messages=[UserMessage(content="hi")]), options())
+    )
     check_protocol(events)
     return events, message
 
@@ -46,7 +48,9 @@ def test_tool_call_with_usage(server: ReplayServer, chunk: int | None) -> None:
     events, message = run(server, "vendor/openai-chat-tool-call-usage.sse", chunk)
     assert message.stop_reason == "tool_use"
     assert message.content == [
-        ToolCall(id="call_ZR5UUuTt3pf61kjwAJIYdVMj", name="get_capital", arguments={"country": "UK"})
+        ToolCall(
+            id="call_ZR5UUuTt3pf61kjwAJIYdVMj", name="get_capital", arguments={"country": "UK"}
+        )
     ]
     deltas = [e.delta for e in events if isinstance(e, ToolCallDeltaEvent)]
     assert "".join(deltas) == '{"country":"UK"}'
@@ -99,9 +103,13 @@ def test_reasoning_field_becomes_thinking(server: ReplayServer) -> None:
     )
     server.enqueue(Reply(body=body, chunk=5))
     model = make_model(API, server.url, provider="deepseek", id="deepseek-reasoner")
-    events, message = collect(stream(model, Context(messages=[UserMessage(content="q")]), options()))
+    events, message = collect(
+        stream(model, Context(messages=[UserMessage(content="q")]), options())
+    )
     check_protocol(events)
-    assert message.content[0] == ThinkingContent(thinking="Let me think hard.", signature="reasoning_content")
+    assert message.content[0] == ThinkingContent(
+        thinking="Let me think hard.", signature="reasoning_content"
+    )
     assert message.content[1] == TextContent(text="42")
     assert message.stop_reason == "length"
 
@@ -109,10 +117,14 @@ def test_reasoning_field_becomes_thinking(server: ReplayServer) -> None:
 def test_request_body_shape(server: ReplayServer) -> None:
     server.enqueue(Reply(body=fixture_bytes("vendor/openai-chat-text-usage.sse")))
     model = make_model(API, server.url, reasoning=True)
-    tool = Tool(name="get_capital", description="Capital of a country", parameters={"type": "object"})
+    tool = Tool(
+        name="get_capital", description="Capital of a country", parameters={"type": "object"}
+    )
     transcript = [
         SystemMessage(content="Be brief.", tools_added=[tool]),
-        UserMessage(content=[TextContent(text="Look"), ImageContent(data="aGk=", mime_type="image/png")]),
+        UserMessage(
+            content=[TextContent(text="Look"), ImageContent(data="aGk=", mime_type="image/png")]
+        ),
         AssistantMessage(
             api=API,
             provider="openai",

@@ -7,8 +7,8 @@ import json
 import pytest
 from replay_server import (
     API_KEY,
-    Reply,
     ReplayServer,
+    Reply,
     check_protocol,
     collect,
     fixture_bytes,
@@ -36,7 +36,9 @@ CHUNKS = [None, 7, 13]
 def run(server: ReplayServer, name: str, chunk: int | None):  # type: ignore[no-untyped-def]
     server.enqueue(Reply(body=fixture_bytes(name), chunk=chunk))
     model = make_model(API, server.url)
-    events, message = collect(stream(model, Context(messages=[UserMessage(content="hi")]), options()))
+    events, message = collect(
+        stream(model, Context(messages=[UserMessage(content="hi")]), options())
+    )
     check_protocol(events)
     return events, message
 
@@ -77,7 +79,9 @@ def test_text(server: ReplayServer, chunk: int | None) -> None:
     _, message = run(server, "vendor/openai-responses-text.sse", chunk)
     assert message.stop_reason == "stop"
     assert message.content == [
-        TextContent(text="2+2 = 4", text_signature="msg_0dbef2d9d14a548c00696d5e6fb1a08190941cffd38695ae38")
+        TextContent(
+            text="2+2 = 4", text_signature="msg_0dbef2d9d14a548c00696d5e6fb1a08190941cffd38695ae38"
+        )
     ]
     assert (message.usage.input, message.usage.output) == (20, 10)
 
@@ -147,7 +151,9 @@ def test_request_body_echoes_reasoning_and_splits_ids(server: ReplayServer) -> N
     assert isinstance(call, ToolCall)
     transcript += [
         assistant,
-        ToolResultMessage(tool_call_id=call.id, tool_name=call.name, content=[TextContent(text="ok")]),
+        ToolResultMessage(
+            tool_call_id=call.id, tool_name=call.name, content=[TextContent(text="ok")]
+        ),
     ]
     collect(stream(model, Context(messages=transcript), options()))
 

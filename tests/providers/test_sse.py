@@ -42,7 +42,7 @@ def test_padding_after_json_is_kept_for_the_json_parser() -> None:
 
 def test_last_event_without_blank_line_is_dispatched_but_a_cut_line_is_not() -> None:
     assert parse(b"data: whole\n") == [SSEEvent("message", "whole")]
-    assert parse(b"data: whole\n\ndata: {\"cut") == [SSEEvent("message", "whole")]
+    assert parse(b'data: whole\n\ndata: {"cut') == [SSEEvent("message", "whole")]
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,9 @@ from agentkit.types import (
     UserMessage,
 )
 
-MODEL = Model(id="m", api="anthropic-messages", provider="anthropic", base_url="http://x", input=["text"])
+MODEL = Model(
+    id="m", api="anthropic-messages", provider="anthropic", base_url="http://x", input=["text"]
+)
 
 
 def test_id_normalisation_per_api() -> None:
@@ -44,8 +46,16 @@ def test_transcript_preparation() -> None:
     tool = Tool(name="t")
     messages = [
         SystemMessage(content="Base", tools_added=[tool]),
-        UserMessage(content=[TextContent(text="see"), ImageContent(data="x", mime_type="image/png")]),
-        AssistantMessage(api="openai-responses", provider="openai", model="g", stop_reason="error", content=[TextContent(text="failed")]),
+        UserMessage(
+            content=[TextContent(text="see"), ImageContent(data="x", mime_type="image/png")]
+        ),
+        AssistantMessage(
+            api="openai-responses",
+            provider="openai",
+            model="g",
+            stop_reason="error",
+            content=[TextContent(text="failed")],
+        ),
         AssistantMessage(
             api="openai-responses",
             provider="openai",
@@ -58,7 +68,9 @@ def test_transcript_preparation() -> None:
                 ToolCall(id="call.2|fc_2", name="t", arguments={}),
             ],
         ),
-        ToolResultMessage(tool_call_id="call.1|fc_1", tool_name="t", content=[TextContent(text="r1")]),
+        ToolResultMessage(
+            tool_call_id="call.1|fc_1", tool_name="t", content=[TextContent(text="r1")]
+        ),
         ToolResultMessage(tool_call_id="unknown", tool_name="t", content=[]),
         SystemMessage(content="More"),
         {"role": "user", "content": "dict message"},
@@ -86,7 +98,14 @@ def test_transcript_preparation() -> None:
 
 
 def test_explicit_prompt_and_tools_win() -> None:
-    ctx = Context(messages=[SystemMessage(content="replayed", tools_added=[Tool(name="a")]), UserMessage(content="q")], system_prompt="explicit", tools=[Tool(name="b")])
+    ctx = Context(
+        messages=[
+            SystemMessage(content="replayed", tools_added=[Tool(name="a")]),
+            UserMessage(content="q"),
+        ],
+        system_prompt="explicit",
+        tools=[Tool(name="b")],
+    )
     prepared = prepare_context(MODEL, ctx)
     assert prepared.system_prompt == "explicit"
     assert [t.name for t in prepared.tools] == ["b"]

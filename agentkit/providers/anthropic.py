@@ -6,7 +6,9 @@ only to Anthropic. ``server_tool_use`` and server tool results are the vendor's 
 never become ``tool_call`` content. The final ``message_delta`` usage wins over
 ``message_start``'s. Tool-call ids are made to match ``^[a-zA-Z0-9_-]+$`` (64 characters max).
 
-Provider-specific options: ``thinking_enabled``, ``thinking_budget_tokens``, ``tool_choice``.
+Provider-specific options: ``thinking_enabled``, ``thinking_budget_tokens``, ``tool_choice``,
+``cache_retention`` (``"short"``, ``"long"`` or ``"none"``: prompt-cache breakpoints on the system
+prompt and the last user turn, for the ``anthropic`` provider only).
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ def prepare(
     }
     if system:
         payload["system"] = [{"type": "text", "text": system}]
+    _add_cache_points(model, options, payload)
     if tools:
         payload["tools"] = tools
         tool_choice = getattr(options, "tool_choice", None)
@@ -193,6 +196,26 @@ def prepare(
     return PreparedRequest(
         url=model.base_url.rstrip("/") + "/v1/messages", headers=headers, payload=payload
     )
+
+
+def _add_cache_points(model: Model, options: StreamOptions, payload: dict[str, Any]) -> None:
+    """Mark the system prompt and the last user turn as prompt-cache breakpoints.
+
+    ``options.cache_retention``: ``"short"`` (the default, five minutes), ``"long"`` (one
+    hour) or ``"none"``. Only for Anthropic itself; compatible servers may reject the field.
+    """
+    retention = getattr(options, "cache_retention", None) or "short"
+    if model.provider != "anthropic" or retention == "none":
+        return
+    marker: dict[str, Any] = {"type": "ephemeral"}
+    if retention == "long":
+        marker["ttl"] = "1h"
+    if payload.get("system"):
+        payload["system"][-1]["cache_control"] = marker
+    for message in reversed(payload["messages"]):
+        if message["role"] == "user" and message["content"]:
+            message["content"][-1]["cache_control"] = marker
+            break
 
 
 # --- response -----------------------------------------------------------------------------------

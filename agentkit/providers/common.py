@@ -9,6 +9,7 @@ that ends with the request. It never raises for a request failure; it ends the s
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -67,6 +68,7 @@ PROVIDER_LABELS: dict[str, str] = {
     "lmstudio": "LM Studio",
 }
 
+_SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization"}
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 _KEYLESS_PROVIDERS = {"local", "ollama", "llamacpp", "vllm", "lmstudio"}
 
@@ -409,6 +411,7 @@ def _run_request(
 ) -> None:
     secrets: list[str | None] = [options.api_key]
     signal = options.signal
+    label = provider_label(model)
     try:
         if signal is not None and signal.aborted:
             raise RequestAborted()
@@ -416,25 +419,43 @@ def _run_request(
         secrets.append(api_key)
         prepared = spec.prepare(model, context, options, api_key)
         secrets.extend(prepared.secrets)
+        secrets.extend(
+            value for name, value in prepared.headers.items() if name.lower() in _SECRET_HEADERS
+        )
         payload = _apply_on_payload(options, prepared.payload, model)
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        with StreamingRequest(
-            url=prepared.url,
-            headers=prepared.headers,
-            body=body,
-            options=options,
-            provider_label=provider_label(model),
-            secrets=secrets,
-        ) as request:
-            request.open()
-            parser = spec.parser(builder)
-            for event, data in decode_body(request, prepared.body_format, provider_label(model)):
-                if request.aborted:
-                    raise RequestAborted()
-                parser.handle(event, data)
-            if request.aborted:
-                raise RequestAborted()
-            parser.finish()
+        retries_used = 0
+        while True:
+            with StreamingRequest(
+                url=prepared.url,
+                headers=prepared.headers,
+                body=body,
+                options=options,
+                provider_label=label,
+                secrets=secrets,
+                retries_used=retries_used,
+            ) as request:
+                request.open()
+                parser = spec.parser(builder)
+                try:
+                    for event, data in decode_body(request, prepared.body_format, label):
+                        if request.aborted:
+                            raise RequestAborted()
+                        parser.handle(event, data)
+                    if request.aborted:
+                        raise RequestAborted()
+                    parser.finish()
+                    return
+                except RequestFailed:
+                    # Nothing reached the consumer yet (a drop right after the headers, an
+                    # "overloaded" error as the first event): the request may be sent again.
+                    # Once an event was delivered, a failure is final.
+                    if builder.started or request.aborted:
+                        raise
+                    if request.retries_used >= request.max_retries:
+                        raise
+                    request.sleep(request.backoff())
+                    retries_used = request.retries_used + 1
     except RequestAborted:
         builder.fail("aborted", "Request was aborted")
     except RequestFailed as exc:
@@ -447,18 +468,33 @@ def _run_request(
             builder.fail("aborted", "Request was aborted")
         else:
             text = scrub(f"{type(exc).__name__}: {exc}", secrets)
-            builder.fail("error", f"{provider_label(model)} stream failed: {text}")
+            builder.fail("error", f"{label} stream failed: {text}")
 
 
 def _apply_on_payload(options: StreamOptions, payload: dict[str, Any], model: Model) -> Any:
+    """Let ``options.on_payload(payload, model)`` (or ``(payload)``) see or replace the body."""
     hook = options.on_payload
     if hook is None:
         return payload
-    try:
-        replaced = hook(payload, model)
-    except TypeError:
-        replaced = hook(payload)
+    replaced = hook(payload, model) if _takes_two_arguments(hook) else hook(payload)
     return payload if replaced is None else replaced
+
+
+def _takes_two_arguments(fn: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    positional = 0
+    for parameter in parameters:
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return True
+        if parameter.kind in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            positional += 1
+    return positional >= 2
 
 
 def decode_body(

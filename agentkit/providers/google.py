@@ -44,6 +44,9 @@ from .transform import prepare_context, same_source
 
 API = "google-generative-ai"
 
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+"""The placeholder Google documents for function calls without a Gemini thought signature."""
+
 DEFAULT_THINKING_BUDGETS: dict[str, int] = {
     "minimal": 512,
     "low": 2048,
@@ -100,6 +103,10 @@ def _model_parts(message: AssistantMessage, model: Model) -> list[dict[str, Any]
             part = {"functionCall": {"name": block.name, "args": block.arguments}}
             if same and block.thought_signature:
                 part["thoughtSignature"] = block.thought_signature
+            elif model.id.startswith("gemini-3"):
+                # Gemini 3 insists on a signature for replayed calls; Google documents this
+                # placeholder for calls that did not come from Gemini.
+                part["thoughtSignature"] = SKIP_SIGNATURE
             parts.append(part)
     return parts
 

@@ -217,6 +217,7 @@ class StreamingRequest:
         options: StreamOptions,
         provider_label: str,
         secrets: Sequence[str | None] = (),
+        retries_used: int = 0,
     ) -> None:
         self.url = url
         self.headers = headers
@@ -226,7 +227,8 @@ class StreamingRequest:
         self.secrets = list(secrets)
         self.signal = options.signal
         self.timeout = resolve_timeout(options.timeout)
-        self.attempts = 0
+        self.retries_used = retries_used
+        """Retries spent so far, this request's included (shared across re-sent requests)."""
         self._tracker = _SocketTracker()
         self._session = requests.Session()
         adapter = _TrackingAdapter(self._tracker)
@@ -297,19 +299,27 @@ class StreamingRequest:
 
     # --- sending ---------------------------------------------------------------------------
 
+    @property
+    def max_retries(self) -> int:
+        """How many times a failed attempt may be retried (``options.max_retries``)."""
+        return max(int(self.options.max_retries or 0), 0)
+
+    def backoff(self) -> float:
+        """The next backoff delay in seconds (exponential with jitter)."""
+        base_ms = getattr(self.options, "retry_base_delay_ms", None)
+        base = (DEFAULT_RETRY_BASE_DELAY_MS if base_ms is None else float(base_ms)) / 1000.0
+        return _backoff(base, self.retries_used)
+
     def open(self) -> requests.Response:
         """Send the request, retrying what may be transient; return the 2xx response.
 
         Raises :class:`RequestFailed` (message scrubbed) or :class:`RequestAborted`.
         """
-        max_retries = max(int(self.options.max_retries or 0), 0)
+        max_retries = self.max_retries
         max_delay = max(float(self.options.max_retry_delay_ms), 0.0) / 1000.0
-        base_ms = getattr(self.options, "retry_base_delay_ms", None)
-        base = (DEFAULT_RETRY_BASE_DELAY_MS if base_ms is None else float(base_ms)) / 1000.0
-        attempt = 0
         while True:
             self._check_abort()
-            self.attempts = attempt + 1
+            attempt = self.retries_used
             try:
                 response = self._session.post(
                     self.url,
@@ -323,9 +333,8 @@ class StreamingRequest:
                 message = self._connection_message(exc)
                 if attempt >= max_retries:
                     raise RequestFailed(message) from None
-                delay = _backoff(base, attempt)
-                self._sleep(delay)
-                attempt += 1
+                self.sleep(self.backoff())
+                self.retries_used += 1
                 continue
             self._response = response
             if 200 <= response.status_code < 300:
@@ -345,9 +354,9 @@ class StreamingRequest:
                     f" more than max_retry_delay_ms allows ({max_delay * 1000:.0f} ms): {detail}",
                     status,
                 )
-            delay = asked if asked is not None else _backoff(base, attempt)
-            self._sleep(min(delay, max_delay))
-            attempt += 1
+            delay = asked if asked is not None else self.backoff()
+            self.sleep(min(delay, max_delay))
+            self.retries_used += 1
 
     def iter_bytes(self) -> Iterator[bytes]:
         """The body as it arrives (chunk by chunk; never waits to fill a buffer)."""
@@ -380,7 +389,8 @@ class StreamingRequest:
 
     # --- helpers -----------------------------------------------------------------------------
 
-    def _sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float) -> None:
+        """Wait between attempts; an abort ends the wait at once (raises RequestAborted)."""
         seconds = max(seconds, 0.0)
         if self.signal is not None:
             if self.signal.wait(seconds):

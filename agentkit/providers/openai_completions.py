@@ -39,6 +39,7 @@ from .common import (
     MessageBuilder,
     PreparedRequest,
     is_local_url,
+    provider_label,
     run_stream,
     set_usage,
     vendor_error_message,
@@ -255,6 +256,7 @@ class ChatCompletionsParser:
 
     def __init__(self, builder: MessageBuilder) -> None:
         self.b = builder
+        self.label = provider_label(builder.model)
         self.compat = resolve_compat(builder.model)
         fields = [self.compat.get("reasoning_field")] + list(_REASONING_FIELDS)
         self.reasoning_fields = [f for i, f in enumerate(fields) if f and f not in fields[:i]]
@@ -273,9 +275,7 @@ class ChatCompletionsParser:
         if not isinstance(data, dict):
             return
         if data.get("error"):
-            raise RequestFailed(
-                f"{self.b.model.provider} stream error: {vendor_error_message(data)}"
-            )
+            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
         if data.get("id") and not self.b.message.response_id:
             self.b.message.response_id = str(data["id"])
         self.b.start()
@@ -324,6 +324,8 @@ class ChatCompletionsParser:
                 self.b.add_thinking(self.thinking_index, value)
                 break
         content = delta.get("content")
+        if not (isinstance(content, str) and content):
+            content = delta.get("refusal")  # a refusal is what the user gets to read
         if isinstance(content, str) and content:
             if self.text_index is None:
                 self._close_text_and_thinking()
@@ -357,15 +359,13 @@ class ChatCompletionsParser:
     def finish(self) -> None:
         """End the message; a body that stopped before any finish reason is an error."""
         if self.finish_reason is None and not self.saw_done:
-            raise RequestFailed(
-                f"{self.b.model.provider} stream ended before the response was complete"
-            )
+            raise RequestFailed(f"{self.label} stream ended before the response was complete")
         reason = _FINISH_REASONS.get(self.finish_reason or "stop", "stop")
         if reason == "stop" and self.b.has_tool_calls():
             reason = "tool_use"
         if reason == "error":
             self.b.message.error_message = (
-                f"{self.b.model.provider} stopped the response: {self.finish_reason}"
+                f"{self.label} stopped the response: {self.finish_reason}"
             )
         self.b.finish(reason)
 

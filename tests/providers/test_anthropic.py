@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from replay_server import (
     API_KEY,
@@ -188,7 +190,8 @@ def test_request_body_shape(server: ReplayServer) -> None:
     assert request.headers["x-api-key"] == API_KEY
     assert request.headers["anthropic-version"] == "2023-06-01"
     body = request.json
-    assert body["system"] == [{"type": "text", "text": "Be brief."}]
+    cache = {"type": "ephemeral"}
+    assert body["system"] == [{"type": "text", "text": "Be brief.", "cache_control": cache}]
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert body["max_tokens"] == 64000
     assert body["stream"] is True
@@ -224,7 +227,7 @@ def test_request_body_shape(server: ReplayServer) -> None:
                 "tool_use_id": call_id,
                 "content": [{"type": "text", "text": "1.2.3"}, image],
             },
-            {"type": "text", "text": "And?"},
+            {"type": "text", "text": "And?", "cache_control": cache},
         ],
     }
 
@@ -258,3 +261,20 @@ def test_thinking_from_another_provider_becomes_text(server: ReplayServer) -> No
     assert re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", tool_use["id"])
     result = server.requests[0].json["messages"][2]["content"][0]
     assert result["tool_use_id"] == tool_use["id"]
+
+
+def test_prompt_cache_retention(server: ReplayServer) -> None:
+    server.enqueue(
+        Reply(body=fixture_bytes("vendor/anthropic-thinking-text.sse")),
+        Reply(body=fixture_bytes("vendor/anthropic-thinking-text.sse")),
+    )
+    ctx = Context(messages=[SystemMessage(content="S"), UserMessage(content="q")])
+    collect(stream(make_model(API, server.url), ctx, options(cache_retention="long")))
+    collect(stream(make_model(API, server.url), ctx, options(cache_retention="none")))
+    long_body, no_cache = server.requests[0].json, server.requests[1].json
+    assert long_body["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert long_body["messages"][0]["content"][0]["cache_control"] == {
+        "type": "ephemeral",
+        "ttl": "1h",
+    }
+    assert "cache_control" not in json.dumps(no_cache)

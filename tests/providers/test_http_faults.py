@@ -269,15 +269,37 @@ def test_abort_before_the_request_and_during_backoff(server: ReplayServer) -> No
     assert time.monotonic() - start < 0.1
 
 
-def test_read_timeout(server: ReplayServer) -> None:
-    server.enqueue(Reply(body=ANTHROPIC_BODY, stall_after=200))
+def test_read_timeout_after_the_first_event_is_final(server: ReplayServer) -> None:
+    server.enqueue(Reply(body=ANTHROPIC_BODY, stall_after=ANTHROPIC_BODY.index(b"event: ping")))
     start = time.monotonic()
     message = complete(anthropic(server), CTX, options(timeout=(2, 0.3)))
     assert time.monotonic() - start < 2
     assert message.stop_reason == "error"
-    assert "interrupted" in (message.error_message or "") or "timed out" in (
-        message.error_message or ""
+    assert "interrupted" in (message.error_message or "")
+    assert "timed out" in (message.error_message or "").lower()
+    assert len(server.requests) == 1
+
+
+def test_failures_before_any_event_are_retried(server: ReplayServer) -> None:
+    overloaded = (
+        b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", '
+        b'"message": "Overloaded"}}\n\n'
     )
+    server.enqueue(
+        Reply(body=ANTHROPIC_BODY, drop_after=0),  # headers, then the connection drops
+        Reply(body=ANTHROPIC_BODY, stall_after=100),  # a read timeout before the first event
+        Reply(body=overloaded),  # an error event as the very first event
+        Reply(body=ANTHROPIC_BODY, chunk=13),
+    )
+    events, message = collect(
+        stream(anthropic(server), CTX, options(max_retries=3, timeout=(2, 0.2)))
+    )
+    check_protocol(events)
+    assert message.stop_reason == "stop"
+    assert len(server.requests) == 4
+    server.enqueue(Reply(body=overloaded))
+    message = complete(anthropic(server), CTX, options(max_retries=0))
+    assert message.error_message == "Anthropic stream error: Overloaded"
 
 
 def test_close_delimited_body_streams_without_waiting_for_the_end(server: ReplayServer) -> None:

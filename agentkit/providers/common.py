@@ -68,6 +68,9 @@ PROVIDER_LABELS: dict[str, str] = {
     "lmstudio": "LM Studio",
 }
 
+ABORTED_MESSAGE = "Request was aborted"
+"""The ``error_message`` of a message whose request was aborted."""
+
 _SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization"}
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 _KEYLESS_PROVIDERS = {"local", "ollama", "llamacpp", "vllm", "lmstudio"}
@@ -153,6 +156,10 @@ class MessageBuilder:
             content=[], api=model.api, provider=model.provider, model=model.id
         )
         self.started = False
+        # Guards _ended: the worker ends the stream, except that an abort while the request is
+        # still connecting ends it from the aborting thread (see StreamingRequest).
+        self._end_lock = threading.Lock()
+        self._ended = False
         self._args: dict[int, ToolArgsBuffer] = {}
         self._open: dict[int, str] = {}  # index -> "text" | "thinking" | "tool_call"
 
@@ -312,16 +319,25 @@ class MessageBuilder:
 
     def finish(self, stop_reason: StopReason) -> None:
         """End the stream successfully (or with ``error`` if the vendor reported one)."""
-        self.end_open_blocks()
-        compute_cost(self.model, self.message.usage)
         if stop_reason == "error" or stop_reason == "aborted":
+            self.end_open_blocks()
             self.fail(stop_reason, self.message.error_message or "The model reported an error")
             return
+        with self._end_lock:
+            if self._ended:
+                return
+            self._ended = True
+        self.end_open_blocks()
+        compute_cost(self.model, self.message.usage)
         self.message.stop_reason = stop_reason
         self.stream.push(DoneEvent(reason=stop_reason, message=self.message))
 
     def fail(self, reason: Literal["error", "aborted"], error_message: str) -> None:
-        """End the stream with an ``error`` event, keeping what arrived so far."""
+        """End the stream with an ``error`` event, keeping what arrived so far (first end wins)."""
+        with self._end_lock:
+            if self._ended:
+                return
+            self._ended = True
         for index in list(self._open):
             if self._open.get(index) == "tool_call":
                 block = self.message.content[index]
@@ -368,13 +384,20 @@ class ApiSpec:
     parser: Callable[[MessageBuilder], StreamParser]
 
 
-def as_context(context: Context | dict[str, Any] | None) -> Context:
-    """Accept a :class:`Context`, a dict with the same keys, or ``None``."""
+def as_context(context: Any) -> Context:
+    """Accept a :class:`Context`, a dict with the same keys, any object with ``messages`` (and
+    optionally ``system_prompt`` and ``tools``), or ``None``."""
     if context is None:
         return Context()
     if isinstance(context, Context):
         return context
-    return Context.model_validate(context)
+    if isinstance(context, dict):
+        return Context.model_validate(context)
+    return Context(
+        messages=list(getattr(context, "messages", None) or []),
+        system_prompt=getattr(context, "system_prompt", None),
+        tools=getattr(context, "tools", None),
+    )
 
 
 def run_stream(
@@ -434,6 +457,7 @@ def _run_request(
                 provider_label=label,
                 secrets=secrets,
                 retries_used=retries_used,
+                on_abort_while_connecting=lambda: builder.fail("aborted", ABORTED_MESSAGE),
             ) as request:
                 request.open()
                 parser = spec.parser(builder)
@@ -457,15 +481,15 @@ def _run_request(
                     request.sleep(request.backoff())
                     retries_used = request.retries_used + 1
     except RequestAborted:
-        builder.fail("aborted", "Request was aborted")
+        builder.fail("aborted", ABORTED_MESSAGE)
     except RequestFailed as exc:
         if signal is not None and signal.aborted:
-            builder.fail("aborted", "Request was aborted")
+            builder.fail("aborted", ABORTED_MESSAGE)
         else:
             builder.fail("error", scrub(str(exc), secrets))
     except Exception as exc:  # a bug or an unexpected payload: still end the stream
         if signal is not None and signal.aborted:
-            builder.fail("aborted", "Request was aborted")
+            builder.fail("aborted", ABORTED_MESSAGE)
         else:
             text = scrub(f"{type(exc).__name__}: {exc}", secrets)
             builder.fail("error", f"{label} stream failed: {text}")

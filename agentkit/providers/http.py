@@ -218,6 +218,7 @@ class StreamingRequest:
         provider_label: str,
         secrets: Sequence[str | None] = (),
         retries_used: int = 0,
+        on_abort_while_connecting: Callable[[], None] | None = None,
     ) -> None:
         self.url = url
         self.headers = headers
@@ -236,6 +237,7 @@ class StreamingRequest:
         self._session.mount("https://", adapter)
         self._session.trust_env = True
         self._response: requests.Response | None = None
+        self._on_abort_while_connecting = on_abort_while_connecting
         self._remove_callback: Callable[[], None] | None = None
         if self.signal is not None:
             self._remove_callback = self.signal.add_callback(self._on_abort)
@@ -276,6 +278,13 @@ class StreamingRequest:
         # the signal set and reports "aborted".
         self._tracker.shutdown_all()
         response = self._response
+        if response is None and self._on_abort_while_connecting is not None:
+            # Name resolution and connect() cannot be interrupted: end the stream from here
+            # rather than after the connect timeout (the worker ends when connect() returns).
+            try:
+                self._on_abort_while_connecting()
+            except Exception:
+                pass
         if response is not None:
             raw = getattr(response, "raw", None)
             shutdown = getattr(raw, "shutdown", None)

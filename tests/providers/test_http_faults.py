@@ -388,3 +388,29 @@ def test_text_content_survives_errors(server: ReplayServer) -> None:
     message = complete(make_model("openai-completions", server.url), CTX, options())
     assert message.stop_reason == "error"
     assert message.content == [TextContent(text="The capital of the UK is")]
+
+
+def test_abort_while_connecting_ends_the_stream_at_once() -> None:
+    import socket
+
+    # A listener whose accept queue is full: the next connect() hangs until its timeout.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port), timeout=1)
+    try:
+        controller = AbortController()
+        model = make_model("anthropic-messages", f"http://127.0.0.1:{port}")
+        s = stream(model, CTX, options(signal=controller.signal, timeout=(0.5, 5), max_retries=0))
+        time.sleep(0.1)
+        assert not s.done()
+        start = time.monotonic()
+        controller.abort()
+        message = s.result(timeout=5)
+        assert time.monotonic() - start < 0.1
+        assert message.stop_reason == "aborted"
+        assert wait_no_http_threads(3)  # the worker ends when connect() gives up
+    finally:
+        filler.close()
+        listener.close()

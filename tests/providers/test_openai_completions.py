@@ -223,3 +223,70 @@ def test_stream_simple_maps_reasoning_to_effort(server: ReplayServer) -> None:
     plain = make_model(API, server.url, reasoning=False)
     collect(stream_simple(plain, ctx, options(reasoning="high")))
     assert "reasoning_effort" not in server.requests[1].json
+
+
+def test_huge_tool_argument_stays_linear_through_the_parser() -> None:
+    import time
+
+    from agentkit.event_stream import AssistantMessageEventStream
+    from agentkit.providers.common import MessageBuilder
+    from agentkit.providers.openai_completions import ChatCompletionsParser
+    from agentkit.types import Model
+
+    model = Model(id="m", api=API, provider="openai", base_url="http://127.0.0.1:1/v1")
+
+    def run_once(size: int) -> tuple[float, AssistantMessage, int]:
+        out = AssistantMessageEventStream()
+        parser = ChatCompletionsParser(MessageBuilder(model, out))
+        text = '{"data": "' + "y" * size + '"}'
+        start = time.perf_counter()
+        parser.handle(
+            "message",
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "c1",
+                                    "function": {"name": "save", "arguments": ""},
+                                }
+                            ]
+                        },
+                    }
+                ]
+            },
+        )
+        for i in range(0, len(text), 16):
+            parser.handle(
+                "message",
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {
+                                "tool_calls": [
+                                    {"index": 0, "function": {"arguments": text[i : i + 16]}}
+                                ]
+                            },
+                        }
+                    ]
+                },
+            )
+        parser.handle(
+            "message", {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+        )
+        parser.handle("done", None)
+        parser.finish()
+        elapsed = time.perf_counter() - start
+        deltas = sum(isinstance(e, ToolCallDeltaEvent) for e in out)
+        return elapsed, out.result(), deltas
+
+    run_once(50_000)
+    small, _, _ = min(run_once(250_000) for _ in range(2))
+    large, message, deltas = min(run_once(1_000_000) for _ in range(2))
+    assert deltas == (1_000_012 + 15) // 16  # one delta event per 16-byte piece
+    assert len(message.content[0].arguments["data"]) == 1_000_000  # type: ignore[union-attr]
+    assert large / small < 7, f"{small:.3f}s for 250 kB, {large:.3f}s for 1 MB"

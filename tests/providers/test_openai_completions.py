@@ -290,3 +290,41 @@ def test_huge_tool_argument_stays_linear_through_the_parser() -> None:
     assert deltas == (1_000_012 + 15) // 16  # one delta event per 16-byte piece
     assert len(message.content[0].arguments["data"]) == 1_000_000  # type: ignore[union-attr]
     assert large / small < 7, f"{small:.3f}s for 250 kB, {large:.3f}s for 1 MB"
+
+
+def test_parallel_tool_calls_by_index(server: ReplayServer) -> None:
+    def chunk(delta: dict, finish: str | None = None) -> bytes:  # type: ignore[type-arg]
+        import json
+
+        data = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+    def call(index: int, args: str, **first: str) -> dict:  # type: ignore[type-arg]
+        function = {"arguments": args}
+        if "name" in first:
+            function["name"] = first["name"]
+        entry: dict = {"index": index, "function": function}  # type: ignore[type-arg]
+        if "id" in first:
+            entry["id"] = first["id"]
+        return {"tool_calls": [entry]}
+
+    body = b"".join(
+        [
+            chunk(call(0, "", id="call_a", name="first")),
+            chunk(call(0, '{"x": 1}')),
+            chunk(call(1, '{"y":', id="call_b", name="second")),
+            chunk(call(1, " 2}")),
+            chunk({}, "tool_calls"),
+            b"data: [DONE]\n\n",
+        ]
+    )
+    server.enqueue(Reply(body=body, chunk=7))
+    events, message = collect(
+        stream(make_model(API, server.url), Context(messages=[UserMessage(content="q")]), options())
+    )
+    check_protocol(events)
+    assert message.content == [
+        ToolCall(id="call_a", name="first", arguments={"x": 1}),
+        ToolCall(id="call_b", name="second", arguments={"y": 2}),
+    ]
+    assert message.stop_reason == "tool_use"

@@ -222,3 +222,117 @@ def test_foreign_thinking_is_not_echoed_as_reasoning(server: ReplayServer) -> No
         "arguments": "{}",
     }
     assert items[3]["call_id"] == "toolu_01ABC"
+
+
+def test_reasoning_summary_parts_become_thinking(server: ReplayServer) -> None:
+    def event(data: dict) -> bytes:  # type: ignore[type-arg]
+        return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
+
+    body = b"".join(
+        [
+            event({"type": "response.created", "response": {"id": "resp_1"}}),
+            event(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": 0,
+                    "item": {"type": "reasoning", "id": "rs_1", "summary": []},
+                }
+            ),
+            event(
+                {
+                    "type": "response.reasoning_summary_part.added",
+                    "item_id": "rs_1",
+                    "output_index": 0,
+                }
+            ),
+            event(
+                {
+                    "type": "response.reasoning_summary_text.delta",
+                    "item_id": "rs_1",
+                    "output_index": 0,
+                    "delta": "First.",
+                }
+            ),
+            event(
+                {
+                    "type": "response.reasoning_summary_part.added",
+                    "item_id": "rs_1",
+                    "output_index": 0,
+                }
+            ),
+            event(
+                {
+                    "type": "response.reasoning_summary_text.delta",
+                    "item_id": "rs_1",
+                    "output_index": 0,
+                    "delta": "Second.",
+                }
+            ),
+            event(
+                {
+                    "type": "response.output_item.done",
+                    "output_index": 0,
+                    "item": {
+                        "type": "reasoning",
+                        "id": "rs_1",
+                        "summary": [
+                            {"type": "summary_text", "text": "First."},
+                            {"type": "summary_text", "text": "Second."},
+                        ],
+                        "encrypted_content": "ENC",
+                    },
+                }
+            ),
+            event(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": 1,
+                    "item": {"type": "message", "id": "msg_1", "content": []},
+                }
+            ),
+            event(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": "msg_1",
+                    "output_index": 1,
+                    "delta": "Hi",
+                }
+            ),
+            event(
+                {
+                    "type": "response.output_item.done",
+                    "output_index": 1,
+                    "item": {
+                        "type": "message",
+                        "id": "msg_1",
+                        "content": [{"type": "output_text", "text": "Hi"}],
+                    },
+                }
+            ),
+            event(
+                {
+                    "type": "response.completed",
+                    "response": {
+                        "id": "resp_1",
+                        "status": "completed",
+                        "usage": {
+                            "input_tokens": 9,
+                            "output_tokens": 4,
+                            "input_tokens_details": {"cached_tokens": 3},
+                        },
+                    },
+                }
+            ),
+        ]
+    )
+    server.enqueue(Reply(body=body, chunk=13))
+    events, message = collect(
+        stream(make_model(API, server.url), Context(messages=[UserMessage(content="q")]), options())
+    )
+    check_protocol(events)
+    thinking, text = message.content
+    assert isinstance(thinking, ThinkingContent)
+    assert thinking.thinking == "First.\n\nSecond."
+    assert json.loads(thinking.signature or "")["encrypted_content"] == "ENC"
+    assert text == TextContent(text="Hi", text_signature="msg_1")
+    assert (message.usage.input, message.usage.cache_read, message.usage.output) == (6, 3, 4)

@@ -9,6 +9,7 @@ the test releases them.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -26,11 +27,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def shared_dir() -> Path:
-    """The ``shared/`` folder beside the repository (CI copies it next to the clone)."""
-    for candidate in (REPO_ROOT.parent / "shared", REPO_ROOT / "shared"):
+    """The ``shared/`` folder beside the repository (CI copies it next to the clone), or the
+    one ``AGENTKIT_SHARED_DIR`` names."""
+    override = os.environ.get("AGENTKIT_SHARED_DIR")
+    candidates = [Path(override)] if override else []
+    candidates += [REPO_ROOT.parent / "shared", REPO_ROOT / "shared"]
+    for candidate in candidates:
         if (candidate / "fixtures").is_dir():
             return candidate
-    pytest.skip("shared/fixtures not found beside the repository")
+    pytest.skip("shared/fixtures not found beside the repository", allow_module_level=True)
     raise AssertionError("unreachable")
 
 

@@ -169,6 +169,8 @@ def prepare(
     if tools:
         payload["tools"] = tools
         tool_choice = getattr(options, "tool_choice", None)
+        if isinstance(tool_choice, str):
+            tool_choice = {"type": tool_choice}  # "auto", "any", "none"
         if tool_choice is not None:
             payload["tool_choice"] = tool_choice
     budget = getattr(options, "thinking_budget_tokens", None)

@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
-from urllib.parse import urlsplit
 
 from ..event_stream import AssistantMessageEventStream
 from ..events import (
@@ -44,7 +43,7 @@ from ..types import (
     Usage,
     as_stream_options,
 )
-from .http import RequestAborted, RequestFailed, StreamingRequest, scrub
+from .http import RequestAborted, RequestFailed, StreamingRequest, is_local_url, scrub
 from .json_stream import JsonArrayStream, ToolArgsBuffer
 from .keys import env_var_names, get_env_api_key
 from .sse import SSEParser
@@ -72,22 +71,12 @@ ABORTED_MESSAGE = "Request was aborted"
 """The ``error_message`` of a message whose request was aborted."""
 
 _SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization"}
-_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 _KEYLESS_PROVIDERS = {"local", "ollama", "llamacpp", "vllm", "lmstudio"}
 
 
 def provider_label(model: Model) -> str:
     """The vendor's name as messages show it (``"Anthropic"``, ``"OpenAI"``...)."""
     return PROVIDER_LABELS.get(model.provider, model.provider or "The provider")
-
-
-def is_local_url(base_url: str) -> bool:
-    """Whether ``base_url`` points at this machine (such servers need no API key)."""
-    try:
-        host = urlsplit(base_url).hostname or ""
-    except ValueError:
-        return False
-    return host in _LOCAL_HOSTS or host.endswith(".localhost")
 
 
 def resolve_api_key(model: Model, options: StreamOptions) -> str | None:

@@ -54,6 +54,18 @@ class RequestAborted(Exception):
     """The request was aborted through its signal."""
 
 
+_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+
+
+def is_local_url(url: str) -> bool:
+    """Whether ``url`` points at this machine (local servers need no key and no proxy)."""
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    return host in _LOCAL_HOSTS or host.endswith(".localhost")
+
+
 def scrub(text: str, secrets: Sequence[str | None]) -> str:
     """``text`` with every secret (and its URL-encoded form) replaced by a marker."""
     for secret in secrets:
@@ -235,7 +247,8 @@ class StreamingRequest:
         adapter = _TrackingAdapter(self._tracker)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
-        self._session.trust_env = True
+        # A proxy from the environment must never see calls to this machine.
+        self._session.trust_env = not is_local_url(url)
         self._response: requests.Response | None = None
         self._on_abort_while_connecting = on_abort_while_connecting
         self._remove_callback: Callable[[], None] | None = None

@@ -414,3 +414,14 @@ def test_abort_while_connecting_ends_the_stream_at_once() -> None:
     finally:
         filler.close()
         listener.close()
+
+
+def test_local_servers_bypass_proxies_from_the_environment(
+    server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    server.enqueue(Reply(body=ANTHROPIC_BODY))
+    assert complete(anthropic(server), CTX, options(max_retries=0)).stop_reason == "stop"

@@ -76,11 +76,13 @@ def _failed(model: Model, message: str) -> AssistantMessageEventStream:
 
 
 def stream(
-    model: Model,
+    model: Model | dict[str, Any],
     context: Context | dict[str, Any] | None,
     options: StreamOptions | dict[str, Any] | None = None,
 ) -> AssistantMessageEventStream:
     """Stream one response from ``model`` with the function registered for ``model.api``."""
+    if isinstance(model, dict):
+        model = Model.model_validate(model)
     fn = get_api(model.api)
     if fn is None:
         known = ", ".join(registered_apis())
@@ -116,11 +118,13 @@ def simple_options(
 
 
 def stream_simple(
-    model: Model,
+    model: Model | dict[str, Any],
     context: Context | dict[str, Any] | None,
     options: StreamOptions | dict[str, Any] | None = None,
 ) -> AssistantMessageEventStream:
     """Like :func:`stream`, with ``options.reasoning`` (a thinking level) mapped per API."""
+    if isinstance(model, dict):
+        model = Model.model_validate(model)
     return stream(model, context, simple_options(model, options))
 
 

@@ -228,3 +228,24 @@ def test_gemini_3_uses_thinking_level(server: ReplayServer) -> None:
     )
     config = server.requests[0].json["generationConfig"]
     assert config["thinkingConfig"] == {"includeThoughts": True, "thinkingLevel": "high"}
+
+
+def test_gzip_json_array_as_recorded(server: ReplayServer) -> None:
+    import gzip
+
+    body = gzip.compress(fixture_bytes("vendor/gemini-json-array-function-call.json"))
+    server.enqueue(
+        Reply(
+            body=body,
+            chunk=7,
+            content_type="application/json",
+            headers={"Content-Encoding": "gzip"},
+        )
+    )
+    model = make_model(API, server.url, compat={"sse": False})
+    events, message = collect(
+        stream(model, Context(messages=[UserMessage(content="q")]), options())
+    )
+    check_protocol(events)
+    assert message.stop_reason == "tool_use"
+    assert message.content[0].arguments == {"y": 3, "x": 5}  # type: ignore[union-attr]

@@ -217,93 +217,46 @@ def over_http(server: _Server, api: str, body: bytes) -> tuple[float, int]:
     return elapsed, count
 
 
+def _tool_events(api: str, pieces: list[str]) -> Iterator[tuple[str, Any]]:
+    """The decoded payloads of a stream carrying one tool call made of ``pieces``."""
+    if api == "openai-completions":
+        first = {"index": 0, "id": "call_1", "function": {"name": "save", "arguments": ""}}
+        yield "message", {"choices": [{"index": 0, "delta": {"tool_calls": [first]}}]}
+        for piece in pieces:
+            call = {"index": 0, "function": {"arguments": piece}}
+            yield "message", {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+        yield "message", {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+        yield "done", None
+        return
+    yield "message", {"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 1}}}
+    block = {"type": "tool_use", "id": "toolu_1", "name": "save", "input": {}}
+    yield "message", {"type": "content_block_start", "index": 0, "content_block": block}
+    for piece in pieces:
+        delta = {"type": "input_json_delta", "partial_json": piece}
+        yield "message", {"type": "content_block_delta", "index": 0, "delta": delta}
+    yield "message", {"type": "content_block_stop", "index": 0}
+    yield "message", {"type": "message_delta", "delta": {"stop_reason": "tool_use"}}
+    yield "message", {"type": "message_stop"}
+
+
 def tool_argument_cost(api: str, size: int, delta: int = 16) -> float:
-    """Seconds to stream one ``size``-character tool argument in ``delta``-character pieces."""
+    """Seconds to stream one ``size``-character tool argument in ``delta``-character pieces.
+
+    The payloads are made as they are parsed and a consumer thread drains the events, as in a
+    real run (holding every event alive would make the garbage collector the bottleneck).
+    """
     argument = '{"data": "' + "x" * (size - 12) + '"}'
     pieces = [argument[i : i + delta] for i in range(0, len(argument), delta)]
     out = AssistantMessageEventStream()
     spec = openai_completions.SPEC if api == "openai-completions" else anthropic.SPEC
-    builder = MessageBuilder(model_for(api), out)
-    parser = spec.parser(builder)
-    if api == "openai-completions":
-
-        def make(piece: str) -> dict[str, Any]:
-            call = {"index": 0, "function": {"arguments": piece}}
-            return {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
-
-        first = {
-            "choices": [
-                {
-                    "index": 0,
-                    "delta": {
-                        "tool_calls": [
-                            {
-                                "index": 0,
-                                "id": "call_1",
-                                "type": "function",
-                                "function": {"name": "save", "arguments": ""},
-                            }
-                        ]
-                    },
-                }
-            ]
-        }
-        events: list[tuple[str, Any]] = [("message", first)] + [
-            ("message", make(p)) for p in pieces
-        ]
-        events += [
-            ("message", {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
-            ("done", None),
-        ]
-    else:
-        events = [
-            (
-                "message",
-                {"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 1}}},
-            )
-        ]
-        events.append(
-            (
-                "message",
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {
-                        "type": "tool_use",
-                        "id": "toolu_1",
-                        "name": "save",
-                        "input": {},
-                    },
-                },
-            )
-        )
-        events += [
-            (
-                "message",
-                {
-                    "type": "content_block_delta",
-                    "index": 0,
-                    "delta": {"type": "input_json_delta", "partial_json": p},
-                },
-            )
-            for p in pieces
-        ]
-        events += [
-            ("message", {"type": "content_block_stop", "index": 0}),
-            (
-                "message",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": "tool_use"},
-                    "usage": {"output_tokens": 9},
-                },
-            ),
-            ("message", {"type": "message_stop"}),
-        ]
+    parser = spec.parser(MessageBuilder(model_for(api), out))
+    drained = threading.Thread(target=lambda: sum(1 for _ in out))
+    drained.start()
     start = time.perf_counter()
-    for event, data in events:
+    for event, data in _tool_events(api, pieces):
         parser.handle(event, data)
     parser.finish()
+    drained.join()
     elapsed = time.perf_counter() - start
     message = out.result()
     assert len(message.content[0].arguments["data"]) == size - 12  # type: ignore[union-attr]

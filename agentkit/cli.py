@@ -135,14 +135,10 @@ def resolve_model(spec: str | None, base_url: str | None, io: _Io) -> Model:
         try:
             known = _catalog_model(provider, model_id)
             return known.model_copy(update={"base_url": base_url})
-        except CliError:
-            return Model(
-                id=model_id or "default",
-                name=model_id or "default",
-                api="openai-completions",
-                provider=provider,
-                base_url=base_url.rstrip("/"),
-            )
+        except CliError:  # an OpenAI-compatible server the catalog does not know
+            from .providers import local_model
+
+            return local_model(base_url, model_id or "default", provider=provider)
     if not model_id:
         raise CliError(f"--model needs provider:model-id, got {spec!r}")
     return _catalog_model(provider, model_id)

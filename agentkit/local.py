@@ -37,7 +37,7 @@ import requests
 
 from .abort import AbortSignal
 from .errors import AgentError
-from .types import Model, ModelCost
+from .types import Model
 
 LocalApi = Literal["openai-completions", "openai-responses", "anthropic-messages"]
 """The wire APIs the embedded server speaks (it does not speak Gemini)."""
@@ -299,22 +299,22 @@ def local_model(
     """The :class:`Model` for an embedded server at ``url`` (``http://127.0.0.1:PORT``).
 
     ``openai-completions`` and ``openai-responses`` get ``url + "/v1"``, ``anthropic-messages``
-    the host root. Costs are zero.
+    the host root. Costs are zero; the llama.cpp server quirks come from the providers' preset.
     """
+    from .providers.catalog import local_model as local_server_model
+
     if api not in LOCAL_APIS:
         raise ValueError(f"the local server does not speak {api!r}; use one of {LOCAL_APIS}")
     root = url.rstrip("/")
-    return Model(
-        id=MODEL_ID,
+    return local_server_model(
+        root if api == "anthropic-messages" else root + "/v1",
+        MODEL_ID,
+        server="llamacpp",
         name=MODEL_NAME,
         api=api,
-        provider=PROVIDER,
-        base_url=root if api == "anthropic-messages" else root + "/v1",
-        reasoning=False,
-        input=["text"],
-        cost=ModelCost(),
         context_window=context_window,
         max_tokens=min(max_tokens, context_window),
+        provider=PROVIDER,
     )
 
 

@@ -442,8 +442,9 @@ def _tool_from_function(
             annotation = Any
         default = ... if param.default is inspect.Parameter.empty else param.default
         doc = param_docs.get(pname)
-        described = {"description": doc} if doc else {}  # keep one given through Annotated
-        fields[pname] = (annotation, Field(default, **described))
+        # Only a docstring description is set here, so one given through Annotated is kept.
+        field = Field(default, description=doc) if doc else Field(default)
+        fields[pname] = (annotation, field)
     tool_name = name or func.__name__
     args_model: type[BaseModel] = create_model(
         f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields

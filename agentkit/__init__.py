@@ -65,6 +65,7 @@ from .loop import (
     run_tool_call,
     set_default_stream_fn,
 )
+from .providers import get_model, register_model
 from .tools import AgentTool, AgentToolResult, tool, validate_tool_arguments
 from .transcript import (
     get_current_system_message,
@@ -171,7 +172,7 @@ __all__ = [
     "get_current_system_message",
     "get_current_system_prompt",
     "get_current_tools",
-    "get_default_stream_fn",
+    "get_default_stream_fn", "get_model", "register_model",
     "run_agent_loop",
     "run_agent_loop_continue",
     "run_tool_call",

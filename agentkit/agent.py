@@ -666,7 +666,8 @@ class AgentRunStream:
         except BaseException:
             self._unsubscribe()
             raise
-        self._run.add_done_callback(lambda _run: self._events.put(_STREAM_END))
+        events = self._events  # no reference back to self: dropping the stream must free it
+        self._run.add_done_callback(lambda _run: events.put(_STREAM_END))
         self._finished = False
 
     @property

@@ -9,6 +9,7 @@ thread pumps the pool's progress so that every ``emit`` happens on it, in order.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import queue
 import threading
 import time
@@ -152,8 +153,9 @@ def get_default_stream_fn() -> StreamFn:
     if fn is not None:
         return fn
     try:
-        from .providers import stream_simple  # type: ignore[attr-defined]
-    except ImportError:
+        # Imported by name: the providers package is optional for type checking and imports.
+        stream_simple: StreamFn = importlib.import_module(".providers", __package__).stream_simple
+    except (ImportError, AttributeError):
         raise NoStreamFunctionError(
             "No default stream function configured. Pass stream_fn explicitly or call "
             "set_default_stream_fn()."
@@ -748,7 +750,9 @@ class _Update:
 class _Finished:
     __slots__ = ("index", "result", "is_error", "duration_ms")
 
-    def __init__(self, index: int, result: AgentToolResult, is_error: bool, duration: float):
+    def __init__(
+        self, index: int, result: AgentToolResult, is_error: bool, duration: float | None
+    ) -> None:
         self.index, self.result, self.is_error, self.duration_ms = index, result, is_error, duration
 
 
@@ -778,8 +782,9 @@ def _run_batch(
 
     def work(index: int) -> None:
         prepared = batch[index]
+        duration: float | None = None  # the call never executed when the run is aborted
         if signal.aborted:
-            result, is_error, duration = error_result(ABORTED_TEXT), True, 0.0
+            result, is_error = error_result(ABORTED_TEXT), True
         else:
             result, is_error, duration = _execute(prepared, signal, make_on_update(index))
         with locks[index]:

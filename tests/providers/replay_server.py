@@ -1,0 +1,274 @@
+"""A local replay server for provider tests: real HTTP on 127.0.0.1, scripted replies.
+
+Each test queues :class:`Reply` objects; every request takes the next one and is recorded
+(path, query, headers, JSON body) so tests can check what the provider sent. Replies can be
+served whole or in odd-sized chunks (each flushed on its own), dropped mid-body, or stalled until
+the test releases them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from agentkit.types import Model
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def shared_dir() -> Path:
+    """The ``shared/`` folder beside the repository (CI copies it next to the clone), or the
+    one ``AGENTKIT_SHARED_DIR`` names."""
+    override = os.environ.get("AGENTKIT_SHARED_DIR")
+    candidates = [Path(override)] if override else []
+    candidates += [REPO_ROOT.parent / "shared", REPO_ROOT / "shared"]
+    for candidate in candidates:
+        if (candidate / "fixtures").is_dir():
+            return candidate
+    pytest.skip("shared/fixtures not found beside the repository", allow_module_level=True)
+    raise AssertionError("unreachable")
+
+
+def fixture_bytes(name: str) -> bytes:
+    """The bytes of ``shared/fixtures/<name>``, exactly as recorded."""
+    return (shared_dir() / "fixtures" / name).read_bytes()
+
+
+@dataclass
+class Reply:
+    """One scripted HTTP response."""
+
+    body: bytes = b""
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "text/event-stream"
+    chunk: int | None = None  # send the body in pieces of this many bytes, each flushed
+    chunked: bool = True  # Transfer-Encoding: chunked; False: close-delimited body
+    drop_after: int | None = None  # cut the connection after this many body bytes
+    stall_after: int | None = None  # stop after this many body bytes until released
+    stall_before_headers: bool = False
+
+
+@dataclass
+class Recorded:
+    """One request the server received."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class ReplayServer:
+    """A ThreadingHTTPServer on 127.0.0.1 (port 0) that plays queued :class:`Reply` objects."""
+
+    def __init__(self) -> None:
+        self.replies: list[Reply] = []
+        self.requests: list[Recorded] = []
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                parts = urlsplit(self.path)
+                with server.lock:
+                    server.requests.append(
+                        Recorded(
+                            "POST",
+                            parts.path,
+                            parse_qs(parts.query),
+                            {k.lower(): v for k, v in self.headers.items()},
+                            body,
+                        )
+                    )
+                    reply = server.replies.pop(0) if server.replies else None
+                if reply is None:
+                    reply = Reply(status=500, body=b'{"error": "no reply queued"}')
+                try:
+                    self._play(reply)
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass
+
+            def _play(self, reply: Reply) -> None:
+                if reply.stall_before_headers:
+                    server.release.wait(10)
+                    return
+                self.send_response(reply.status)
+                self.send_header("Content-Type", reply.content_type)
+                for key, value in reply.headers.items():
+                    self.send_header(key, value)
+                if reply.chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                else:
+                    self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.flush()
+                body = reply.body
+                limit = len(body)
+                for cut in (reply.drop_after, reply.stall_after):
+                    if cut is not None:
+                        limit = min(limit, cut)
+                size = reply.chunk or max(limit, 1)
+                for start in range(0, limit, size):
+                    piece = body[start : min(start + size, limit)]
+                    if reply.chunked:
+                        self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                    else:
+                        self.wfile.write(piece)
+                    self.wfile.flush()
+                if reply.stall_after is not None:
+                    server.release.wait(10)
+                    self.close_connection = True
+                    return
+                if reply.drop_after is not None:
+                    self.close_connection = True
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    return
+                if reply.chunked:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                else:
+                    self.close_connection = True
+
+        class QuietServer(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                return  # clients that hang up early are part of the tests
+
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, args=(0.01,), name="replay-server", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def enqueue(self, *replies: Reply) -> None:
+        with self.lock:
+            self.replies.extend(replies)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+API_KEY = "sk-test-SECRET-0123456789abcdef"
+
+
+def make_model(api: str, base: str, **overrides: Any) -> Model:
+    """A model of ``api`` pointing at the replay server ``base``."""
+    settings: dict[str, Any] = {
+        "openai-completions": {"provider": "openai", "base_url": f"{base}/v1", "id": "gpt-4o-mini"},
+        "openai-responses": {"provider": "openai", "base_url": f"{base}/v1", "id": "gpt-5"},
+        "anthropic-messages": {
+            "provider": "anthropic",
+            "base_url": base,
+            "id": "claude-sonnet-4-5",
+        },
+        "google-generative-ai": {
+            "provider": "google",
+            "base_url": f"{base}/v1beta",
+            "id": "gemini-2.5-pro",
+        },
+    }[api]
+    data: dict[str, Any] = {
+        "api": api,
+        "name": "test",
+        "reasoning": True,
+        "input": ["text", "image"],
+        "cost": {"input": 1.0, "output": 2.0, "cache_read": 0.5, "cache_write": 4.0},
+        **settings,
+    }
+    data.update(overrides)
+    return Model.model_validate(data)
+
+
+def options(**extra: Any) -> dict[str, Any]:
+    """Stream options for tests: the fake key and tiny retry delays."""
+    base: dict[str, Any] = {"api_key": API_KEY, "retry_base_delay_ms": 1, "timeout": (5, 5)}
+    base.update(extra)
+    return base
+
+
+def http_threads() -> list[threading.Thread]:
+    """The providers' live request threads."""
+    return [t for t in threading.enumerate() if t.name == "agentkit-http" and t.is_alive()]
+
+
+def wait_no_http_threads(timeout: float = 2.0) -> bool:
+    """Wait until no provider request thread is alive."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not http_threads():
+            return True
+        time.sleep(0.01)
+    return not http_threads()
+
+
+def collect(stream: Any, timeout: float = 10.0) -> tuple[list[Any], Any]:
+    """All events of a provider stream, and its final message."""
+    events = list(stream)
+    return events, stream.result(timeout=timeout)
+
+
+def check_protocol(events: list[Any]) -> None:
+    """Assert the stream protocol: start first, balanced blocks, one terminal event, last."""
+    from agentkit.events import DoneEvent, ErrorEvent, StartEvent
+
+    assert events, "no events"
+    terminal = events[-1]
+    assert isinstance(terminal, (DoneEvent, ErrorEvent))
+    assert not any(isinstance(e, (DoneEvent, ErrorEvent)) for e in events[:-1])
+    if isinstance(terminal, ErrorEvent) and len(events) == 1:
+        return
+    assert isinstance(events[0], StartEvent)
+    partial = events[0].partial
+    open_blocks: dict[int, str] = {}
+    for event in events[1:-1]:
+        assert event.partial is partial, "partial must be the one live message"
+        kind, _, phase = event.type.rpartition("_")
+        if phase == "start":
+            assert event.content_index not in open_blocks
+            assert event.content_index == len(partial.content) - 1 or event.content_index < len(
+                partial.content
+            )
+            open_blocks[event.content_index] = kind
+        elif phase == "delta":
+            assert open_blocks.get(event.content_index) == kind
+        elif phase == "end":
+            assert open_blocks.pop(event.content_index) == kind
+    if isinstance(terminal, DoneEvent):
+        assert not open_blocks, f"blocks left open: {open_blocks}"
+        assert terminal.message is partial

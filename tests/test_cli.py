@@ -1,0 +1,217 @@
+"""The ``agentkit`` command with the scripted model: output, --json, approval, workspace
+confinement, --max-turns and Ctrl-C in chat."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal as signals
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentkit import cli
+from agentkit.testing import ScriptedModel, reply, tool_call
+
+
+class Terminal(io.StringIO):
+    """Standard input that says it is a terminal (for approval prompts)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def run_cli(
+    args: list[str], replies: list[Any], stdin: Any = None
+) -> tuple[int, str, str, ScriptedModel]:
+    model = ScriptedModel(replies)
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(
+        args,
+        stream_fn=model,
+        model=model.model,
+        stdin=stdin or io.StringIO(""),
+        stdout=out,
+        stderr=err,
+    )
+    return code, out.getvalue(), err.getvalue(), model
+
+
+@pytest.fixture()
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "notes.txt").write_text("remember the milk\n")
+    (tmp_path / "secret.txt").write_text("top secret\n")
+    return root
+
+
+def last_tool_result(model: ScriptedModel) -> Any:
+    return [m for m in model.requests[-1].messages if m.role == "tool_result"][-1]
+
+
+def test_run_streams_the_answer_and_shows_tool_calls(workspace: Path) -> None:
+    code, out, err, model = run_cli(
+        ["run", "What is in notes.txt?", "--workspace", str(workspace)],
+        [reply(tool_call("read_file", {"path": "notes.txt"})), "It says: remember the milk."],
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == '-> read_file {"path": "notes.txt"}'
+    assert lines[1].startswith("<- read_file ok ") and " ms: " in lines[1]
+    assert "remember the milk" in lines[1]
+    assert lines[-1] == "It says: remember the milk."
+    assert "remember the milk" in last_tool_result(model).content[0].text
+
+
+def test_json_prints_one_event_per_line(workspace: Path) -> None:
+    code, out, _, _ = run_cli(
+        ["run", "hi", "--json", "--workspace", str(workspace)], ["Hello there"]
+    )
+    assert code == 0
+    events = [json.loads(line) for line in out.splitlines()]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "agent_start" and kinds[-1] == "agent_end"
+    deltas = [e["delta"] for e in events if e["type"] == "message_update" and "delta" in e]
+    assert "".join(deltas) == "Hello there"
+    end = [e for e in events if e["type"] == "message_end"][-1]
+    assert end["message"]["role"] == "assistant"
+
+
+def test_writes_need_approval_and_are_refused_without_a_terminal(workspace: Path) -> None:
+    code, out, err, model = run_cli(
+        ["run", "write it", "--workspace", str(workspace)],
+        [reply(tool_call("write_file", {"path": "new.txt", "content": "x"})), "I could not."],
+    )
+    assert not (workspace / "new.txt").exists()
+    result = last_tool_result(model)
+    assert result.is_error and "did not approve write_file" in result.content[0].text
+    assert "pass --yes" in err
+    assert code == 0
+
+
+def test_an_approval_answered_yes_on_the_terminal(workspace: Path) -> None:
+    code, out, _, _ = run_cli(
+        ["run", "write it", "--workspace", str(workspace)],
+        [reply(tool_call("write_file", {"path": "new.txt", "content": "x"})), "Done."],
+        stdin=Terminal("y\n"),
+    )
+    assert (workspace / "new.txt").read_text() == "x"
+    assert 'Allow write_file {"path": "new.txt", "content": "x"}? [y/N]' in out
+
+
+def test_yes_approves_without_asking(workspace: Path) -> None:
+    code, out, _, _ = run_cli(
+        ["run", "write it", "--yes", "--workspace", str(workspace)],
+        [reply(tool_call("write_file", {"path": "new.txt", "content": "x"})), "Done."],
+    )
+    assert (workspace / "new.txt").read_text() == "x"
+    assert "Allow" not in out
+
+
+@pytest.mark.parametrize("path", ["../secret.txt", "ABSOLUTE", "link/secret.txt"])
+def test_paths_outside_the_workspace_are_refused(workspace: Path, path: str) -> None:
+    (workspace / "link").symlink_to(workspace.parent)
+    if path == "ABSOLUTE":
+        path = str(workspace.parent / "secret.txt")
+    _, out, _, model = run_cli(
+        ["run", "read it", "--workspace", str(workspace)],
+        [reply(tool_call("read_file", {"path": path})), "Refused."],
+    )
+    result = last_tool_result(model)
+    assert result.is_error and "outside the workspace" in result.content[0].text
+    assert "top secret" not in out
+
+
+def test_tools_can_be_limited(workspace: Path) -> None:
+    _, _, _, model = run_cli(
+        ["run", "x", "--tools", "read_file,list_folder", "--workspace", str(workspace)],
+        [reply(tool_call("write_file", {"path": "a", "content": "b"})), "ok"],
+    )
+    assert last_tool_result(model).content[0].text == "Tool write_file not found"
+    code, _, err, _ = run_cli(["run", "x", "--tools", "nope", "--workspace", str(workspace)], [])
+    assert code == 2 and "unknown tool(s) nope" in err
+
+
+def test_max_turns_stops_the_loop(workspace: Path) -> None:
+    code, _, err, model = run_cli(
+        ["run", "loop", "--max-turns", "1", "--workspace", str(workspace)],
+        [reply(tool_call("list_folder")), "never reached"],
+    )
+    assert len(model.requests) == 1
+    assert "stopped after --max-turns 1" in err
+
+
+def test_a_failed_run_exits_non_zero(workspace: Path) -> None:
+    code, _, err, _ = run_cli(
+        ["run", "x", "--workspace", str(workspace)], [reply("partial", error="server said no")]
+    )
+    assert code == 1 and "server said no" in err
+
+
+def test_default_model_is_the_embedded_one_without_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentkit import Model, local
+
+    for _, env, _ in cli.DEFAULT_MODELS:
+        monkeypatch.delenv(env, raising=False)
+    fake = Model(id="qwen", api="openai-completions", provider="local", base_url="http://x/v1")
+    monkeypatch.setattr(local, "get_local_model", lambda: fake)
+    err = io.StringIO()
+    chosen = cli.resolve_model(None, None, cli._Io(io.StringIO(), io.StringIO(), err))
+    assert chosen is fake
+    assert "using the embedded local model" in err.getvalue()
+
+
+def test_base_url_makes_an_openai_compatible_model() -> None:
+    quiet = cli._Io(io.StringIO(), io.StringIO(), io.StringIO())
+    model = cli.resolve_model("ollama:llama3.2", "http://127.0.0.1:11434/v1/", quiet)
+    assert model.api == "openai-completions" and model.id == "llama3.2"
+    assert model.base_url == "http://127.0.0.1:11434/v1"
+
+
+def test_chat_steers_and_ctrl_c_aborts_the_run_not_the_session(workspace: Path) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are delivered to the main thread only")
+    read_fd, write_fd = os.pipe()
+    stdin = os.fdopen(read_fd, "r")
+    writer = os.fdopen(write_fd, "w")
+    model = ScriptedModel([reply("working on it", hang=True), "second answer"])
+    out, err = io.StringIO(), io.StringIO()
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+    hanging = threading.Event()
+
+    original = model.stream_fn
+
+    def watched(*args: Any) -> Any:
+        stream = original(*args)
+        if len(model.requests) == 1:
+            hanging.set()
+        return stream
+
+    def drive() -> None:
+        writer.write("first task\n")
+        writer.flush()
+        hanging.wait(5)
+        signals.pthread_kill(main_thread, signals.SIGINT)
+        writer.write("second task\n")
+        writer.close()  # end of input: the chat finishes the task, then leaves
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    code = cli.main(
+        ["chat", "--workspace", str(workspace)],
+        stream_fn=watched,
+        model=model.model,
+        stdin=stdin,
+        stdout=out,
+        stderr=err,
+    )
+    driver.join(5)
+    assert code == 0
+    assert "run aborted" in err.getvalue()
+    assert "second answer" in out.getvalue()
+    assert len(model.requests) == 2

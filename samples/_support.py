@@ -3,9 +3,8 @@
 Every sample runs on :class:`agentkit.testing.ScriptedModel` by default: offline, no API key,
 the same answer every time (that is what the tests rely on). To run one on a real model, pass
 ``--model PROVIDER:MODEL_ID`` (e.g. ``--model openai:gpt-4o-mini``) or set
-``AGENTKIT_MODEL=PROVIDER:MODEL_ID``; ``local`` means the embedded offline model. Real models
-need ``agentkit.providers`` (and ``agentkit.local`` for ``local``); without them the sample says
-so and exits.
+``AGENTKIT_MODEL=PROVIDER:MODEL_ID``; ``local`` means the embedded offline model (the ``local``
+extra), ``ollama:ID`` (or ``llamacpp``, ``vllm``, ``lmstudio``) a local server on its usual port.
 """
 
 from __future__ import annotations
@@ -29,22 +28,33 @@ def model_spec(cli_value: str | None = None) -> str | None:
 
 
 def real_model(spec: str) -> tuple[Model, StreamFn | None]:
-    """Resolve ``provider:model_id`` (or ``local``) to a model; ``None`` = default stream fn."""
+    """Resolve a ``--model`` value to a model; the stream function ``None`` means the default
+    one (``agentkit.providers.stream_simple``), which speaks to every provider.
+
+    ``local`` is the embedded model; ``ollama:ID``, ``llamacpp:ID``, ``vllm:ID`` and
+    ``lmstudio:ID`` are local servers on their usual ports; anything else is looked up in the
+    catalog as ``provider:model_id`` (its key comes from the provider's environment variable).
+    """
+    provider, _, model_id = spec.partition(":")
     try:
         if spec == "local":
-            from agentkit.local import get_local_model  # type: ignore[import-not-found]
+            from agentkit.local import get_local_model
 
             return get_local_model(), None
-        from agentkit.providers import get_model  # type: ignore[attr-defined]
+        from agentkit.providers import LOCAL_SERVERS, get_model, local_model
     except ImportError as exc:
         raise SystemExit(
             f"--model {spec} needs a module this install lacks ({exc}); "
             "run without --model to use the scripted model"
         ) from None
-    provider, _, model_id = spec.partition(":")
     if not model_id:
         raise SystemExit(f"--model takes PROVIDER:MODEL_ID or 'local', not {spec!r}")
-    return get_model(provider, model_id), None
+    if provider in LOCAL_SERVERS:
+        return local_model(None, model_id, server=provider, provider=provider), None
+    try:
+        return get_model(provider, model_id), None
+    except KeyError as exc:  # UnknownModelError: its message names the close matches
+        raise SystemExit(f"--model {spec}: {exc.args[0] if exc.args else exc}") from None
 
 
 def choose_model(

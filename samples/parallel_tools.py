@@ -84,7 +84,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> Timing:
         f"(slowest {timing.slowest:.1f}s, run one after another {timing.total:.1f}s)",
         file=out,
     )
-    print(last_text(agent.state.messages), file=out)
+    last = agent.state.messages[-1]
+    print(last_text([last]) or f"[{last.stop_reason}: {last.error_message}]", file=out)
     return timing
 
 

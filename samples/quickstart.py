@@ -75,6 +75,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> list[An
                     out.write(delta.delta)
                     out.flush()
             elif event.type == "message_end" and event.message.role == "assistant":
+                if event.message.error_message:  # a provider error or an abort
+                    out.write(f"[{event.message.stop_reason}: {event.message.error_message}]")
                 out.write("\n")
             elif event.type == "tool_execution_start":
                 print(f"  [calling {event.tool_name}({event.args})]", file=out)

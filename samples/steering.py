@@ -75,23 +75,32 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> list[An
             ):
                 answer_streaming.set()
         elif event.type == "message_end" and event.message.role == "assistant":
-            print(
-                f"assistant [{event.message.stop_reason}]: {last_text([event.message])[:60]}",
-                file=out,
-            )
+            message = event.message
+            shown = last_text([message])[:60]
+            if message.error_message:
+                shown += f" ({message.error_message})"
+            print(f"assistant [{message.stop_reason}]: {shown}", file=out)
+
+    def until(flag: threading.Event) -> bool:
+        """Wait for ``flag``, or for the run to end (a real model may not follow the script)."""
+        while not flag.wait(0.05):
+            if run.done():
+                return False
+        return True
 
     def supervisor() -> None:
-        first_tool_running.wait(10)
+        if not until(first_tool_running):
+            return
         agent.steer(STEER)  # injected after the running tool batch ends
         steered.set()
         # Let the model take the steer, run one more tool and start its final answer.
-        answer_streaming.wait(10)
-        agent.abort()  # safe from any thread
-        print("  supervisor: abort()", file=out)
+        if until(answer_streaming):
+            agent.abort()  # safe from any thread
+            print("  supervisor: abort()", file=out)
 
     agent.subscribe(on_event)
-    watcher = threading.Thread(target=supervisor, name="supervisor")
     run = agent.start("Write the quarterly report.")
+    watcher = threading.Thread(target=supervisor, name="supervisor")
     watcher.start()
     run.wait()
     watcher.join()

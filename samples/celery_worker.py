@@ -89,7 +89,7 @@ def build_agent() -> Agent:
     )
 
 
-@app.task(bind=True, soft_time_limit=300, time_limit=330)
+@app.task(bind=True, name="agentkit_samples.run_agent", soft_time_limit=300, time_limit=330)
 def run_agent(self: Task, prompt: str) -> dict[str, Any]:
     """Run an agent on ``prompt``; return its answer and new messages (JSON)."""
     agent = build_agent()

@@ -158,6 +158,21 @@ def test_soft_time_limit_aborts_the_run(sample: ModuleType, worker: Worker) -> N
     assert sample.run_agent.delay("Summarise it again").get(timeout=20)["answer"]
 
 
+def test_command_line_client(redis_url: str, worker: Worker) -> None:
+    """``python celery_worker.py PROMPT`` sends the task to the worker and prints the answer."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTKIT_")}
+    env["AGENTKIT_CELERY_BROKER"] = redis_url
+    done = subprocess.run(
+        [sys.executable, str(SAMPLES / "celery_worker.py"), "Summarise the incident report"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Summary: the database ran out of disk" in done.stdout
+
+
 def test_worker_killed_mid_run_fails_the_task(sample: ModuleType, worker: Worker) -> None:
     """SIGKILL the pool process while the agent's tool runs: the task must not look done."""
     result = sample.run_agent.delay("Summarise the incident report")

@@ -12,9 +12,12 @@ its own, so the task works under every pool (prefork, threads, solo). What a tas
 - SUCCESS only for a run that ended normally, with its answer and new messages.
 - FAILURE for a run that ended in an error or was aborted (``AgentRunFailed``): a half-written
   answer is never reported as success.
-- FAILURE (``WorkerLostError``) when the worker process dies mid-run: with ``acks_late`` the
-  message is not acknowledged before the task ends, and with ``reject_on_worker_lost`` off it is
-  not re-run either, since an agent's tools may already have had side effects.
+- FAILURE (``WorkerLostError``) when the pool process running it dies mid-run (killed, out of
+  memory): with ``acks_late`` the message is not acknowledged before the task ends, and with
+  ``reject_on_worker_lost`` off it is not re-run either, since an agent's tools may already have
+  had side effects.
+- If the whole worker dies, nobody is left to record a failure: the task stays STARTED or
+  PROGRESS, never SUCCESS, so clients wait with a timeout (``result.get(timeout=...)``).
 - A soft time limit aborts the run (``prompt()`` aborts it when the limit's exception arrives).
 """
 

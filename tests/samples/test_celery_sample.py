@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 from sample_helpers import SAMPLES, wait_until
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -188,3 +189,21 @@ def test_worker_killed_mid_run_fails_the_task(sample: ModuleType, worker: Worker
     # Nothing was re-run behind our back: the state stays FAILURE.
     time.sleep(0.5)
     assert result.state == "FAILURE"
+
+
+def test_whole_worker_killed_mid_run_never_reports_success(
+    sample: ModuleType, worker: Worker
+) -> None:
+    """Kill the worker and its pool at once: nobody is left to record a failure, so the task
+    must simply never look done; a client waiting with a timeout sees the timeout."""
+    result = sample.run_agent.delay("Summarise the incident report")
+    assert wait_until(lambda: result.state == "PROGRESS", timeout=10)
+    for pid in [worker.process.pid, *worker.pool_children()]:
+        os.kill(pid, signal.SIGKILL)
+    worker.process.wait(5)
+    try:
+        with pytest.raises(CeleryTimeoutError):
+            result.get(timeout=1.5)
+        assert result.state == "PROGRESS"  # never SUCCESS: the answer was never written
+    finally:
+        result.backend.remove_pending_result(result)  # stop listening while Redis is up

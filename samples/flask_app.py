@@ -12,8 +12,8 @@ http://127.0.0.1:5000/. Endpoints:
 
 Each run gets an agent of its own on a worker thread; the request thread only relays its events.
 When the browser goes away, the next write fails (a heartbeat comment is written every
-``heartbeat`` seconds when nothing else is), werkzeug closes the response, and the run is aborted:
-nothing keeps running for a client that left.
+``heartbeat`` seconds when nothing else is), the server closes the response, and closing it
+aborts the run: nothing keeps running for a client that left.
 """
 
 from __future__ import annotations
@@ -149,26 +149,29 @@ def create_app(
         runs.add(entry)
 
         def relay() -> Iterator[str]:
-            try:
-                yield _sse("run", {"id": entry.id})
-                while True:
-                    try:
-                        item = events.get(timeout=heartbeat)
-                    except queue.Empty:
-                        yield ": heartbeat\n\n"  # a write that fails once the client is gone
-                        continue
-                    if item is _END:
-                        last = agent.state.messages[-1]
-                        yield _sse("done", {"id": entry.id, "stop_reason": last.stop_reason})
-                        return
-                    yield _sse(item["type"], item)
-            finally:  # the end of the run, or the client went away (werkzeug closes us)
-                entry.run.abort()
-                entry.run.wait()
-                unsubscribe()
+            yield _sse("run", {"id": entry.id})
+            while True:
+                try:
+                    item = events.get(timeout=heartbeat)
+                except queue.Empty:
+                    yield ": heartbeat\n\n"  # a write that fails once the client is gone
+                    continue
+                if item is _END:
+                    last = agent.state.messages[-1]
+                    yield _sse("done", {"id": entry.id, "stop_reason": last.stop_reason})
+                    return
+                yield _sse(item["type"], item)
+
+        def stop() -> None:
+            """The response is closed: the run ended, or the client went away mid-run."""
+            entry.run.abort()  # does nothing once the run is over
+            entry.run.wait()
+            unsubscribe()
 
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return Response(relay(), mimetype="text/event-stream", headers=headers)
+        response = Response(relay(), mimetype="text/event-stream", headers=headers)
+        response.call_on_close(stop)  # runs even if the stream never started
+        return response
 
     def _entry(run_id: str) -> RunEntry:
         entry = runs.get(run_id)

@@ -410,6 +410,7 @@ def run_stream(
         name="agentkit-http",
         daemon=True,
     )
+    stream.set_producer(thread)  # result() returns once the request thread is gone
     thread.start()
     return stream
 

@@ -33,8 +33,9 @@ class _Wake:
     """Queue token: a waiting consumer should look up (see :meth:`EventStream.wake`)."""
 
 
-PRODUCER_EXIT_TIMEOUT = 5.0
-"""Seconds :meth:`EventStream.result` waits for a producer thread that has settled the stream."""
+PRODUCER_EXIT_TIMEOUT = 1.0
+"""Seconds :meth:`EventStream.result` waits for a producer thread that has settled the stream
+(a producer exits right after its terminal event, so this is only a bound)."""
 
 _END = _End()
 WAKE = _Wake()
@@ -139,6 +140,10 @@ class EventStream(Generic[E, R]):
                 continue
             yield item  # type: ignore[misc]
 
+    def _wait_for_producer(self) -> bool:
+        """Whether :meth:`result` should wait for the producer thread to exit."""
+        return True
+
     def done(self) -> bool:
         """Whether the stream has ended (its events may still be waiting to be read)."""
         return self._settled.is_set()
@@ -148,7 +153,11 @@ class EventStream(Generic[E, R]):
         if not self._settled.wait(timeout):
             raise TimeoutError("the stream did not end in time")
         producer = self._producer
-        if producer is not None and producer is not threading.current_thread():
+        if (
+            producer is not None
+            and producer is not threading.current_thread()
+            and self._wait_for_producer()
+        ):
             producer.join(PRODUCER_EXIT_TIMEOUT)
         if self._error is not None:
             raise self._error
@@ -173,6 +182,12 @@ class AssistantMessageEventStream(EventStream[AssistantMessageEvent, AssistantMe
 
     def __init__(self) -> None:
         super().__init__(_assistant_complete, _assistant_result)
+
+    def _wait_for_producer(self) -> bool:
+        # An aborted request may leave its thread in a connect() that nothing can interrupt;
+        # the abort must not wait for it.
+        result = self._result
+        return not (isinstance(result, AssistantMessage) and result.stop_reason == "aborted")
 
     def result(self, timeout: float | None = None) -> AssistantMessage:
         """The final message; raises if the stream ended without ``done`` or ``error``."""

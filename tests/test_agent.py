@@ -502,3 +502,27 @@ def test_close_refuses_new_runs() -> None:
         agent.prompt("x")
     with pytest.raises(Exception, match="closed"):
         agent.prompt("y")
+
+
+def test_stream_left_by_an_exception_aborts_the_run() -> None:
+    agent, _ = make_agent([reply("a long answer", hang=True)])
+
+    def consume() -> None:
+        for event in agent.stream("go"):
+            if event.type == "message_update":
+                raise ValueError("the consumer failed")
+
+    with pytest.raises(ValueError):
+        consume()
+    assert agent.state.is_streaming is False
+    assert agent.state.messages[-1].stop_reason == "aborted"
+
+
+def test_stream_close_aborts_and_waits() -> None:
+    agent, _ = make_agent([reply("a long answer", hang=True)])
+    events = agent.stream("go")
+    first = next(events)
+    assert first.type == "agent_start"
+    events.close()
+    assert agent.state.is_streaming is False
+    assert list(events) == []

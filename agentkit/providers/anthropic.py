@@ -342,10 +342,7 @@ class MessagesParser:
         """End the message; without ``message_stop`` or a stop reason it is incomplete."""
         if not self.stopped and self.stop_reason is None:
             raise RequestFailed(f"{self.label} stream ended before the message was complete")
-        reason = _STOP_REASONS.get(self.stop_reason or "end_turn", "stop")
-        if reason == "error":
-            self.b.message.error_message = f"{self.label} stopped the response: {self.stop_reason}"
-        self.b.finish(reason)
+        self.b.finish_from(self.stop_reason or "end_turn", _STOP_REASONS, self.label, "stop")
 
 
 SPEC = ApiSpec(api=API, prepare=prepare, parser=MessagesParser)

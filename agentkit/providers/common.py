@@ -321,6 +321,18 @@ class MessageBuilder:
         self.message.stop_reason = stop_reason
         self.stream.push(DoneEvent(reason=stop_reason, message=self.message))
 
+    def finish_from(
+        self, raw: str, reasons: dict[str, StopReason], label: str, default: StopReason
+    ) -> None:
+        """End with the vendor's finish reason ``raw`` mapped through ``reasons``: a ``stop``
+        that carries tool calls is ``tool_use``; an unmapped error names the raw reason."""
+        reason = reasons.get(raw, default)
+        if reason == "stop" and self.has_tool_calls():
+            reason = "tool_use"
+        if reason == "error":
+            self.message.error_message = f"{label} stopped the response: {raw}"
+        self.finish(reason)
+
     def fail(self, reason: Literal["error", "aborted"], error_message: str) -> None:
         """End the stream with an ``error`` event, keeping what arrived so far (first end wins)."""
         with self._end_lock:
@@ -410,6 +422,7 @@ def run_stream(
         name="agentkit-http",
         daemon=True,
     )
+    stream.set_producer(thread)  # result() returns once the request thread is gone
     thread.start()
     return stream
 

@@ -301,14 +301,7 @@ class GenerateContentParser:
         if self.finish_reason is None:
             raise RequestFailed(f"{self.label} stream ended before the response was complete")
         self._close_current()
-        reason = _FINISH_REASONS.get(self.finish_reason, "error")
-        if reason == "stop" and self.b.has_tool_calls():
-            reason = "tool_use"
-        if reason == "error":
-            self.b.message.error_message = (
-                f"{self.label} stopped the response: {self.finish_reason}"
-            )
-        self.b.finish(reason)
+        self.b.finish_from(self.finish_reason, _FINISH_REASONS, self.label, "error")
 
 
 SPEC = ApiSpec(api=API, prepare=prepare, parser=GenerateContentParser)

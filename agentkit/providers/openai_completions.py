@@ -360,14 +360,7 @@ class ChatCompletionsParser:
         """End the message; a body that stopped before any finish reason is an error."""
         if self.finish_reason is None and not self.saw_done:
             raise RequestFailed(f"{self.label} stream ended before the response was complete")
-        reason = _FINISH_REASONS.get(self.finish_reason or "stop", "stop")
-        if reason == "stop" and self.b.has_tool_calls():
-            reason = "tool_use"
-        if reason == "error":
-            self.b.message.error_message = (
-                f"{self.label} stopped the response: {self.finish_reason}"
-            )
-        self.b.finish(reason)
+        self.b.finish_from(self.finish_reason or "stop", _FINISH_REASONS, self.label, "stop")
 
 
 SPEC = ApiSpec(api=API, prepare=prepare, parser=ChatCompletionsParser)

@@ -343,6 +343,8 @@ def test_stream_returns_at_once_and_threads_end(server: ReplayServer) -> None:
     assert http_threads()
     controller.abort()
     s.result(timeout=5)
+    # An aborted request's thread is not waited for by result() (it may sit in a connect);
+    # here it was blocked on a read the abort closed, so it ends promptly.
     assert wait_no_http_threads()
     leftover = [t for t in threading.enumerate() if t not in before and t.name == "agentkit-http"]
     assert not leftover

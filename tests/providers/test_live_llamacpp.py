@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from replay_server import check_protocol, collect, wait_no_http_threads
+from replay_server import check_protocol, collect, http_threads
 
 from agentkit import providers
 from agentkit.providers import stream
@@ -78,4 +78,4 @@ def test_tool_call_round_trip(local_server: Any, api: str) -> None:
     check_protocol(events)
     assert second.stop_reason in ("stop", "length"), second.error_message
     assert any(isinstance(b, TextContent) and b.text.strip() for b in second.content)
-    assert wait_no_http_threads()
+    assert not http_threads()

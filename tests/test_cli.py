@@ -172,18 +172,31 @@ def test_base_url_makes_an_openai_compatible_model() -> None:
     assert model.base_url == "http://127.0.0.1:11434/v1"
 
 
-def test_chat_steers_and_ctrl_c_aborts_the_run_not_the_session(workspace: Path) -> None:
+class Watched(io.StringIO):
+    """An output stream that sets ``seen`` once ``marker`` has been written to it."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker, self.seen = marker, threading.Event()
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if self.marker in self.getvalue():
+            self.seen.set()
+        return written
+
+
+def test_chat_ctrl_c_aborts_the_run_not_the_session(workspace: Path) -> None:
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals are delivered to the main thread only")
     read_fd, write_fd = os.pipe()
     stdin = os.fdopen(read_fd, "r")
     writer = os.fdopen(write_fd, "w")
     model = ScriptedModel([reply("working on it", hang=True), "second answer"])
-    out, err = io.StringIO(), io.StringIO()
+    out, err = io.StringIO(), Watched("run aborted")
     main_thread = threading.main_thread().ident
     assert main_thread is not None
     hanging = threading.Event()
-
     original = model.stream_fn
 
     def watched(*args: Any) -> Any:
@@ -195,8 +208,9 @@ def test_chat_steers_and_ctrl_c_aborts_the_run_not_the_session(workspace: Path) 
     def drive() -> None:
         writer.write("first task\n")
         writer.flush()
-        hanging.wait(5)
+        assert hanging.wait(5)
         signals.pthread_kill(main_thread, signals.SIGINT)
+        assert err.seen.wait(5)  # the chat reported the abort and is back at its prompt
         writer.write("second task\n")
         writer.close()  # end of input: the chat finishes the task, then leaves
 
@@ -212,6 +226,55 @@ def test_chat_steers_and_ctrl_c_aborts_the_run_not_the_session(workspace: Path) 
     )
     driver.join(5)
     assert code == 0
-    assert "run aborted" in err.getvalue()
     assert "second answer" in out.getvalue()
     assert len(model.requests) == 2
+    assert model.requests[1].messages[-1].content[0].text == "second task"
+
+
+def test_chat_steers_a_running_task(workspace: Path) -> None:
+    read_fd, write_fd = os.pipe()
+    stdin = os.fdopen(read_fd, "r")
+    writer = os.fdopen(write_fd, "w")
+    started, release = threading.Event(), threading.Event()
+
+    def slow_tool_turn(context: Any, options: Any) -> Any:
+        return reply(tool_call("list_folder"))
+
+    model = ScriptedModel([slow_tool_turn, "steered answer"])
+    original = model.stream_fn
+
+    def watched(*args: Any) -> Any:
+        if len(model.requests) == 0:
+            started.set()
+            release.wait(5)  # hold the first request until the steering line is queued
+        return original(*args)
+
+    err = Watched("steering: use metric units")
+
+    def drive() -> None:
+        writer.write("first task\n")
+        writer.flush()
+        assert started.wait(5)
+        writer.write("use metric units\n")
+        writer.flush()
+        assert err.seen.wait(5)
+        release.set()
+        writer.close()
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    out = io.StringIO()
+    code = cli.main(
+        ["chat", "--workspace", str(workspace)],
+        stream_fn=watched,
+        model=model.model,
+        stdin=stdin,
+        stdout=out,
+        stderr=err,
+    )
+    driver.join(5)
+    assert code == 0
+    second = model.requests[1].messages
+    assert [m.role for m in second][-2:] == ["tool_result", "user"]
+    assert second[-1].content[0].text == "use metric units"
+    assert "steered answer" in out.getvalue()

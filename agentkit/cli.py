@@ -165,10 +165,16 @@ def _local_model() -> Model:
         raise CliError(str(exc)) from None
 
 
-def _select_tools(spec: str, workspace: Path) -> list[AgentTool]:
+# The embedded model has a 4,096-token context: keep what one tool call returns small.
+SMALL_CONTEXT = 8192
+SMALL_CONTEXT_LIMITS = {"max_read_chars": 6000, "max_output_chars": 4000}
+
+
+def _select_tools(spec: str, workspace: Path, model: Model) -> list[AgentTool]:
     from .cli_tools import workspace_tools
 
-    tools = workspace_tools(workspace)
+    small = 0 < model.context_window <= SMALL_CONTEXT
+    tools = workspace_tools(workspace, **(SMALL_CONTEXT_LIMITS if small else {}))
     if spec == "all":
         return tools
     if spec == "none":
@@ -191,8 +197,8 @@ def _build_agent(
     workspace = Path(args.workspace).resolve()
     if not workspace.is_dir():
         raise CliError(f"workspace {args.workspace!r} is not a folder")
-    tools = _select_tools(args.tools, workspace)
     chosen = model or resolve_model(args.model, args.base_url, io)
+    tools = _select_tools(args.tools, workspace, chosen)
     approve = args.yes
 
     def before_tool_call(ctx: BeforeToolCallContext, signal: AbortSignal) -> Any:

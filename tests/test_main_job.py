@@ -1,0 +1,54 @@
+"""The README's main job, run as a user would: the installed ``agentkit`` command on the embedded
+model. Protocol facts only: the right tool with the right argument, its result, an answer."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        importlib.util.find_spec("xllamacpp") is None,
+        reason="the 'local' extra is not installed (pip install -e '.[local]')",
+    ),
+]
+
+
+def readme_main_job() -> list[str]:
+    """The ``agentkit run ...`` part of the README's first command, as arguments."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"\.venv/bin/agentkit (run [^\n]+)", text)
+    assert match, "the README's main job command was not found"
+    import shlex
+
+    return shlex.split(match.group(1))
+
+
+def test_the_readme_main_job_runs_a_real_agent() -> None:
+    command = shutil.which("agentkit", path=str(Path(sys.executable).parent)) or "agentkit"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    done = subprocess.run(
+        [command, *readme_main_job()],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "using the embedded local model" in done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith('-> read_file {"path": "notes.txt"')
+    assert lines[1].startswith("<- read_file ok") and "milk" in lines[1]
+    answer = " ".join(lines[2:])
+    assert answer.strip(), "the model gave no answer after the tool result"

@@ -452,7 +452,8 @@ class StreamingRequest:
         else:
             what = "failed"
         return scrub(
-            f"Connection to {self.provider_label} at {where} {what}: {_describe(exc)}",
+            f"Connection to {_mid_sentence(self.provider_label)} at {where} {what}: "
+            f"{_describe(exc)}",
             self.secrets,
         )
 
@@ -465,3 +466,8 @@ def _backoff(base: float, attempt: int) -> float:
 def _describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text[:500]
+
+
+def _mid_sentence(label: str) -> str:
+    """A provider label placed inside a sentence ("The local model server" -> "the ...")."""
+    return "the" + label[3:] if label.startswith("The ") else label

@@ -174,10 +174,19 @@ class Run:
         return self._done.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the run ends or ``timeout`` seconds pass; return whether it ended."""
+        """Block until the run ends or ``timeout`` seconds pass; return whether it ended.
+
+        Raises :class:`AgentError` when called from the run's own thread (a listener or hook)
+        before the run ended, since that wait could never end.
+        """
+        thread = self._thread
+        if thread is threading.current_thread() and not self._done.is_set():
+            raise AgentError(
+                "A run cannot wait for itself: this was called from the run's own thread "
+                "(a listener or a hook)"
+            )
         if not self._done.wait(timeout):
             return False
-        thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()  # it only has its done callbacks left to run
         return True

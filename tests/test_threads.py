@@ -212,3 +212,20 @@ def test_agent_works_from_a_non_main_thread() -> None:
 def test_agent_constructor_does_not_need_a_model_for_scripted_runs() -> None:
     agent = Agent(stream_fn=make_agent([])[1])
     assert agent.state.model.id == "unknown"
+
+
+def test_waiting_for_the_run_from_its_own_listener_fails_fast_instead_of_deadlocking() -> None:
+    agent, _ = make_agent(["hi", "again"])
+    problems: list[str] = []
+
+    def listener(event: Any) -> None:
+        if event.type == "turn_end":
+            try:
+                agent.wait_for_idle()
+            except Exception as exc:
+                problems.append(str(exc))
+
+    agent.subscribe(listener)
+    agent.prompt("go")
+    assert problems and "cannot wait for itself" in problems[0]
+    assert agent.prompt("again")[-1].content[0].text == "again"

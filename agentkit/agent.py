@@ -256,6 +256,11 @@ class Agent:
         transport: str = "auto",
         on_payload: Callable[..., Any] | None = None,
         tool_abort_grace: float = 2.0,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        max_retries: int | None = None,
+        timeout: float | tuple[float, float] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.stream_fn: StreamFn = stream_fn or get_default_stream_fn()
         self.convert_to_llm = convert_to_llm or default_convert_to_llm
@@ -275,6 +280,11 @@ class Agent:
         self.transport = transport
         self.on_payload = on_payload
         self.tool_abort_grace = tool_abort_grace
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.headers = headers
 
         self._state = AgentState(model or placeholder_model(), thinking_level)
         self._state.tools = list(tools or [])
@@ -538,6 +548,11 @@ class Agent:
             max_retry_delay_ms=self.max_retry_delay_ms,
             transport=self.transport,
             on_payload=self.on_payload,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            max_retries=self.max_retries,
+            timeout=self.timeout,
+            headers=self.headers,
         )
 
     def _snapshot(self) -> AgentContext:

@@ -526,3 +526,13 @@ def test_stream_close_aborts_and_waits() -> None:
     events.close()
     assert agent.state.is_streaming is False
     assert list(events) == []
+
+
+def test_request_options_reach_the_stream_fn() -> None:
+    agent, model = make_agent(
+        ["a"], max_tokens=256, temperature=0.0, max_retries=5, timeout=(3, 30), headers={"X": "1"}
+    )
+    agent.prompt("x")
+    options = model.requests[0].options
+    assert (options.max_tokens, options.temperature, options.max_retries) == (256, 0.0, 5)
+    assert options.timeout == (3, 30) and options.headers == {"X": "1"}

@@ -269,15 +269,7 @@ class StreamingRequest:
             self._remove_callback()
             self._remove_callback = None
         response, self._response = self._response, None
-        if response is not None:
-            try:
-                response.close()
-            except Exception:
-                pass
-        try:
-            self._session.close()
-        except Exception:
-            pass
+        self._release(response)
 
     @property
     def aborted(self) -> bool:
@@ -306,6 +298,12 @@ class StreamingRequest:
                     shutdown()
                 except Exception:
                     pass
+        self._release(response)
+
+    def _release(self, response: Any) -> None:
+        """Close ``response`` (if any) and the session, ignoring errors: both may already be
+        half-closed by the other thread."""
+        if response is not None:
             try:
                 response.close()
             except Exception:

@@ -523,9 +523,8 @@ class Agent:
                 self._active = None
             run._settle(messages, error)
 
-    def _config(self, run: Run) -> AgentLoopConfig:
+    def _config(self) -> AgentLoopConfig:
         """The loop config, built from the agent's current options when a run starts."""
-        prepare_next_turn = self.prepare_next_turn
         return AgentLoopConfig(
             model=self._state.model,
             convert_to_llm=self.convert_to_llm,
@@ -533,7 +532,7 @@ class Agent:
             get_api_key=self.get_api_key,
             get_steering_messages=self._steering.drain,
             get_follow_up_messages=self._follow_ups.drain,
-            prepare_next_turn=prepare_next_turn,
+            prepare_next_turn=self.prepare_next_turn,
             prepare_request=self.prepare_request,
             finish_turn=self.finish_turn,
             before_tool_call=self.before_tool_call,
@@ -559,7 +558,7 @@ class Agent:
         return AgentContext(messages=list(self._state.messages), tools=list(self._state.tools))
 
     def _run_prompt(self, run: Run, prompts: list[Any], skip_first_steering: bool) -> list[Any]:
-        config = self._config(run)
+        config = self._config()
         if skip_first_steering:
             drain = self._steering.drain
             skipped = threading.Event()
@@ -583,7 +582,7 @@ class Agent:
     def _run_continue(self, run: Run) -> list[Any]:
         return run_agent_loop_continue(
             self._snapshot(),
-            self._config(run),
+            self._config(),
             lambda event: self._process_event(run, event),
             run.signal,
             self.stream_fn,

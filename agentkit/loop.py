@@ -345,7 +345,7 @@ def _run_loop(
                 update = coerce_hook_result(config.prepare_request(request, signal), TurnUpdate)
                 _apply_update(state, update)
 
-            message = stream_assistant_response(state)
+            message = _stream_assistant_response(state)
             new_messages.append(message)
 
             if message.stop_reason in ("error", "aborted"):
@@ -412,7 +412,7 @@ def _stream_options(state: _LoopState, api_key: str | None) -> StreamOptions:
     return StreamOptions.model_validate(values)
 
 
-def stream_assistant_response(state: _LoopState) -> AssistantMessage:
+def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
     """Make one request and fold its stream into the transcript, emitting message events.
 
     If the stream function ignores an abort, the loop gives it ``tool_abort_grace`` seconds to

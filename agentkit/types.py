@@ -8,7 +8,7 @@ streams, and the loop stamps ``thinking_level`` on the final one.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -178,13 +178,6 @@ Message = Annotated[
     Field(discriminator="role"),
 ]
 """A message a model understands."""
-
-
-@runtime_checkable
-class CustomMessage(Protocol):
-    """An application's own transcript entry: any object with a ``role``."""
-
-    role: str
 
 
 AgentMessage = Any

@@ -7,13 +7,16 @@ that thread, one at a time, in event order, after the state was updated for the 
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .abort import AbortController, AbortSignal
 from .errors import AgentBusyError, AgentError, CannotContinueError
@@ -27,9 +30,8 @@ from .events import (
     ToolExecutionStartEvent,
     TurnEndEvent,
 )
-from .hooks import TurnContext, TurnUpdate
 from .loop import (
-    AgentContext,
+    ABORTED_TEXT,
     AgentLoopConfig,
     StreamFn,
     default_convert_to_llm,
@@ -37,21 +39,25 @@ from .loop import (
     run_agent_loop,
     run_agent_loop_continue,
 )
-from .tools import AgentTool, to_tool_declaration
 from .transcript import (
     create_initial_system_message,
     get_current_system_message,
     get_current_system_prompt,
 )
 from .types import (
+    AgentContext,
+    AgentTool,
     AssistantMessage,
     ImageContent,
     Model,
+    StreamOptions,
     TextContent,
     ThinkingLevel,
     UserMessage,
+    as_stream_options,
     placeholder_model,
     role_of,
+    to_tool_declaration,
 )
 
 logger = logging.getLogger("agentkit")
@@ -65,6 +71,38 @@ BUSY_PROMPT = (
 )
 BUSY_CONTINUE = "Agent is already processing. Wait for completion before continuing."
 BUSY_RESET = "Agent is already processing. Wait for completion before resetting."
+
+# Loop options the agent fills from its own state and queues when a run starts.
+_STATE_FIELDS = frozenset(
+    {"model", "reasoning", "get_steering_messages", "get_follow_up_messages", "stream_options"}
+)
+LOOP_OPTIONS = tuple(
+    f.name for f in dataclasses.fields(AgentLoopConfig) if f.name not in _STATE_FIELDS
+)
+"""The Agent options that are loop options: each is an ``AgentLoopConfig`` field, defined there."""
+
+
+def request_options() -> tuple[str, ...]:
+    """The Agent options that are request options: each is a ``StreamOptions`` field, defined
+    there (``signal`` and ``reasoning`` come from the run)."""
+    return tuple(n for n in StreamOptions.model_fields if n not in ("signal", "reasoning"))
+
+
+def resolve_model(model: Model | str | None) -> Model:
+    """``model`` as a :class:`Model`: ``"provider:id"`` is looked up in the provider catalog,
+    as the command line does; ``None`` is the placeholder model."""
+    if model is None:
+        return placeholder_model()
+    if isinstance(model, Model):
+        return model
+    if not isinstance(model, str):
+        raise TypeError(f"model must be a Model or 'provider:id', not {type(model).__name__}")
+    provider, _, model_id = model.partition(":")
+    if not provider or not model_id:
+        raise ValueError(f"model must be 'provider:id' (e.g. 'openai:gpt-4.1-mini'), got {model!r}")
+    # The catalog lives with the providers, which load only when a model is named this way.
+    catalog = importlib.import_module(".providers.catalog", __package__)
+    return cast(Model, catalog.get_model(provider, model_id))
 
 
 class PendingMessageQueue:
@@ -114,7 +152,7 @@ class AgentState:
     ``system_prompt`` is read-only, replayed from the transcript's system messages."""
 
     def __init__(self, model: Model, thinking_level: ThinkingLevel) -> None:
-        self.model: Model = model
+        self._model: Model = model
         self.thinking_level: ThinkingLevel = thinking_level
         self._messages: list[Any] = []
         self._tools: list[AgentTool] = []
@@ -122,6 +160,15 @@ class AgentState:
         self.streaming_message: Any = None
         self.pending_tool_calls: frozenset[str] = frozenset()
         self.error_message: str | None = None
+
+    @property
+    def model(self) -> Model:
+        """The model the next run uses; a ``"provider:id"`` string is looked up in the catalog."""
+        return self._model
+
+    @model.setter
+    def model(self, value: Model | str) -> None:
+        self._model = resolve_model(value)
 
     @property
     def messages(self) -> list[Any]:
@@ -154,9 +201,12 @@ class Run:
         self._controller = controller
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
-        # Guards _callbacks against add_done_callback racing the run's end.
+        # Guards _callbacks against add_done_callback racing the run's end, and the hand-over
+        # between the worker beginning (_begun) and a starter that gives up first (_cancelled).
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[Run], Any]] = []
+        self._begun = False
+        self._cancelled = False
         self._messages: list[Any] = []
         self._error: BaseException | None = None
 
@@ -176,9 +226,12 @@ class Run:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the run ends or ``timeout`` seconds pass; return whether it ended.
 
+        Once the run has ended, the rest of ``timeout`` is spent letting its thread finish the
+        done callbacks; a callback that takes longer does not hold the caller past ``timeout``.
         Raises :class:`AgentError` when called from the run's own thread (a listener or hook)
         before the run ended, since that wait could never end.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
         thread = self._thread
         if thread is threading.current_thread() and not self._done.is_set():
             raise AgentError(
@@ -187,8 +240,10 @@ class Run:
             )
         if not self._done.wait(timeout):
             return False
+        thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join()  # it only has its done callbacks left to run
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            thread.join(remaining)  # it only has its done callbacks left to run
         return True
 
     def result(self, timeout: float | None = None) -> list[Any]:
@@ -206,6 +261,21 @@ class Run:
                 self._callbacks.append(fn)
                 return
         fn(self)
+
+    def _begin(self) -> bool:
+        """Called first on the worker thread: whether the run is still wanted."""
+        with self._lock:
+            self._begun = not self._cancelled
+            return self._begun
+
+    def _cancel_unbegun(self) -> bool:
+        """Called by a starter that gives up: cancel the run if its worker has not begun."""
+        with self._lock:
+            if self._begun:
+                return False
+            self._cancelled = True
+            self._thread = None  # it may never start; nothing to join
+            return True
 
     def _settle(self, messages: list[Any], error: BaseException | None) -> None:
         self._messages, self._error = messages, error
@@ -230,63 +300,43 @@ class Agent:
     def __init__(
         self,
         *,
-        model: Model | None = None,
+        model: Model | str | None = None,
         system_prompt: str = "",
         tools: Sequence[AgentTool] | None = None,
         messages: Sequence[Any] | None = None,
         thinking_level: ThinkingLevel = "off",
         stream_fn: StreamFn | None = None,
-        convert_to_llm: Callable[[list[Any]], list[Any]] | None = None,
-        transform_context: Callable[[list[Any], AbortSignal], list[Any]] | None = None,
-        get_api_key: Callable[[str], str | None] | None = None,
-        before_tool_call: Callable[..., Any] | None = None,
-        after_tool_call: Callable[..., Any] | None = None,
-        prepare_next_turn: Callable[[TurnContext], TurnUpdate | dict[str, Any] | None]
-        | None = None,
-        prepare_request: Callable[..., Any] | None = None,
-        finish_turn: Callable[..., Any] | None = None,
         steering_mode: QueueMode = "one-at-a-time",
         follow_up_mode: QueueMode = "one-at-a-time",
-        tool_execution: Literal["parallel", "sequential"] = "parallel",
-        max_tool_workers: int = 32,
-        session_id: str | None = None,
-        thinking_budgets: dict[str, int] | None = None,
-        api_key: str | None = None,
-        max_retry_delay_ms: int | None = None,
-        transport: str = "auto",
-        on_payload: Callable[..., Any] | None = None,
-        tool_abort_grace: float = 2.0,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        max_retries: int | None = None,
-        timeout: float | tuple[float, float] | None = None,
-        headers: dict[str, str] | None = None,
+        stream_options: StreamOptions | dict[str, Any] | None = None,
+        **options: Any,
     ) -> None:
+        """``options`` are loop options (the fields of :class:`AgentLoopConfig`: the hooks,
+        ``tool_execution``, ``max_tool_workers``, ``tool_abort_grace``, ...) and request options
+        (the fields of :class:`StreamOptions`: ``session_id``, ``api_key``, ``max_tokens``,
+        ``headers``, ...). Each is then a public attribute, read when a run starts; an unknown
+        name raises ``TypeError``. ``model`` may be ``"provider:id"`` from the catalog.
+        """
+        object.__setattr__(self, "_loop", AgentLoopConfig(model=placeholder_model()))
         self.stream_fn: StreamFn = stream_fn or get_default_stream_fn()
-        self.convert_to_llm = convert_to_llm or default_convert_to_llm
-        self.transform_context = transform_context
-        self.get_api_key = get_api_key
-        self.before_tool_call = before_tool_call
-        self.after_tool_call = after_tool_call
-        self.prepare_next_turn = prepare_next_turn
-        self.prepare_request = prepare_request
-        self.finish_turn = finish_turn
-        self.tool_execution: Literal["parallel", "sequential"] = tool_execution
-        self.max_tool_workers = max_tool_workers
-        self.session_id = session_id
-        self.thinking_budgets = thinking_budgets
-        self.api_key = api_key
-        self.max_retry_delay_ms = max_retry_delay_ms
-        self.transport = transport
-        self.on_payload = on_payload
-        self.tool_abort_grace = tool_abort_grace
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.max_retries = max_retries
-        self.timeout = timeout
-        self.headers = headers
+        self.stream_options: StreamOptions = as_stream_options(stream_options)
+        requests: dict[str, Any] = {}
+        for name, value in options.items():
+            if name in LOOP_OPTIONS:
+                setattr(self, name, value)
+            elif name in request_options():
+                requests[name] = value
+            else:
+                raise TypeError(
+                    f"Agent() got an unknown option {name!r}. Loop options: "
+                    f"{', '.join(LOOP_OPTIONS)}; request options: {', '.join(request_options())}"
+                )
+        if requests:
+            self.stream_options = StreamOptions.model_validate(
+                {**dict(self.stream_options), **requests}
+            )
 
-        self._state = AgentState(model or placeholder_model(), thinking_level)
+        self._state = AgentState(resolve_model(model), thinking_level)
         self._state.tools = list(tools or [])
         initial = list(messages or [])
         if not (initial and role_of(initial[0]) == "system"):
@@ -304,6 +354,26 @@ class Agent:
         self._listeners: tuple[Listener, ...] = ()
         self._active: Run | None = None
         self._closed = False
+
+    # --- options: each defined once, on AgentLoopConfig or StreamOptions ------------------------
+
+    def __getattr__(self, name: str) -> Any:
+        """A loop option (``agent.before_tool_call``) or request option (``agent.session_id``)."""
+        if name in LOOP_OPTIONS:
+            return getattr(self.__dict__["_loop"], name)
+        if name in request_options() and "stream_options" in self.__dict__:
+            return getattr(self.__dict__["stream_options"], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in LOOP_OPTIONS:
+            if name == "convert_to_llm" and value is None:
+                value = default_convert_to_llm
+            setattr(self._loop, name, value)
+        elif name in request_options():
+            self.stream_options = self.stream_options.model_copy(update={name: value})
+        else:
+            object.__setattr__(self, name, value)
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -393,40 +463,43 @@ class Agent:
         """Run the agent on ``input`` and block until it is done; return the new messages.
 
         ``input`` is a string, a message or a list of messages. A ``KeyboardInterrupt`` (or any
-        exception a signal handler raises) while waiting aborts the run, waits for it to wind
+        exception a signal handler raises) at any instant aborts the run, waits for it to wind
         down, then propagates.
         """
-        return self._wait(self.start(input, images))
+        prompts = self._prompt_messages(input, images)
+        return self._launch(BUSY_PROMPT, self._prompt_body(prompts), block=True).result()
 
     def start(self, input: Any, images: Sequence[ImageContent] | None = None) -> Run:
         """Start a run on ``input`` and return its :class:`Run` at once."""
         prompts = self._prompt_messages(input, images)
-        return self._launch(BUSY_PROMPT, lambda run: self._run_prompt(run, prompts, False))
+        return self._launch(BUSY_PROMPT, self._prompt_body(prompts))
 
     def continue_(self) -> list[Any]:
         """Continue from the transcript as it stands; block; return the new messages."""
-        return self._wait(self.start_continue())
+        return self._launch(BUSY_CONTINUE, self._continue_body, block=True).result()
 
     def start_continue(self) -> Run:
         """Start a continue run (see :meth:`continue_`) and return its :class:`Run` at once."""
-        if self._active is not None:
-            raise AgentBusyError(BUSY_CONTINUE)
+        return self._launch(BUSY_CONTINUE, self._continue_body)
+
+    def _prompt_body(self, prompts: list[Any]) -> Callable[[], Callable[[Run], list[Any]]]:
+        return lambda: lambda run: self._run_prompt(run, prompts, False)
+
+    def _continue_body(self) -> Callable[[Run], list[Any]]:
+        """What a continue run does; called once the run has claimed the agent, so a busy agent
+        never loses queued messages to it."""
         messages = self._state.messages
         if not any(role_of(m) != "system" for m in messages):
             raise CannotContinueError("No messages to continue from")
         if role_of(messages[-1]) == "assistant":
             steering = self._steering.drain()
             if steering:
-                return self._launch(
-                    BUSY_CONTINUE, lambda run: self._run_prompt(run, steering, True)
-                )
+                return lambda run: self._run_prompt(run, steering, True)
             follow_ups = self._follow_ups.drain()
             if follow_ups:
-                return self._launch(
-                    BUSY_CONTINUE, lambda run: self._run_prompt(run, follow_ups, False)
-                )
+                return lambda run: self._run_prompt(run, follow_ups, False)
             raise CannotContinueError("Cannot continue from message role: assistant")
-        return self._launch(BUSY_CONTINUE, self._run_continue)
+        return self._run_continue
 
     def stream(self, input: Any, images: Sequence[ImageContent] | None = None) -> AgentRunStream:
         """Start a run and iterate its events as they happen.
@@ -434,7 +507,10 @@ class Agent:
         Leaving the iteration early in any way (``break``, an exception, ``close()``, the end of
         a ``with`` block) aborts the run and waits for it to end.
         """
-        return AgentRunStream(self, lambda: self.start(input, images))
+        prompts = self._prompt_messages(input, images)
+        return AgentRunStream(
+            self, lambda bind: self._launch(BUSY_PROMPT, self._prompt_body(prompts), bind=bind)
+        )
 
     def abort(self) -> None:
         """Abort the active run, if any; never raises."""
@@ -486,26 +562,68 @@ class Agent:
             return list(input)
         return [input]
 
-    def _launch(self, busy_message: str, body: Callable[[Run], list[Any]]) -> Run:
-        """Start a run: claim the agent (synchronously), then run ``body`` on a worker thread."""
+    def _launch(
+        self,
+        busy_message: str,
+        choose: Callable[[], Callable[[Run], list[Any]]],
+        *,
+        block: bool = False,
+        bind: Callable[[Run], None] | None = None,
+    ) -> Run:
+        """Claim the agent, pick the run's body (``choose``), run it on a worker thread.
+
+        With ``block``, wait for the run's end. ``bind(run)`` hands the run over before its
+        worker starts. Whatever interrupts this (a ``KeyboardInterrupt`` at any instant, or
+        ``choose`` raising), the run is either never begun and the claim released, or aborted
+        and waited for; then the exception propagates.
+        """
         run = Run(AbortController())
-        with self._lock:
-            if self._closed:
-                raise AgentError("Agent is closed")
-            if self._active is not None:
-                raise AgentBusyError(busy_message)
-            self._active = run
-            self._state.is_streaming = True
-            self._state.streaming_message = None
-            self._state.error_message = None
-        thread = threading.Thread(
-            target=self._work, args=(run, body), name="agentkit-agent", daemon=True
-        )
-        run._thread = thread
-        thread.start()
+        try:
+            with self._lock:
+                if self._closed:
+                    raise AgentError("Agent is closed")
+                if self._active is not None:
+                    raise AgentBusyError(busy_message)
+                self._active = run
+                self._state.is_streaming = True
+                self._state.streaming_message = None
+                self._state.error_message = None
+            body = choose()
+            run._thread = threading.Thread(
+                target=self._work, args=(run, body), name="agentkit-agent", daemon=True
+            )
+            if bind is not None:
+                bind(run)
+            run._thread.start()
+            if block:
+                run.wait()
+        except BaseException:
+            self._abandon(run)
+            raise
         return run
 
+    def _abandon(self, run: Run) -> None:
+        """Undo a start that was interrupted: release an unbegun run, else abort and wait."""
+        if self._active is not run:
+            return  # never claimed (busy or closed)
+        if run._cancel_unbegun():
+            self._release(run)
+            run._settle([], None)
+            return
+        run.abort()
+        _wait_through_interrupts(run)
+
+    def _release(self, run: Run) -> None:
+        with self._lock:
+            if self._active is run:
+                self._state.is_streaming = False
+                self._state.streaming_message = None
+                self._state.pending_tool_calls = frozenset()
+                self._active = None
+
     def _work(self, run: Run, body: Callable[[Run], list[Any]]) -> None:
+        if not run._begin():
+            return  # the starter gave up first and released the claim
         messages: list[Any] = []
         error: BaseException | None = None
         try:
@@ -516,42 +634,19 @@ class Agent:
             except BaseException as final:  # pragma: no cover - only if state handling breaks
                 error = final
         finally:
-            with self._lock:
-                self._state.is_streaming = False
-                self._state.streaming_message = None
-                self._state.pending_tool_calls = frozenset()
-                self._active = None
+            self._release(run)
             run._settle(messages, error)
 
     def _config(self) -> AgentLoopConfig:
-        """The loop config, built from the agent's current options when a run starts."""
-        return AgentLoopConfig(
+        """The loop config for a run starting now: the loop options, the state and queues."""
+        level = self._state.thinking_level
+        return dataclasses.replace(
+            self._loop,
             model=self._state.model,
-            convert_to_llm=self.convert_to_llm,
-            transform_context=self.transform_context,
-            get_api_key=self.get_api_key,
+            reasoning=None if level == "off" else level,
             get_steering_messages=self._steering.drain,
             get_follow_up_messages=self._follow_ups.drain,
-            prepare_next_turn=self.prepare_next_turn,
-            prepare_request=self.prepare_request,
-            finish_turn=self.finish_turn,
-            before_tool_call=self.before_tool_call,
-            after_tool_call=self.after_tool_call,
-            tool_execution=self.tool_execution,
-            max_tool_workers=self.max_tool_workers,
-            tool_abort_grace=self.tool_abort_grace,
-            api_key=self.api_key,
-            reasoning=None if self._state.thinking_level == "off" else self._state.thinking_level,
-            session_id=self.session_id,
-            thinking_budgets=self.thinking_budgets,
-            max_retry_delay_ms=self.max_retry_delay_ms,
-            transport=self.transport,
-            on_payload=self.on_payload,
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            max_retries=self.max_retries,
-            timeout=self.timeout,
-            headers=self.headers,
+            stream_options=self.stream_options,
         )
 
     def _snapshot(self) -> AgentContext:
@@ -588,7 +683,7 @@ class Agent:
             self.stream_fn,
         )
 
-    def _reduce(self, event: AgentEvent) -> None:
+    def _reduce(self, event: AgentEvent, aborted: bool = False) -> None:
         """Update the state for ``event`` (SPEC 5.6), before any listener sees it."""
         state = self._state
         if isinstance(event, (MessageStartEvent, MessageUpdateEvent)):
@@ -606,11 +701,15 @@ class Agent:
                 state.error_message = message.error_message
         elif isinstance(event, AgentEndEvent):
             state.streaming_message = None
+            if aborted and state.error_message is None:
+                # Aborted during tools: the run ended after its batch without an aborted
+                # assistant message, so record here why it ended.
+                state.error_message = ABORTED_TEXT
 
     def _process_event(self, run: Run, event: AgentEvent) -> None:
         if self._active is not run:
             raise AgentError("Agent listener invoked outside active run")
-        self._reduce(event)
+        self._reduce(event, run.signal.aborted)
         for listener in self._listeners:
             listener(event)
 
@@ -624,9 +723,9 @@ class Agent:
         text = str(exc) or type(exc).__name__
         failure = AssistantMessage(
             content=[TextContent(text="")],
-            api=model.api,
-            provider=model.provider,
-            model=model.id,
+            api=str(getattr(model, "api", "unknown")),
+            provider=str(getattr(model, "provider", "unknown")),
+            model=str(getattr(model, "id", "unknown")),
             stop_reason="aborted" if run.signal.aborted else "error",
             error_message=text,
         )
@@ -646,15 +745,6 @@ class Agent:
         if not isinstance(exc, Exception):  # KeyboardInterrupt/SystemExit inside a hook
             logger.warning("agentkit: run stopped by %s", type(exc).__name__)
         return [failure]
-
-    def _wait(self, run: Run) -> list[Any]:
-        try:
-            run.wait()
-        except BaseException:  # Ctrl-C, or what a signal handler raises (Celery's time limits)
-            run.abort()
-            _wait_through_interrupts(run)
-            raise
-        return run.result()
 
 
 def _wait_through_interrupts(run: Run) -> None:
@@ -679,57 +769,81 @@ _STREAM_END = _StreamEnd()
 
 
 class AgentRunStream:
-    """The events of one run as an iterator; see :meth:`Agent.stream`."""
+    """The events of one run as an iterator; see :meth:`Agent.stream`.
 
-    def __init__(self, agent: Agent, start: Callable[[], Run]) -> None:
+    ``for event in stream`` iterates a generator that closes the stream when the loop is left
+    in any way (``break`` included), so leaving early aborts the run and waits for it, with no
+    reliance on this object being garbage collected.
+    """
+
+    def __init__(self, agent: Agent, launch: Callable[[Callable[[Run], None]], Run]) -> None:
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._finished = False
+        self._run: Run | None = None
         self._unsubscribe = agent.subscribe(self._events.put)
         try:
-            self._run = start()
+            launch(self._bind)
         except BaseException:
+            if self._run is not None and not self._run.done():
+                self.close()  # interrupted after the run started: abort it and wait
+            self._finished = True
             self._unsubscribe()
             raise
+
+    def _bind(self, run: Run) -> None:
+        self._run = run
         events = self._events  # no reference back to self: dropping the stream must free it
-        self._run.add_done_callback(lambda _run: events.put(_STREAM_END))
-        self._finished = False
+        run.add_done_callback(lambda _run: events.put(_STREAM_END))
 
     @property
     def run(self) -> Run:
         """The run whose events this yields."""
+        assert self._run is not None
         return self._run
 
     def __iter__(self) -> Iterator[AgentEvent]:
-        return self
+        try:
+            while not self._finished:
+                item = self._next_item()
+                if item is _STREAM_END:
+                    self._finish()
+                    return
+                yield cast(AgentEvent, item)
+        finally:
+            self.close()  # left early (break, an exception) or finished: either way, ended
 
     def __next__(self) -> AgentEvent:
         if self._finished:
             raise StopIteration
-        try:
-            item = self._events.get()
-        except BaseException:
-            self.close()
-            raise
+        item = self._next_item()
         if item is _STREAM_END:
             self._finish()
             raise StopIteration
-        return item
+        return cast(AgentEvent, item)
+
+    def _next_item(self) -> Any:
+        try:
+            return self._events.get()
+        except BaseException:
+            self.close()
+            raise
 
     def result(self) -> list[Any]:
         """The run's new messages (waits for the run)."""
-        return self._run.result()
+        return self.run.result()
 
     def close(self) -> None:
         """Abort the run if it is still going and wait for it to end."""
         if self._finished:
             return
-        self._run.abort()
-        _wait_through_interrupts(self._run)
+        self.run.abort()
+        _wait_through_interrupts(self.run)
         self._finish()
 
     def _finish(self) -> None:
         self._finished = True
         self._unsubscribe()
-        self._run.wait()
+        self.run.wait()
 
     def __enter__(self) -> AgentRunStream:
         return self
@@ -743,9 +857,11 @@ class AgentRunStream:
         self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_finished", True):
+        # A last resort for a stream dropped without being iterated to its end or closed.
+        if getattr(self, "_finished", True) or getattr(self, "_run", None) is None:
             return
-        if self._run._thread is threading.current_thread():
-            self._run.abort()
+        run = self.run
+        if run._thread is threading.current_thread():
+            run.abort()
         else:
             self.close()

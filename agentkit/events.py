@@ -8,14 +8,11 @@ snapshot. :func:`event_to_dict` turns any event into JSON-ready data (for logs a
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from .types import AssistantMessage, ToolCall, ToolResultMessage
-
-if TYPE_CHECKING:
-    from .tools import AgentToolResult
+from .types import AgentToolResult, AssistantMessage, ToolCall, ToolResultMessage
 
 # --- provider stream events -------------------------------------------------------------------
 

@@ -6,13 +6,18 @@ A hook may return one of these objects or a plain dict with the same keys (or ``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from .types import AssistantMessage, Model, ThinkingLevel, ToolCall, ToolResultMessage, Usage
-
-if TYPE_CHECKING:
-    from .loop import AgentContext
-    from .tools import AgentToolResult
+from .types import (
+    AgentContext,
+    AgentToolResult,
+    AssistantMessage,
+    Model,
+    ThinkingLevel,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+)
 
 
 @dataclass

@@ -13,9 +13,8 @@ import importlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,9 +48,12 @@ from .hooks import (
     TurnUpdate,
     coerce_hook_result,
 )
-from .tools import AgentTool, AgentToolResult, error_result, validate_tool_arguments
+from .tools import error_result, validate_tool_arguments
 from .transcript import declare_tool_changes
 from .types import (
+    AgentContext,
+    AgentTool,
+    AgentToolResult,
     AssistantMessage,
     Context,
     Model,
@@ -59,8 +61,26 @@ from .types import (
     ThinkingLevel,
     ToolCall,
     ToolResultMessage,
+    clean_message,
     role_of,
+    to_serialisable,
 )
+
+__all__ = [
+    "AgentContext",
+    "AgentLoopConfig",
+    "Emit",
+    "StreamFn",
+    "agent_loop",
+    "agent_loop_continue",
+    "check_can_continue",
+    "default_convert_to_llm",
+    "get_default_stream_fn",
+    "run_agent_loop",
+    "run_agent_loop_continue",
+    "run_tool_call",
+    "set_default_stream_fn",
+]
 
 Emit = Callable[[AgentEvent], None]
 StreamFn = Callable[[Model, Context, Any], AssistantMessageEventStream]
@@ -80,20 +100,16 @@ def default_convert_to_llm(messages: list[Any]) -> list[Any]:
 
 
 @dataclass
-class AgentContext:
-    """What the loop works on: the transcript and the executable tools."""
-
-    messages: list[Any] = field(default_factory=list)
-    tools: list[AgentTool] = field(default_factory=list)
-
-
-@dataclass
 class AgentLoopConfig:
-    """Every hook and option of a run (SPEC 2.7); all of it is also passed to ``stream_fn``.
+    """Every hook and option of a run (SPEC 2.7), each defined here once.
 
     Hooks run on the loop's thread; a hook that raises fails the run, except the tool hooks,
     whose failures become error tool results. ``tool_abort_grace`` is how long (seconds) an
-    aborted batch waits for tools that ignore the signal before giving up on them.
+    aborted run waits for a stream or tools that ignore the signal before giving up on them.
+    ``stream_options`` holds the request options (session id, token limit, headers, ...);
+    each request gets a copy of it with that request's ``api_key``, ``signal`` and
+    ``reasoning``, and nothing else from this config: hooks never reach a provider.
+    ``api_key`` falls back to ``stream_options.api_key`` when ``get_api_key`` gives none.
     """
 
     model: Model
@@ -118,18 +134,8 @@ class AgentLoopConfig:
     tool_execution: Literal["parallel", "sequential"] = "parallel"
     max_tool_workers: int = 32
     tool_abort_grace: float = 2.0
-    api_key: str | None = None
     reasoning: ThinkingLevel | None = None
-    session_id: str | None = None
-    thinking_budgets: dict[str, int] | None = None
-    max_retry_delay_ms: int | None = None
-    max_retries: int | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    headers: dict[str, str] | None = None
-    timeout: float | tuple[float, float] | None = None
-    on_payload: Callable[..., Any] | None = None
-    transport: str = "auto"
+    stream_options: StreamOptions = field(default_factory=StreamOptions)
 
 
 # --- the default stream function --------------------------------------------------------------
@@ -181,7 +187,9 @@ def run_agent_loop(
     """
     stream_fn = stream_fn or get_default_stream_fn()
     signal = signal or AbortController().signal
-    initial = declare_tool_changes(context.messages, context.tools, list(prompts))
+    initial = declare_tool_changes(
+        context.messages, context.tools, [clean_message(p) for p in prompts]
+    )
     new_messages = list(initial)
     current = AgentContext(messages=[*context.messages, *initial], tools=list(context.tools))
     emit(AgentStartEvent())
@@ -327,7 +335,9 @@ def _run_loop(
                     pending = _poll(config.get_steering_messages)
                 emit(TurnStartEvent())
             incoming = declare_tool_changes(
-                state.context.messages, state.context.tools, prepared + pending
+                state.context.messages,
+                state.context.tools,
+                [clean_message(m) for m in prepared + pending],
             )
             for message in incoming:
                 emit(MessageStartEvent(message))
@@ -403,13 +413,43 @@ def _poll(getter: Callable[[], list[Any]] | None) -> list[Any]:
 # --- one model request ------------------------------------------------------------------------
 
 
-def _stream_options(state: _LoopState, api_key: str | None) -> StreamOptions:
-    values = {f.name: getattr(state.config, f.name) for f in dataclasses.fields(state.config)}
-    values.pop("model")
-    values = {k: v for k, v in values.items() if v is not None}
-    values["api_key"] = api_key
-    values["signal"] = state.signal
-    return StreamOptions.model_validate(values)
+def _request_options(state: _LoopState, api_key: str | None) -> StreamOptions:
+    """This request's options: the config's ``stream_options`` plus key, signal and reasoning."""
+    options = state.config.stream_options
+    return options.model_copy(
+        update={
+            "api_key": api_key or options.api_key,
+            "signal": state.signal,
+            "reasoning": state.config.reasoning,
+        }
+    )
+
+
+def _wait_or_give_up(
+    get: Callable[[float | None], Any], signal: AbortSignal, wake: Callable[[], None], grace: float
+) -> Generator[Any, None, None]:
+    """Yield what ``get(timeout)`` returns until the caller stops, or until ``grace`` seconds
+    after an abort (then the iteration ends: the caller gives up on what it waited for).
+
+    ``get`` raises ``queue.Empty`` on timeout and returns ``WAKE`` when ``wake`` was called;
+    ``wake`` runs when the signal aborts. The stream wait and the tool batch wait both use it.
+    """
+    remove_wake = signal.add_callback(wake)
+    deadline: float | None = None
+    try:
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                item = get(timeout)
+            except queue.Empty:
+                return
+            if item is WAKE:
+                if deadline is None:
+                    deadline = time.monotonic() + grace
+                continue
+            yield item
+    finally:
+        remove_wake()
 
 
 def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
@@ -426,51 +466,49 @@ def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
     api_key = None
     if config.get_api_key is not None:
         api_key = config.get_api_key(config.model.provider)
-    api_key = api_key or config.api_key
     response = state.stream_fn(
-        config.model, Context(messages=list(llm_messages)), _stream_options(state, api_key)
+        config.model, Context(messages=list(llm_messages)), _request_options(state, api_key)
     )
 
     context_messages = state.context.messages
     partial: AssistantMessage | None = None
-    remove_wake = signal.add_callback(response.wake)
-    deadline: float | None = None
+    final: AssistantMessage | None = None
+    events = _wait_or_give_up(response.get, signal, response.wake, config.tool_abort_grace)
     try:
-        while True:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                event = response.get(timeout)
-            except queue.Empty:
-                final = _aborted_message(partial, config.model)
-                break
-            if event is WAKE:
-                deadline = time.monotonic() + config.tool_abort_grace
-                continue
+        for event in events:
             if event is None:
                 final = response.result()  # raises: the stream ended without done or error
                 break
             if isinstance(event, StartEvent):
                 partial = event.partial
                 context_messages.append(partial)
-                state.emit(MessageStartEvent(partial.model_copy()))
+                state.emit(MessageStartEvent(_snapshot(partial)))
             elif isinstance(event, (DoneEvent, ErrorEvent)):
                 final = response.result()
                 break
             elif partial is not None:
-                partial = event.partial  # type: ignore[union-attr]
+                partial = event.partial
                 context_messages[-1] = partial
-                state.emit(MessageUpdateEvent(partial.model_copy(), event))  # type: ignore[arg-type]
+                state.emit(MessageUpdateEvent(_snapshot(partial), event))
     finally:
-        remove_wake()
+        events.close()
+    if final is None:  # the stream ignored the abort for the whole grace period
+        final = _aborted_message(partial, config.model)
 
     final.thinking_level = config.reasoning or "off"
     if partial is not None:
         context_messages[-1] = final
     else:
         context_messages.append(final)
-        state.emit(MessageStartEvent(final.model_copy()))
+        state.emit(MessageStartEvent(_snapshot(final)))
     state.emit(MessageEndEvent(final))
     return final
+
+
+def _snapshot(message: AssistantMessage) -> AssistantMessage:
+    """A shallow copy of a streaming message with its own content list (SPEC 3.2), so that a
+    listener never sees the provider's later appends to the message it was given."""
+    return message.model_copy(update={"content": list(message.content)})
 
 
 def _aborted_message(partial: AssistantMessage | None, model: Model) -> AssistantMessage:
@@ -486,6 +524,11 @@ def _aborted_message(partial: AssistantMessage | None, model: Model) -> Assistan
 
 
 # --- tools ------------------------------------------------------------------------------------
+#
+# One path runs every tool call: preflight on the loop's thread, execution on a short-lived
+# pool, completion (``after_tool_call`` and the end event) back on the loop's thread. A batch in
+# parallel mode is one group; sequential mode is a group of one per call; ``run_tool_call`` is a
+# group of one without events.
 
 
 @dataclass
@@ -504,6 +547,8 @@ def _find_tool(tools: Sequence[AgentTool], name: str) -> AgentTool | None:
 
 def _error_text(exc: BaseException) -> str:
     text = str(exc)
+    if not isinstance(exc, Exception):  # SystemExit(2) says "2": name what stopped the tool
+        return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return text if text else type(exc).__name__
 
 
@@ -552,7 +597,11 @@ def _prepare_tool_call(
 def _execute(
     prepared: _Prepared, signal: AbortSignal, on_update: Callable[[Any], None]
 ) -> tuple[AgentToolResult, bool, float]:
-    """Run a prepared call; a raise or a non-result becomes an error result."""
+    """Run a prepared call; whatever it raises, or a non-result, becomes an error result.
+
+    ``BaseException`` is caught too: a ``SystemExit`` from argparse, a ``GeneratorExit`` or an
+    async tool's ``CancelledError`` ends this call, never the pool thread's report.
+    """
     started = time.monotonic()
     try:
         value = prepared.tool.execute(prepared.tool_call.id, prepared.args, signal, on_update)
@@ -563,7 +612,7 @@ def _execute(
                 f"Tool {prepared.tool.name} returned {type(value).__name__}, not an AgentToolResult"
             )
         result, is_error = value, value.is_error
-    except Exception as exc:
+    except BaseException as exc:  # noqa: BLE001 - reported as the call's result, see above
         result, is_error = error_result(_error_text(exc)), True
     return result, is_error, (time.monotonic() - started) * 1000
 
@@ -578,7 +627,11 @@ def _finalize(
     signal: AbortSignal,
     after_tool_call: Any,
 ) -> ToolCallOutcome:
-    """Apply ``after_tool_call``'s field-level replacements (or its failure) to a result."""
+    """Apply ``after_tool_call``'s field-level replacements (or its failure) to a result.
+
+    The final ``details`` and ``structured_content`` are stored as plain JSON data, so every
+    event and message holding them serialises (a tool may return any object).
+    """
     if after_tool_call is not None:
         ctx = AfterToolCallContext(
             assistant_message, prepared.tool_call, prepared.args, result, is_error, context
@@ -602,7 +655,119 @@ def _finalize(
             result = AgentToolResult.model_validate({**dict(result), **updates})
             if change.is_error is not None:
                 is_error = change.is_error
-    return ToolCallOutcome(prepared.tool_call, result, is_error, duration_ms)
+    return ToolCallOutcome(prepared.tool_call, _serialisable(result), is_error, duration_ms)
+
+
+def _serialisable(result: AgentToolResult) -> AgentToolResult:
+    """``result`` with JSON-safe details, structured content and text (see ``to_serialisable``)."""
+    content = [clean_message(block) for block in result.content]
+    details = to_serialisable(result.details)
+    structured = to_serialisable(result.structured_content)
+    if (
+        details == result.details
+        and structured == result.structured_content
+        and all(a is b for a, b in zip(content, result.content, strict=True))
+        and type(result.details) is type(details)
+    ):
+        return result
+    return result.model_copy(
+        update={"content": content, "details": details, "structured_content": structured}
+    )
+
+
+class _Update:
+    __slots__ = ("index", "partial")
+
+    def __init__(self, index: int, partial: Any) -> None:
+        self.index, self.partial = index, partial
+
+
+class _Finished:
+    __slots__ = ("index", "result", "is_error", "duration_ms")
+
+    def __init__(
+        self, index: int, result: AgentToolResult, is_error: bool, duration: float | None
+    ) -> None:
+        self.index, self.result, self.is_error, self.duration_ms = index, result, is_error, duration
+
+
+def _run_prepared(
+    batch: list[_Prepared],
+    *,
+    assistant_message: AssistantMessage,
+    context: AgentContext,
+    signal: AbortSignal,
+    after_tool_call: Any,
+    max_workers: int,
+    grace: float,
+    on_update: Callable[[_Prepared, Any], None],
+    on_end: Callable[[ToolCallOutcome], None],
+) -> list[ToolCallOutcome]:
+    """Execute prepared calls at once on a pool while this thread reports their progress.
+
+    Tool threads only put updates and completions on ``inbox``; this thread takes them off in
+    order, drops the updates of calls that already finished (late updates, SPEC 2.4), runs
+    ``after_tool_call`` and calls ``on_end`` as each call completes. After an abort, tools that
+    ignore the signal get ``grace`` seconds, then an "Operation aborted" result while their
+    threads are left to finish on their own.
+    """
+    inbox: queue.SimpleQueue[_Update | _Finished | object] = queue.SimpleQueue()
+
+    def work(index: int) -> None:
+        result, is_error, duration = error_result(ABORTED_TEXT), True, None
+        try:
+            if not signal.aborted:  # a call that never executed has no duration
+                result, is_error, duration = _execute(
+                    batch[index], signal, lambda partial: inbox.put(_Update(index, partial))
+                )
+        finally:  # every call reports that it finished, whatever happened on its thread
+            inbox.put(_Finished(index, result, is_error, duration))
+
+    outcomes: list[ToolCallOutcome | None] = [None] * len(batch)
+    pool = ThreadPoolExecutor(
+        max_workers=max(1, min(len(batch), max_workers)), thread_name_prefix="agentkit-tool"
+    )
+    finished_all = False
+    try:
+        for index in range(len(batch)):
+            pool.submit(work, index)
+        remaining = len(batch)
+        items = _wait_or_give_up(lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace)
+        try:
+            for item in items:
+                if isinstance(item, _Update):
+                    if outcomes[item.index] is None:
+                        on_update(batch[item.index], item.partial)
+                elif isinstance(item, _Finished):
+                    outcome = _finalize(
+                        batch[item.index],
+                        item.result,
+                        item.is_error,
+                        item.duration_ms,
+                        assistant_message,
+                        context,
+                        signal,
+                        after_tool_call,
+                    )
+                    outcomes[item.index] = outcome
+                    on_end(outcome)
+                    remaining -= 1
+                    if not remaining:
+                        break
+        finally:
+            items.close()
+        for index, prepared in enumerate(batch):
+            if outcomes[index] is None:  # given up after the grace period
+                text = f"{ABORTED_TEXT}: tool {prepared.tool.name} did not stop within {grace:g} s"
+                outcome = ToolCallOutcome(prepared.tool_call, error_result(text), True, None)
+                outcomes[index] = outcome
+                on_end(outcome)
+        finished_all = not remaining
+    finally:
+        # Wait for the pool only when every call finished; a tool that ignored the abort, or a
+        # run failing mid-batch (an ``on_end`` listener raised), must not hang on a tool.
+        pool.shutdown(wait=finished_all, cancel_futures=True)
+    return [o for o in outcomes if o is not None]
 
 
 def run_tool_call(
@@ -616,9 +781,10 @@ def run_tool_call(
     before_tool_call: Any = None,
     after_tool_call: Any = None,
 ) -> ToolCallOutcome:
-    """Preflight, execute and finalise one call on this thread, without events or messages.
+    """Preflight, execute and finalise one call, without events or messages.
 
-    It never raises for a tool failure: the failure is in the outcome.
+    ``on_update`` is called on this thread. It never raises for a tool failure: the failure is
+    in the outcome.
     """
     signal = signal or AbortController().signal
     prepared = _prepare_tool_call(
@@ -626,17 +792,17 @@ def run_tool_call(
     )
     if isinstance(prepared, ToolCallOutcome):
         return prepared
-    settled = threading.Event()
-
-    def guarded_update(partial: Any) -> None:
-        if on_update is not None and not settled.is_set():
-            on_update(partial)
-
-    result, is_error, duration = _execute(prepared, signal, guarded_update)
-    settled.set()
-    return _finalize(
-        prepared, result, is_error, duration, assistant_message, context, signal, after_tool_call
-    )
+    return _run_prepared(
+        [prepared],
+        assistant_message=assistant_message,
+        context=context,
+        signal=signal,
+        after_tool_call=after_tool_call,
+        max_workers=1,
+        grace=AgentLoopConfig.tool_abort_grace,
+        on_update=lambda _call, partial: on_update(partial) if on_update is not None else None,
+        on_end=lambda _outcome: None,
+    )[0]
 
 
 def _result_message(outcome: ToolCallOutcome) -> ToolResultMessage:
@@ -685,173 +851,57 @@ def _fail_truncated(calls: list[ToolCall], emit: Emit) -> list[ToolResultMessage
 def _execute_tool_calls(
     state: _LoopState, message: AssistantMessage, calls: list[ToolCall]
 ) -> tuple[list[ToolResultMessage], bool]:
-    """Run one batch, parallel or sequential (SPEC 4.5); return its results and terminate."""
+    """Run one batch (SPEC 4.5): one group in parallel mode, a group per call in sequential
+    mode; return its result messages and whether every result asked to terminate."""
     tools = state.context.tools
     sequential = state.config.tool_execution == "sequential" or any(
         (t := _find_tool(tools, c.name)) is not None and t.execution_mode == "sequential"
         for c in calls
     )
+    groups = [[call] for call in calls] if sequential else [calls]
     outcomes: list[ToolCallOutcome] = []
     messages: list[ToolResultMessage] = []
-    if sequential:
-        for call in calls:
-            state.emit(ToolExecutionStartEvent(call.id, call.name, call.arguments))
-            outcome = _preflight(state, message, call)
-            if isinstance(outcome, _Prepared):
-                outcome = _run_batch(state, message, [outcome])[0]
-            else:
-                _emit_end(state.emit, outcome)
+    for group in groups:
+        for outcome in _run_group(state, message, group):
             outcomes.append(outcome)
             messages.append(_emit_result_message(state.emit, outcome))
-    else:
-        slots: list[ToolCallOutcome | None] = []
-        deferred: list[tuple[int, _Prepared]] = []
-        for index, call in enumerate(calls):
-            state.emit(ToolExecutionStartEvent(call.id, call.name, call.arguments))
-            prepared = _preflight(state, message, call)
-            if isinstance(prepared, _Prepared):
-                deferred.append((index, prepared))
-                slots.append(None)
-            else:
-                _emit_end(state.emit, prepared)
-                slots.append(prepared)
-        if deferred:
-            finished = _run_batch(state, message, [p for _, p in deferred])
-            for (index, _), outcome in zip(deferred, finished, strict=False):
-                slots[index] = outcome
-        for slot in slots:
-            assert slot is not None
-            outcomes.append(slot)
-            messages.append(_emit_result_message(state.emit, slot))
     terminate = bool(outcomes) and all(o.result.terminate for o in outcomes)
     return messages, terminate
 
 
-def _preflight(
-    state: _LoopState, message: AssistantMessage, call: ToolCall
-) -> _Prepared | ToolCallOutcome:
-    return _prepare_tool_call(
-        call,
-        state.context.tools,
-        message,
-        state.context,
-        state.signal,
-        state.config.before_tool_call,
-    )
-
-
-class _Update:
-    __slots__ = ("index", "partial")
-
-    def __init__(self, index: int, partial: Any) -> None:
-        self.index, self.partial = index, partial
-
-
-class _Finished:
-    __slots__ = ("index", "result", "is_error", "duration_ms")
-
-    def __init__(
-        self, index: int, result: AgentToolResult, is_error: bool, duration: float | None
-    ) -> None:
-        self.index, self.result, self.is_error, self.duration_ms = index, result, is_error, duration
-
-
-def _run_batch(
-    state: _LoopState, message: AssistantMessage, batch: list[_Prepared]
+def _run_group(
+    state: _LoopState, message: AssistantMessage, calls: list[ToolCall]
 ) -> list[ToolCallOutcome]:
-    """Execute prepared calls at once on a pool while this thread emits their progress.
+    """Start and preflight each call, execute the prepared ones together; outcomes in order."""
+    emit, config = state.emit, state.config
+    slots: list[ToolCallOutcome | _Prepared] = []
+    for call in calls:
+        emit(ToolExecutionStartEvent(call.id, call.name, call.arguments))
+        prepared = _prepare_tool_call(
+            call, state.context.tools, message, state.context, state.signal, config.before_tool_call
+        )
+        if isinstance(prepared, ToolCallOutcome):
+            _emit_end(emit, prepared)
+        slots.append(prepared)
+    batch = [slot for slot in slots if isinstance(slot, _Prepared)]
+    if not batch:
+        return [slot for slot in slots if isinstance(slot, ToolCallOutcome)]
 
-    Tool threads only put updates and completions on ``inbox``; this (the loop's) thread takes
-    them off in order, runs ``after_tool_call`` and emits each ``tool_execution_end`` as its call
-    completes. On abort, tools that ignore the signal get ``tool_abort_grace`` seconds, then an
-    "Operation aborted" result while their threads are left to finish on their own.
-    """
-    emit, signal, config = state.emit, state.signal, state.config
-    inbox: queue.SimpleQueue[_Update | _Finished | object] = queue.SimpleQueue()
-    # Per call: guards the hand-over between late on_update calls and completion.
-    locks = [threading.Lock() for _ in batch]
-    settled = [False] * len(batch)
+    def on_update(prepared: _Prepared, partial: Any) -> None:
+        call = prepared.tool_call
+        emit(ToolExecutionUpdateEvent(call.id, call.name, call.arguments, partial))
 
-    def make_on_update(index: int) -> Callable[[Any], None]:
-        def on_update(partial: Any) -> None:
-            with locks[index]:
-                if not settled[index]:
-                    inbox.put(_Update(index, partial))
-
-        return on_update
-
-    def work(index: int) -> None:
-        prepared = batch[index]
-        duration: float | None = None  # the call never executed when the run is aborted
-        if signal.aborted:
-            result, is_error = error_result(ABORTED_TEXT), True
-        else:
-            result, is_error, duration = _execute(prepared, signal, make_on_update(index))
-        with locks[index]:
-            settled[index] = True
-            inbox.put(_Finished(index, result, is_error, duration))
-
-    outcomes: list[ToolCallOutcome | None] = [None] * len(batch)
-    pool = ThreadPoolExecutor(
-        max_workers=max(1, min(len(batch), config.max_tool_workers)),
-        thread_name_prefix="agentkit-tool",
+    finished = iter(
+        _run_prepared(
+            batch,
+            assistant_message=message,
+            context=state.context,
+            signal=state.signal,
+            after_tool_call=config.after_tool_call,
+            max_workers=config.max_tool_workers,
+            grace=config.tool_abort_grace,
+            on_update=on_update,
+            on_end=lambda outcome: _emit_end(emit, outcome),
+        )
     )
-    remove_wake = signal.add_callback(lambda: inbox.put(WAKE))
-    futures = []
-    abandoned = False
-    try:
-        for index in range(len(batch)):
-            futures.append(pool.submit(work, index))
-        remaining = len(batch)
-        deadline: float | None = None
-        while remaining:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                item = inbox.get(timeout=timeout)
-            except queue.Empty:
-                abandoned = True
-                break
-            if item is WAKE:
-                deadline = time.monotonic() + config.tool_abort_grace
-            elif isinstance(item, _Update):
-                call = batch[item.index].tool_call
-                emit(ToolExecutionUpdateEvent(call.id, call.name, call.arguments, item.partial))
-            elif isinstance(item, _Finished):
-                remaining -= 1
-                outcome = _finalize(
-                    batch[item.index],
-                    item.result,
-                    item.is_error,
-                    item.duration_ms,
-                    message,
-                    state.context,
-                    signal,
-                    config.after_tool_call,
-                )
-                outcomes[item.index] = outcome
-                _emit_end(emit, outcome)
-        for index, prepared in enumerate(batch):
-            if outcomes[index] is None:  # abandoned after the grace period
-                with locks[index]:
-                    settled[index] = True
-                text = (
-                    f"{ABORTED_TEXT}: tool {prepared.tool.name} did not stop within "
-                    f"{config.tool_abort_grace:g} s"
-                )
-                outcome = ToolCallOutcome(prepared.tool_call, error_result(text), True, None)
-                outcomes[index] = outcome
-                _emit_end(emit, outcome)
-    finally:
-        remove_wake()
-        if abandoned:
-            pool.shutdown(wait=False, cancel_futures=True)
-        elif any(o is None for o in outcomes):
-            # An emit raised mid-batch and the run is failing: give running tools the grace
-            # period to finish, but never hang the failure on them.
-            for future in futures:
-                future.cancel()
-            wait_futures(futures, timeout=config.tool_abort_grace)
-            pool.shutdown(wait=False, cancel_futures=True)
-        else:
-            pool.shutdown(wait=True)
-    return [o for o in outcomes if o is not None]
+    return [next(finished) if isinstance(slot, _Prepared) else slot for slot in slots]

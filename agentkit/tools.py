@@ -14,93 +14,44 @@ import inspect
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal, get_type_hints, overload
+from typing import Any, get_type_hints, overload
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 
 from .abort import AbortSignal
 from .errors import ToolArgumentsError
-from .types import ImageContent, TextContent, Tool, ToolCall, Usage
+from .types import (
+    AgentTool,
+    AgentToolResult,
+    ExecutionMode,
+    ImageContent,
+    OnUpdate,
+    TextContent,
+    Tool,
+    ToolCall,
+    ToolExecute,
+    to_tool_declaration,
+)
 
-ExecutionMode = Literal["sequential", "parallel"]
-OnUpdate = Callable[[Any], None]
-"""Reports a tool's partial result; it becomes a ``tool_execution_update`` event."""
-
-
-class AgentToolResult(BaseModel):
-    """What a tool returns: content for the model, ``details`` for the application.
-
-    ``is_error`` marks a failure the model should see; ``terminate`` asks the loop not to make
-    the automatic follow-up request (it only does so when every result of the batch asks).
-    A plain string is accepted for ``content``.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    content: list[TextContent | ImageContent] = Field(default_factory=list)
-    details: Any = None
-    structured_content: Any = None
-    usage: Usage | None = None
-    is_error: bool = False
-    terminate: bool = False
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _text_from_str(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [TextContent(text=value)]
-        return value
-
-    @property
-    def text(self) -> str:
-        """The text of every text block, joined by newlines."""
-        return "\n".join(c.text for c in self.content if isinstance(c, TextContent))
-
+__all__ = [
+    "AgentTool",
+    "AgentToolResult",
+    "ExecutionMode",
+    "OnUpdate",
+    "ToolExecute",
+    "error_result",
+    "to_tool_declaration",
+    "to_tool_result",
+    "tool",
+    "validate_tool_arguments",
+]
 
 def error_result(message: str, *, terminate: bool = False) -> AgentToolResult:
     """The reference's error result: the message as text, empty details, ``is_error`` set."""
     return AgentToolResult(
         content=[TextContent(text=message)], details={}, is_error=True, terminate=terminate
-    )
-
-
-ToolExecute = Callable[[str, dict[str, Any], AbortSignal, OnUpdate], AgentToolResult]
-"""``execute(tool_call_id, params, signal, on_update) -> AgentToolResult``."""
-
-
-@dataclass
-class AgentTool:
-    """A tool the agent can run: its declaration for the model plus the code that executes it.
-
-    ``execute(tool_call_id, params, signal, on_update)`` runs on a pool thread; it should watch
-    ``signal`` (``signal.wait(t)`` instead of ``time.sleep(t)``) and report a failure by raising
-    or by returning ``is_error=True``. ``execution_mode="sequential"`` makes any batch containing
-    this tool run one call at a time. ``prepare_arguments(raw)`` may reshape raw arguments
-    before they are validated.
-    """
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    execute: ToolExecute
-    label: str | None = None
-    execution_mode: ExecutionMode | None = None
-    prepare_arguments: Callable[[Any], Any] | None = None
-
-    def declaration(self) -> Tool:
-        """The tool as the model sees it: name, description and a deep copy of the schema."""
-        return to_tool_declaration(self)
-
-
-def to_tool_declaration(tool: AgentTool | Tool) -> Tool:
-    """The declaration of ``tool``: name, description and a JSON copy of its parameters."""
-    return Tool(
-        name=tool.name,
-        description=tool.description,
-        parameters=json.loads(json.dumps(tool.parameters)),
     )
 
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .types import SystemMessage, TextContent, Tool, ToolRef, now_ms, role_of
+from .types import SystemMessage, TextContent, Tool, ToolRef, now_ms, role_of, to_tool_declaration
 
 
 def as_system_message(message: Any) -> SystemMessage:
@@ -112,8 +112,6 @@ def declare_tool_changes(
     the declared set is the replay of ``context_messages`` followed by ``pending``. The
     executable set always wins over ``tools_added`` a caller put in a pending system message.
     """
-    from .tools import to_tool_declaration
-
     last_system = None
     for index in range(len(pending) - 1, -1, -1):
         if role_of(pending[index]) == "system":

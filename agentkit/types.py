@@ -7,10 +7,17 @@ streams, and the loop stamps ``thinking_level`` on the final one.
 
 from __future__ import annotations
 
+import json
+import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import to_jsonable_python
+
+from .abort import AbortSignal
 
 StopReason = Literal["stop", "length", "tool_use", "error", "aborted"]
 """Why an assistant message ended. The loop only looks at ``error``, ``aborted`` and ``length``."""
@@ -283,3 +290,140 @@ def as_stream_options(options: StreamOptions | dict[str, Any] | None) -> StreamO
     if isinstance(options, StreamOptions):
         return options
     return StreamOptions.model_validate(options)
+
+
+# --- serialisable data ------------------------------------------------------------------------
+
+
+def _clean_str(text: str) -> str:
+    """``text`` with lone surrogates (which no UTF-8 encoder accepts) replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def to_serialisable(value: Any) -> Any:
+    """``value`` as plain JSON data that every encoder accepts: the form data enters in.
+
+    Objects JSON cannot hold become their ``repr``; non-finite floats (``1e400`` is ``inf``)
+    become ``None``; lone surrogates become U+FFFD. Used where tool results and prompts enter
+    the transcript, so one bad value cannot poison every later request.
+    """
+    return _clean_json(to_jsonable_python(value, fallback=repr, serialize_unknown=True), True)
+
+
+def _clean_json(value: Any, floats: bool) -> Any:
+    """``value`` with lone surrogates (and, if ``floats``, non-finite floats) replaced; the
+    very same object when nothing needed replacing."""
+    if isinstance(value, str):
+        return _clean_str(value)
+    if isinstance(value, float):
+        return value if not floats or math.isfinite(value) else None
+    if isinstance(value, dict):
+        items = [(_clean_json(k, floats), _clean_json(v, floats)) for k, v in value.items()]
+        if all(a is k and b is v for (a, b), (k, v) in zip(items, value.items(), strict=True)):
+            return value
+        return dict(items)
+    if isinstance(value, list):
+        cleaned = [_clean_json(v, floats) for v in value]
+        if all(a is b for a, b in zip(cleaned, value, strict=True)):
+            return value
+        return cleaned
+    return value
+
+
+def clean_message(message: Any) -> Any:
+    """``message`` with lone surrogates in its strings replaced by U+FFFD (a copy only when one
+    was found), so that its text encodes as UTF-8 in every later request.
+
+    Application messages (any object with a ``role`` that is not a pydantic model) pass through.
+    """
+    if not isinstance(message, BaseModel):
+        return message
+    dumped = message.model_dump(mode="python")
+    cleaned = _clean_json(dumped, False)
+    return message if cleaned is dumped else type(message).model_validate(cleaned)
+
+
+# --- tools: the data the loop and hooks share ---------------------------------------------------
+
+ExecutionMode = Literal["sequential", "parallel"]
+OnUpdate = Callable[[Any], None]
+"""Reports a tool's partial result; it becomes a ``tool_execution_update`` event."""
+
+
+class AgentToolResult(BaseModel):
+    """What a tool returns: content for the model, ``details`` for the application.
+
+    ``is_error`` marks a failure the model should see; ``terminate`` asks the loop not to make
+    the automatic follow-up request (it only does so when every result of the batch asks).
+    A plain string is accepted for ``content``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    content: list[TextContent | ImageContent] = Field(default_factory=list)
+    details: Any = None
+    structured_content: Any = None
+    usage: Usage | None = None
+    is_error: bool = False
+    terminate: bool = False
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_from_str(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [TextContent(text=value)]
+        return value
+
+    @property
+    def text(self) -> str:
+        """The text of every text block, joined by newlines."""
+        return "\n".join(c.text for c in self.content if isinstance(c, TextContent))
+
+
+ToolExecute = Callable[[str, dict[str, Any], AbortSignal, OnUpdate], AgentToolResult]
+"""``execute(tool_call_id, params, signal, on_update) -> AgentToolResult``."""
+
+
+@dataclass
+class AgentTool:
+    """A tool the agent can run: its declaration for the model plus the code that executes it.
+
+    ``execute(tool_call_id, params, signal, on_update)`` runs on a pool thread; it should watch
+    ``signal`` (``signal.wait(t)`` instead of ``time.sleep(t)``) and report a failure by raising
+    or by returning ``is_error=True``. ``execution_mode="sequential"`` makes any batch containing
+    this tool run one call at a time. ``prepare_arguments(raw)`` may reshape raw arguments
+    before they are validated.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    execute: ToolExecute
+    label: str | None = None
+    execution_mode: ExecutionMode | None = None
+    prepare_arguments: Callable[[Any], Any] | None = None
+
+    def declaration(self) -> Tool:
+        """The tool as the model sees it: name, description and a deep copy of the schema."""
+        return to_tool_declaration(self)
+
+
+def to_tool_declaration(tool: AgentTool | Tool) -> Tool:
+    """The declaration of ``tool``: name, description and a JSON copy of its parameters."""
+    return Tool(
+        name=tool.name,
+        description=tool.description,
+        parameters=json.loads(json.dumps(tool.parameters)),
+    )
+
+
+@dataclass
+class AgentContext:
+    """What the loop works on: the transcript and the executable tools."""
+
+    messages: list[Any] = field(default_factory=list)
+    tools: list[AgentTool] = field(default_factory=list)

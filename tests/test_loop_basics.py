@@ -3,6 +3,7 @@ stream options, and how a provider stream becomes message events."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ from agentkit import (
     AssistantMessageEventStream,
     DoneEvent,
     StartEvent,
+    StreamOptions,
     TextContent,
     TextDeltaEvent,
     TextEndEvent,
@@ -21,7 +23,7 @@ from agentkit import (
 )
 from agentkit.testing import ScriptedModel, reply, tool_call
 
-from .conftest import Recorder, make_config, make_tool, roles, run_loop, text_of, user
+from .conftest import WAIT, Recorder, make_config, make_tool, roles, run_loop, text_of, user
 
 
 @dataclass
@@ -177,13 +179,15 @@ def test_b5_empty_api_key_from_hook_falls_back_to_config_api_key() -> None:
         ],
         tools=[make_tool("echo")],
         get_api_key=lambda provider: next(keys),
-        api_key="from-config",
+        stream_options=StreamOptions(api_key="from-config"),
     )
 
     assert [r.options.api_key for r in run.requests] == ["from-config", "from-config", "from-hook"]
 
 
-def test_b6_stream_options_carry_config_fields_hooks_and_signal() -> None:
+def test_b6_stream_options_carry_request_options_reasoning_and_signal_but_no_hooks() -> None:
+    # A departure from the reference (issue 8): providers get request options only, so no
+    # provider can reach a hook or drain a queue.
     controller = AbortController()
 
     def before(ctx: Any, signal: Any) -> None:
@@ -195,22 +199,22 @@ def test_b6_stream_options_carry_config_fields_hooks_and_signal() -> None:
     run = run_loop(
         ["ok"],
         reasoning="high",
-        session_id="session-42",
-        transport="sse",
+        stream_options=StreamOptions(session_id="session-42", max_tokens=99),
         tool_execution="sequential",
         before_tool_call=before,
         finish_turn=finish,
+        get_steering_messages=lambda: [],
         signal=controller.signal,
     )
 
     options = run.requests[0].options
+    assert type(options) is StreamOptions
     assert options.reasoning == "high"
-    assert options.session_id == "session-42"
-    assert options.transport == "sse"
-    assert options.tool_execution == "sequential"
-    assert options.before_tool_call is before
-    assert options.finish_turn is finish
+    assert (options.session_id, options.max_tokens) == ("session-42", 99)
     assert options.signal is controller.signal
+    dumped = dict(options)
+    for name in ("tool_execution", "before_tool_call", "finish_turn", "get_steering_messages"):
+        assert name not in dumped
 
 
 def _stream_of(*events: Any) -> Any:
@@ -294,12 +298,42 @@ def test_b8_message_start_is_a_shallow_copy_and_message_end_the_final_object() -
     start = [e for e in rec.of("message_start") if e.message.role == "assistant"][0]
     assert start.message is not partial
     assert start.message == partial
-    assert start.message.content is partial.content  # shallow: the blocks are shared
+    # A shallow copy of the message, with its own content list (the blocks are shared): the
+    # provider's later appends never show up in an event a listener already holds (issue 13).
+    assert start.message.content is not partial.content
+    assert start.message.content[0] is partial.content[0]
     update = rec.of("message_update")[0]
     assert update.message is not partial and update.message == partial
     end = [e for e in rec.of("message_end") if e.message.role == "assistant"][0]
     assert end.message is final
     assert new_messages[-1] is final
+
+
+def test_message_start_does_not_see_blocks_the_provider_appends_later() -> None:
+    partial = AssistantMessage(api="scripted", provider="scripted", model="scripted")
+    final = _assistant("hello")
+    rec = Recorder()
+    started = rec.when(lambda e: e.type == "message_start" and e.message.role == "assistant")
+
+    def stream_fn(model: Any, context: Any, options: Any) -> AssistantMessageEventStream:
+        stream = AssistantMessageEventStream()
+
+        def produce() -> None:
+            stream.push(StartEvent(partial))
+            started.wait(WAIT)  # the loop has emitted message_start for the empty partial
+            partial.content.append(TextContent(text="hello"))
+            stream.push(TextDeltaEvent(0, "hello", partial))
+            stream.push(DoneEvent("stop", final))
+
+        threading.Thread(target=produce, name="test-provider").start()
+        return stream
+
+    run_agent_loop([user("hi")], AgentContext(), make_config(), rec, None, stream_fn)
+
+    start = [e for e in rec.of("message_start") if e.message.role == "assistant"][0]
+    update = rec.of("message_update")[0]
+    assert start.message.content == []
+    assert [c.text for c in update.message.content] == ["hello"]
 
 
 def test_b9_final_message_records_requested_thinking_level() -> None:

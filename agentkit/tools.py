@@ -397,9 +397,7 @@ def _tool_from_function(
         field = Field(default, description=doc) if doc else Field(default)
         fields[pname] = (annotation, field)
     tool_name = name or func.__name__
-    args_model: type[BaseModel] = create_model(
-        f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-    )
+    args_model = _arguments_model(tool_name, func.__name__, fields)
     parameters = _clean_schema(args_model.model_json_schema())
     is_async = inspect.iscoroutinefunction(func)
 
@@ -424,6 +422,27 @@ def _tool_from_function(
         label=label or tool_name,
         execution_mode=execution_mode,
     )
+
+
+def _arguments_model(tool_name: str, func_name: str, fields: dict[str, Any]) -> type[BaseModel]:
+    """The pydantic model validating a ``@tool`` function's arguments.
+
+    Pydantic reserves some names (``model_config``) and silently ignores others (a leading
+    underscore); such a parameter would make every call fail, so it is refused here, by name.
+    """
+    try:
+        model: type[BaseModel] = create_model(
+            f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+        )
+    except Exception as exc:
+        raise TypeError(f"@tool cannot describe the parameters of {func_name}: {exc}") from exc
+    unusable = sorted(set(fields) - set(model.model_fields))
+    if unusable:
+        raise TypeError(
+            f"@tool cannot use the parameter name(s) {', '.join(unusable)} of {func_name}: "
+            "pydantic reserves or ignores them; rename them"
+        )
+    return model
 
 
 def to_tool_result(value: Any) -> AgentToolResult:

@@ -296,11 +296,12 @@ def as_stream_options(options: StreamOptions | dict[str, Any] | None) -> StreamO
 
 
 def _clean_str(text: str) -> str:
-    """``text`` with lone surrogates (which no UTF-8 encoder accepts) replaced by U+FFFD."""
+    """``text`` with lone surrogates (which no UTF-8 encoder accepts) replaced by U+FFFD; a
+    high-low pair of surrogates becomes the character it encodes. The same object if clean."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
 
 

@@ -10,6 +10,9 @@ from agentkit import Agent, AgentTool, AgentToolResult, TextContent
 from agentkit.abort import AbortSignal
 from agentkit.testing import Script, ScriptedModel
 
+WAIT = 5.0
+"""Generous bound (seconds) for every wait on another thread; never reached when things work."""
+
 
 class Recorder:
     """A listener that keeps every event and the thread it arrived on."""

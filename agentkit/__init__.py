@@ -4,6 +4,8 @@ Plain threads, plain blocking calls, plain iterators: ``Agent.prompt()`` works i
 web and task workers, and notebooks alike.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .abort import AbortController, AbortSignal
 from .agent import Agent, AgentRunStream, AgentState, PendingMessageQueue, Run
 from .errors import (
@@ -65,7 +67,6 @@ from .loop import (
     run_tool_call,
     set_default_stream_fn,
 )
-from .providers import get_model, register_model
 from .tools import AgentTool, AgentToolResult, tool, validate_tool_arguments
 from .transcript import (
     get_current_system_message,
@@ -92,6 +93,22 @@ from .types import (
     Usage,
     UserMessage,
 )
+
+if TYPE_CHECKING:
+    from .providers import get_model, register_model
+
+
+def __getattr__(name: str) -> Any:
+    """The catalog's names, imported on first use: the providers (and ``requests``) load only
+    when a program names a model or makes a request, which keeps ``import agentkit`` quick."""
+    if name in ("get_model", "register_model"):
+        from .providers import catalog
+
+        value = getattr(catalog, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'agentkit' has no attribute {name!r}")
+
 
 __all__ = [
     "AbortController",

@@ -8,15 +8,13 @@ check whose failure text (``Validation failed for tool "<name>": ...``) is what 
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import inspect
 import json
 import re
 from collections.abc import Callable
-from typing import Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 
@@ -34,6 +32,9 @@ from .types import (
     ToolExecute,
     to_tool_declaration,
 )
+
+if TYPE_CHECKING:
+    from jsonschema import ValidationError as ValidationErrorType
 
 __all__ = [
     "AgentTool",
@@ -68,8 +69,7 @@ def validate_tool_arguments(tool: AgentTool | Tool, call: ToolCall) -> Any:
     original = call.arguments
     args = _drop_rejected_nulls(copy.deepcopy(original), schema)
     coerced = _coerce(args, schema, schema)
-    validator_cls = jsonschema.validators.validator_for(schema)
-    validator = validator_cls(schema)
+    validator = _validator(schema)
     if not isinstance(coerced, dict):
         # The reference's edge for non-object schemas: never throw, fall back to the original.
         return coerced if validator.is_valid(coerced) else original
@@ -259,10 +259,21 @@ def _is_valid(value: Any, schema: Any, root: dict[str, Any]) -> bool:
     for defs in ("$defs", "definitions"):
         if defs in root and defs not in full:
             full[defs] = root[defs]
-    return bool(jsonschema.validators.validator_for(full)(full).is_valid(value))
+    return bool(_validator(full).is_valid(value))
 
 
-def _error_path(error: jsonschema.ValidationError) -> str:
+def _validator(schema: dict[str, Any]) -> Any:
+    """A JSON Schema validator for ``schema``, of the draft the schema names.
+
+    jsonschema is imported on first use: it costs a noticeable share of ``import agentkit``,
+    and a program that never validates a tool call does not need it.
+    """
+    from jsonschema import validators
+
+    return validators.validator_for(schema)(schema)
+
+
+def _error_path(error: ValidationErrorType) -> str:
     parts = [str(p) for p in error.absolute_path]
     if error.validator == "required":
         match = re.search(r"'(.+?)' is a required property", error.message)
@@ -271,7 +282,7 @@ def _error_path(error: jsonschema.ValidationError) -> str:
     return ".".join(parts) if parts else "root"
 
 
-def _error_message(error: jsonschema.ValidationError) -> str:
+def _error_message(error: ValidationErrorType) -> str:
     """An error message in the reference's (AJV's) words."""
     kind, arg = error.validator, error.validator_value
     if kind == "type":
@@ -411,7 +422,12 @@ def _tool_from_function(
         kwargs = {k: getattr(parsed, k) for k in fields}
         extra = {"signal": signal, "on_update": on_update, "tool_call_id": tool_call_id}
         kwargs.update({k: extra[k] for k in injected})
-        value = asyncio.run(func(**kwargs)) if is_async else func(**kwargs)
+        if is_async:
+            import asyncio  # only async tools need it; each call runs its own event loop
+
+            value = asyncio.run(func(**kwargs))
+        else:
+            value = func(**kwargs)
         return to_tool_result(value)
 
     return AgentTool(

@@ -37,7 +37,7 @@ def now_ms() -> int:
 class _Data(BaseModel):
     """Base for agentkit's data: plain, mutable pydantic models that ignore unknown keys."""
 
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", defer_build=True)
 
 
 # --- content blocks ---------------------------------------------------------------------------
@@ -363,7 +363,7 @@ class AgentToolResult(BaseModel):
     A plain string is accepted for ``content``.
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, defer_build=True)
 
     content: list[TextContent | ImageContent] = Field(default_factory=list)
     details: Any = None

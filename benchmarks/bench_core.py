@@ -4,6 +4,8 @@ abort latency. Run: ``python benchmarks/bench_core.py``. Numbers go to stdout; n
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -176,7 +178,27 @@ def bench_abort_latency() -> None:
           f"{max(samples) * 1000:.2f} ms max (tool blocked in signal.wait)")
 
 
+def bench_import() -> None:
+    """``import agentkit`` against a bare interpreter, each the best of several fresh processes
+    (the best is the least disturbed by other load on the machine)."""
+
+    def best(code: str, runs: int = 7) -> float:
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    bare = best("pass")
+    pydantic_only = best("import pydantic; from pydantic import BaseModel")
+    agentkit = best("import agentkit")
+    print(f"import agentkit:         {(agentkit - bare) * 1000:8.1f} ms above a bare interpreter "
+          f"(pydantic alone: {(pydantic_only - bare) * 1000:.1f} ms; target <= 200 ms)")
+
+
 if __name__ == "__main__":
+    bench_import()
     bench_loop_overhead()
     bench_dispatch()
     bench_parallel_batch()

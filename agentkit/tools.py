@@ -498,104 +498,18 @@ def _clean_schema(schema: Any) -> Any:
     return schema
 
 
-_GOOGLE_HEADERS = ("args:", "arguments:", "parameters:", "params:", "keyword args:")
-_SECTION_HEADERS = (
-    "returns:",
-    "return:",
-    "yields:",
-    "raises:",
-    "examples:",
-    "example:",
-    "notes:",
-    "note:",
-    "see also:",
-    "attributes:",
-    "warnings:",
-    "todo:",
-)
-_NUMPY_SECTIONS = (
-    "parameters",
-    "returns",
-    "yields",
-    "raises",
-    "examples",
-    "notes",
-    "see also",
-    "attributes",
-    "other parameters",
-    "warns",
-    "references",
-)
-
-
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     """Split a docstring into its description and per-parameter descriptions.
 
-    Understands Google (``Args:``), NumPy (``Parameters`` underlined) and reST (``:param x:``)
-    sections; anything else is description.
+    Google (``Args:``), NumPy (``Parameters`` underlined) and reST (``:param x:``) styles are
+    read by ``docstring-parser``; a parameter's wrapped lines are joined by single spaces.
     """
-    lines = doc.expandtabs().splitlines()
-    params: dict[str, str] = {}
-    summary: list[str] = []
-    i = 0
-    current: str | None = None
-    mode: str | None = None  # "google", "numpy", "skip"
-    base_indent = 0
-    while i < len(lines):
-        line = lines[i]
-        stripped = line.strip()
-        lower = stripped.lower()
-        nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
-        indent = len(line) - len(line.lstrip())
-        rest = re.match(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$", stripped)
-        if rest:
-            current, mode = rest.group(1), "rest"
-            params[current] = rest.group(2).strip()
-        elif re.match(r"^:(type|rtype|returns?|raises?|yields?)\b", stripped):
-            current, mode = None, "skip"
-        elif lower in _GOOGLE_HEADERS:
-            current, mode, base_indent = None, "google", indent
-        elif lower in _SECTION_HEADERS:
-            current, mode = None, "skip"
-        elif nxt and set(nxt) == {"-"} and lower in _NUMPY_SECTIONS:
-            mode = "numpy" if lower in ("parameters", "other parameters") else "skip"
-            current, base_indent = None, indent
-            i += 1
-        elif mode == "google" and stripped and indent > base_indent:
-            entry = re.match(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$", stripped)
-            if entry and (current is None or indent <= _indent_of(lines, current, params, i)):
-                current = entry.group(1).lstrip("*")
-                params[current] = entry.group(2).strip()
-            elif current:
-                params[current] = (params[current] + " " + stripped).strip()
-        elif mode == "google" and stripped:
-            current, mode = None, None
-            summary.append(line)
-        elif mode == "numpy" and stripped and indent <= base_indent:
-            entry = re.match(r"^(\w+)\s*(?::.*)?$", stripped)
-            current = entry.group(1) if entry else None
-            if current:
-                params[current] = ""
-        elif mode == "numpy" and stripped and current:
-            params[current] = (params[current] + " " + stripped).strip()
-        elif mode == "rest" and stripped and current and indent > 0:
-            params[current] = (params[current] + " " + stripped).strip()
-        elif mode in ("skip", "rest", "numpy") and stripped:
-            pass
-        elif not stripped and mode in ("google", "numpy", "rest", "skip"):
-            pass
-        else:
-            summary.append(line)
-        i += 1
-    text = "\n".join(summary).strip()
-    text = re.sub(r"\n{3,}", "\n\n", text)
-    return text, {k: v for k, v in params.items() if v}
+    import docstring_parser  # needed only while @tool builds a tool
 
-
-def _indent_of(lines: list[str], name: str, params: dict[str, str], upto: int) -> int:
-    """The indent of the line that introduced parameter ``name`` in a Google section."""
-    for j in range(upto - 1, -1, -1):
-        stripped = lines[j].strip()
-        if re.match(rf"^\*{{0,2}}{re.escape(name)}\s*(\([^)]*\))?\s*:", stripped):
-            return len(lines[j]) - len(lines[j].lstrip())
-    return 0
+    parsed = docstring_parser.parse(doc)
+    params = {
+        p.arg_name: " ".join(p.description.split())
+        for p in parsed.params
+        if p.description and p.description.strip()
+    }
+    return (parsed.description or "").strip(), params

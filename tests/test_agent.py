@@ -23,7 +23,8 @@ from agentkit import (
 )
 from agentkit.testing import ScriptedModel, reply, text, thinking, tool_call
 from agentkit.types import Model
-from tests.support import Recorder, make_agent, make_tool, roles
+
+from .support import Recorder, make_agent, make_tool, roles
 
 A = make_tool("A")
 B = make_tool("B")
@@ -144,7 +145,7 @@ def test_b67_stream_fn_that_raises_becomes_a_failure_message() -> None:
     recorder = Recorder()
     agent.subscribe(recorder)
     agent.prompt("hi")
-    assert recorder.types() == [
+    assert recorder.types == [
         "agent_start", "turn_start", "message_start", "message_end",
         "message_start", "message_end", "turn_end", "agent_end",
     ]  # fmt: skip
@@ -276,14 +277,14 @@ def test_b75_an_aborted_stream_ends_the_run_as_aborted() -> None:
 def test_b76_abort_during_sequential_tools_gives_every_call_a_result() -> None:
     started = threading.Event()
 
-    def slow(params: dict[str, Any], signal: AbortSignal) -> str:
+    def slow(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> str:
         started.set()
         if signal.wait(5):
             raise RuntimeError("stopped by abort")
         return "finished"
 
     never = []
-    tools = [make_tool("slow", slow), make_tool("other", lambda p, s: never.append(1) or "ran")]
+    tools = [make_tool("slow", slow), make_tool("other", lambda _id, p, s, _u: never.append(1) or "ran")]
     agent, model = make_agent(
         [reply(tool_call("slow"), tool_call("other"), tool_call("other")), "unreachable"],
         tools=tools,

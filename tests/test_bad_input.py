@@ -18,7 +18,8 @@ from agentkit import (
     ToolResultMessage,
 )
 from agentkit.testing import reply, tool_call
-from tests.support import make_agent, make_tool
+
+from .support import make_agent, make_tool
 
 NUMBER = {
     "type": "object",
@@ -38,7 +39,7 @@ def assert_usable(agent: Any, model: Any) -> None:
 
 
 def test_tool_that_raises_becomes_an_error_result() -> None:
-    def broken(params: dict[str, Any], signal: AbortSignal) -> str:
+    def broken(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> str:
         raise ValueError("disk on fire")
 
     agent, model = make_agent([reply(tool_call("broken")), "sorry"], tools=[make_tool("broken", broken)])
@@ -49,7 +50,7 @@ def test_tool_that_raises_becomes_an_error_result() -> None:
 
 
 def test_tool_that_raises_without_a_message_names_the_exception() -> None:
-    def broken(params: dict[str, Any], signal: AbortSignal) -> str:
+    def broken(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> str:
         raise KeyError()
 
     agent, _ = make_agent([reply(tool_call("broken")), "sorry"], tools=[make_tool("broken", broken)])
@@ -72,7 +73,7 @@ def test_tool_returning_a_non_result_is_an_error() -> None:
 def test_tool_that_hangs_until_aborted() -> None:
     started = threading.Event()
 
-    def hang(params: dict[str, Any], signal: AbortSignal) -> str:
+    def hang(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> str:
         started.set()
         signal.wait()
         signal.throw_if_aborted()
@@ -90,7 +91,7 @@ def test_tool_that_hangs_until_aborted() -> None:
 def test_tool_that_ignores_abort_is_given_up_on_after_the_grace_period() -> None:
     started, release = threading.Event(), threading.Event()
 
-    def stubborn(params: dict[str, Any], signal: AbortSignal) -> str:
+    def stubborn(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> str:
         started.set()
         release.wait(10)
         return "too late"
@@ -124,7 +125,7 @@ def test_unknown_tool() -> None:
 )
 def test_invalid_arguments_are_reported_to_the_model(arguments: dict[str, Any], expected: str) -> None:
     ran: list[Any] = []
-    counter = make_tool("count", lambda p, s: ran.append(p) or "ran", parameters=NUMBER)
+    counter = make_tool("count", lambda _id, p, s, _u: ran.append(p) or "ran", parameters=NUMBER)
     agent, model = make_agent([reply(tool_call("count", arguments)), "ok"], tools=[counter])
     [result] = tool_results(agent.prompt("go"))
     assert ran == []
@@ -137,7 +138,7 @@ def test_invalid_arguments_are_reported_to_the_model(arguments: dict[str, Any], 
 
 def test_truncated_arguments_from_a_length_stop_are_not_executed() -> None:
     ran: list[Any] = []
-    counter = make_tool("count", lambda p, s: ran.append(p) or "ran", parameters=NUMBER)
+    counter = make_tool("count", lambda _id, p, s, _u: ran.append(p) or "ran", parameters=NUMBER)
     agent, model = make_agent(
         [reply(tool_call("count", {"n": 1}), stop_reason="length"), "re-issued"], tools=[counter]
     )

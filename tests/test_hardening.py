@@ -34,7 +34,7 @@ from .support import WAIT, Recorder, make_agent, make_tool
 
 
 def _raiser(exc: BaseException) -> Any:
-    def run(params: dict[str, Any], signal: AbortSignal) -> Any:
+    def run(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> Any:
         raise exc
 
     return run
@@ -77,7 +77,7 @@ def test_an_async_tool_cancelled_inside_its_event_loop_reports_an_error_result()
 def test_a_tool_raising_system_exit_after_an_abort_is_reported_not_given_up_on() -> None:
     started = threading.Event()
 
-    def run(params: dict[str, Any], signal: AbortSignal) -> Any:
+    def run(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> Any:
         started.set()
         signal.wait(WAIT)
         raise SystemExit("stopped")  # what argparse inside a tool does on bad input
@@ -210,7 +210,7 @@ def test_run_wait_honours_its_timeout_while_a_done_callback_runs() -> None:
     release_callback = threading.Event()
     agent, _ = make_agent(
         [reply(tool_call("gate", {}, id="c1")), "done"],
-        tools=[make_tool("gate", lambda params, signal: release_tool.wait(WAIT) and "ok")],
+        tools=[make_tool("gate", lambda _id, params, signal, _u: release_tool.wait(WAIT) and "ok")],
     )
     run = agent.start("go")
     callback_running = threading.Event()
@@ -251,7 +251,7 @@ def test_agent_accepts_provider_colon_id_and_reports_failures_with_it() -> None:
 def test_leaving_a_stream_with_break_ends_the_run_while_the_stream_is_still_referenced() -> None:
     agent, _ = make_agent(
         [reply(tool_call("wait", {}, id="c1")), "done"],
-        tools=[make_tool("wait", lambda params, signal: signal.wait(WAIT) and "aborted")],
+        tools=[make_tool("wait", lambda _id, params, signal, _u: signal.wait(WAIT) and "aborted")],
     )
     events = agent.stream("go")  # kept in a variable: no garbage collection ends it
     for event in events:
@@ -266,7 +266,7 @@ def test_leaving_a_stream_with_break_ends_the_run_while_the_stream_is_still_refe
 def test_an_abort_during_a_tool_batch_is_recorded_in_the_state() -> None:
     started = threading.Event()
 
-    def run(params: dict[str, Any], signal: AbortSignal) -> str:
+    def run(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> str:
         started.set()
         signal.wait(WAIT)
         return "stopped early"
@@ -293,7 +293,7 @@ class _Opaque:
 
 
 def test_tool_results_that_json_cannot_hold_are_stored_serialisably() -> None:
-    def weird(params: dict[str, Any], signal: AbortSignal) -> AgentToolResult:
+    def weird(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> AgentToolResult:
         return AgentToolResult(
             content=[TextContent(text="caf\udce9")],
             details={"obj": _Opaque(), "big": float("inf"), "nan": float("nan"), "set": {1}},

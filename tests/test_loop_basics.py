@@ -23,7 +23,7 @@ from agentkit import (
 )
 from agentkit.testing import ScriptedModel, reply, tool_call
 
-from .conftest import WAIT, Recorder, make_config, make_tool, roles, run_loop, text_of, user
+from .support import WAIT, Recorder, make_config, make_tool, roles, run_loop, text_of, user
 
 
 @dataclass

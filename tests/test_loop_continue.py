@@ -23,7 +23,7 @@ from agentkit import (
 )
 from agentkit.testing import ScriptedModel, reply, tool_call
 
-from .conftest import Recorder, make_config, make_tool, roles, text_of, user
+from .support import Recorder, make_config, make_tool, roles, text_of, user
 
 
 @dataclass

@@ -16,7 +16,7 @@ from agentkit import (
 )
 from agentkit.testing import ScriptedModel, reply, tool_call
 
-from .conftest import Recorder, make_tool, roles, run_loop, text_of, user
+from .support import Recorder, make_tool, roles, run_loop, text_of, user
 
 
 def _terminating(*_: Any) -> AgentToolResult:

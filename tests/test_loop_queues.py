@@ -8,7 +8,7 @@ from typing import Any
 from agentkit import Agent
 from agentkit.testing import ScriptedModel, reply, tool_call
 
-from .conftest import WAIT, Recorder, make_tool, roles, run_loop, text_of, user
+from .support import WAIT, Recorder, make_tool, roles, run_loop, text_of, user
 
 
 def _agent(script: list[Any], **options: Any) -> tuple[Agent, ScriptedModel, Recorder]:

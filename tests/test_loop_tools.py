@@ -22,7 +22,7 @@ from agentkit import (
 )
 from agentkit.testing import ScriptedModel, reply, tool_call
 
-from .conftest import WAIT, Recorder, make_tool, roles, run_loop, text_of
+from .support import WAIT, Recorder, make_tool, roles, run_loop, text_of
 
 STRING_V = {"type": "object", "properties": {"v": {"type": "string"}}, "required": ["v"]}
 TRUNCATED = (
@@ -223,7 +223,7 @@ def test_b15_parallel_end_order_vs_result_order() -> None:
 
     assert [e.tool_call_id for e in rec.of("tool_execution_end")] == ["b", "a"]
     # Every event is emitted on the loop's (here: the test's) thread, never on a tool's.
-    assert set(rec.threads) == {threading.current_thread().name}
+    assert set(rec.threads) == {threading.current_thread()}
     assert all(not e.is_error for e in rec.of("tool_execution_end"))
     result_ends = [
         e.message.tool_call_id for e in rec.of("message_end") if e.message.role == "tool_result"

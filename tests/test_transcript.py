@@ -11,7 +11,8 @@ from agentkit.transcript import (
     split_transcript,
 )
 from agentkit.types import ToolRef
-from tests.support import make_tool
+
+from .support import make_tool
 
 A, B, C = (Tool(name=n, description=f"tool {n}") for n in "ABC")
 

@@ -8,6 +8,7 @@ that thread, one at a time, in event order, after the state was updated for the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import logging
 import queue
@@ -76,16 +77,17 @@ BUSY_RESET = "Agent is already processing. Wait for completion before resetting.
 _STATE_FIELDS = frozenset(
     {"model", "reasoning", "get_steering_messages", "get_follow_up_messages", "stream_options"}
 )
-LOOP_OPTIONS = tuple(
+LOOP_OPTIONS = frozenset(
     f.name for f in dataclasses.fields(AgentLoopConfig) if f.name not in _STATE_FIELDS
 )
 """The Agent options that are loop options: each is an ``AgentLoopConfig`` field, defined there."""
 
 
-def request_options() -> tuple[str, ...]:
+@functools.cache
+def request_options() -> frozenset[str]:
     """The Agent options that are request options: each is a ``StreamOptions`` field, defined
     there (``signal`` and ``reasoning`` come from the run)."""
-    return tuple(n for n in StreamOptions.model_fields if n not in ("signal", "reasoning"))
+    return frozenset(StreamOptions.model_fields) - {"signal", "reasoning"}
 
 
 def resolve_model(model: Model | str | None) -> Model:
@@ -329,7 +331,8 @@ class Agent:
             else:
                 raise TypeError(
                     f"Agent() got an unknown option {name!r}. Loop options: "
-                    f"{', '.join(LOOP_OPTIONS)}; request options: {', '.join(request_options())}"
+                    f"{', '.join(sorted(LOOP_OPTIONS))}; request options: "
+                    f"{', '.join(sorted(request_options()))}"
                 )
         if requests:
             self.stream_options = StreamOptions.model_validate(

@@ -12,7 +12,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from .types import AgentToolResult, AssistantMessage, ToolCall, ToolResultMessage
+from .types import (
+    AgentToolResult,
+    AssistantMessage,
+    ToolCall,
+    ToolResultMessage,
+    to_serialisable,
+)
 
 # --- provider stream events -------------------------------------------------------------------
 
@@ -275,6 +281,6 @@ def to_jsonable(value: Any) -> Any:
 
 def event_to_dict(event: AgentEvent | AssistantMessageEvent) -> dict[str, Any]:
     """An event as a JSON-ready dict, its ``type`` first."""
-    data = to_jsonable(event)
+    data = to_serialisable(to_jsonable(event))  # strict JSON: no NaN, no lone surrogate
     assert isinstance(data, dict)
     return {"type": data.pop("type"), **data}

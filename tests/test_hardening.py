@@ -22,6 +22,7 @@ from agentkit import (
     AssistantMessage,
     PendingMessageQueue,
     TextContent,
+    ToolExecutionUpdateEvent,
     UserMessage,
     event_to_dict,
     tool,
@@ -353,3 +354,14 @@ def test_tool_refuses_parameter_names_pydantic_cannot_hold() -> None:
         def hidden(_secret: str) -> str:
             """Uses a name pydantic ignores."""
             return _secret
+
+
+def test_event_to_dict_gives_strict_json_for_any_partial_result() -> None:
+    event = ToolExecutionUpdateEvent(
+        "c1", "t", {}, {"ratio": float("nan"), "name": "caf\udce9", "obj": _Opaque()}
+    )
+
+    data = event_to_dict(event)
+
+    assert data["partial_result"] == {"ratio": None, "name": "caf\ufffd", "obj": "<opaque>"}
+    json.dumps(data, allow_nan=False).encode("utf-8")

@@ -537,3 +537,16 @@ def test_request_options_reach_the_stream_fn() -> None:
     options = model.requests[0].options
     assert (options.max_tokens, options.temperature, options.max_retries) == (256, 0.0, 5)
     assert options.timeout == (3, 30) and options.headers == {"X": "1"}
+
+
+def test_options_are_defined_once_and_a_misspelt_one_raises() -> None:
+    agent, model = make_agent(["a", "b"], max_tokens=64, tool_abort_grace=0.5)
+    assert (agent.max_tokens, agent.tool_abort_grace) == (64, 0.5)
+    agent.max_tokens = 128
+    agent.before_tool_call = None
+    agent.prompt("one")
+    assert model.requests[0].options.max_tokens == 128
+    with pytest.raises(TypeError, match="unknown option 'sesion_id'.*session_id"):
+        make_agent([], sesion_id="typo")
+    with pytest.raises(AttributeError):
+        agent.no_such_option  # noqa: B018

@@ -9,7 +9,6 @@ the test releases them.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
@@ -23,25 +22,15 @@ import pytest
 
 from agentkit.types import Model
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def shared_dir() -> Path:
-    """The ``shared/`` folder beside the repository (CI copies it next to the clone), or the
-    one ``AGENTKIT_SHARED_DIR`` names."""
-    override = os.environ.get("AGENTKIT_SHARED_DIR")
-    candidates = [Path(override)] if override else []
-    candidates += [REPO_ROOT.parent / "shared", REPO_ROOT / "shared"]
-    for candidate in candidates:
-        if (candidate / "fixtures").is_dir():
-            return candidate
-    pytest.skip("shared/fixtures not found beside the repository", allow_module_level=True)
-    raise AssertionError("unreachable")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+"""The vendor recordings copied into the repository (see ``tests/fixtures/README.md``)."""
 
 
 def fixture_bytes(name: str) -> bytes:
-    """The bytes of ``shared/fixtures/<name>``, exactly as recorded."""
-    return (shared_dir() / "fixtures" / name).read_bytes()
+    """The bytes of ``tests/fixtures/<name>``, exactly as recorded."""
+    return (FIXTURES / name).read_bytes()
 
 
 @dataclass

@@ -18,11 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
-
 from agentkit.types import Model
-
-
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 """The vendor recordings copied into the repository (see ``tests/fixtures/README.md``)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import (
     AssistantMessage,
@@ -29,16 +30,9 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .common import (
-    ApiSpec,
-    MessageBuilder,
-    PreparedRequest,
-    provider_label,
-    run_stream,
-    set_usage,
-    vendor_error_message,
-)
-from .http import RequestFailed
+from .builder import MessageBuilder, set_usage
+from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
+from .table import provider_label
 from .transform import call_part, prepare_context, safe_id
 
 API = "anthropic-messages"
@@ -268,7 +262,7 @@ class MessagesParser:
         elif kind == "message_stop":
             self.stopped = True
         elif kind == "error":
-            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
+            raise ProviderError(f"{self.label} stream error: {vendor_error_message(data)}")
 
     def _usage(self, usage: dict[str, Any]) -> None:
         if not isinstance(usage, dict) or not usage:
@@ -341,7 +335,7 @@ class MessagesParser:
     def finish(self) -> None:
         """End the message; without ``message_stop`` or a stop reason it is incomplete."""
         if not self.stopped and self.stop_reason is None:
-            raise RequestFailed(f"{self.label} stream ended before the message was complete")
+            raise ProviderError(f"{self.label} stream ended before the message was complete")
         self.b.finish_from(self.stop_reason or "end_turn", _STOP_REASONS, self.label, "stop")
 
 

@@ -17,6 +17,7 @@ import json
 import uuid
 from typing import Any
 
+from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import (
     AssistantMessage,
@@ -30,16 +31,9 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .common import (
-    ApiSpec,
-    MessageBuilder,
-    PreparedRequest,
-    provider_label,
-    run_stream,
-    set_usage,
-    vendor_error_message,
-)
-from .http import RequestFailed
+from .builder import MessageBuilder, set_usage
+from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
+from .table import ModelCompat, provider_label
 from .transform import prepare_context, same_source
 
 API = "google-generative-ai"
@@ -181,7 +175,8 @@ def prepare(
         config["thinkingConfig"] = thinking_config
     if config:
         payload["generationConfig"] = config
-    use_sse = (model.compat or {}).get("sse", True)
+    compat = ModelCompat.model_validate(model.compat) if model.compat else ModelCompat()
+    use_sse = compat.sse is not False
     url = f"{model.base_url.rstrip('/')}/models/{model.id}:streamGenerateContent"
     if use_sse:
         url += "?alt=sse"
@@ -218,7 +213,7 @@ class GenerateContentParser:
         if not isinstance(data, dict):
             return
         if data.get("error"):
-            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
+            raise ProviderError(f"{self.label} stream error: {vendor_error_message(data)}")
         if data.get("responseId") and not self.b.message.response_id:
             self.b.message.response_id = str(data["responseId"])
         self.b.start()
@@ -299,7 +294,7 @@ class GenerateContentParser:
     def finish(self) -> None:
         """End the message; a body without a finish reason is incomplete."""
         if self.finish_reason is None:
-            raise RequestFailed(f"{self.label} stream ended before the response was complete")
+            raise ProviderError(f"{self.label} stream ended before the response was complete")
         self._close_current()
         self.b.finish_from(self.finish_reason, _FINISH_REASONS, self.label, "error")
 

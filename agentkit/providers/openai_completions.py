@@ -1,7 +1,8 @@
 """OpenAI Chat Completions (``POST {base_url}/chat/completions``) and the servers that copy it.
 
 Server quirks are settings, not forks: :func:`resolve_compat` merges the defaults, the
-provider's known quirks (DeepSeek, Groq, OpenRouter, local servers...) and ``model.compat``.
+provider table's quirks (DeepSeek, Groq, OpenRouter, local servers...) and ``model.compat``
+(typed: :class:`~agentkit.providers.table.ModelCompat`).
 
 Settings: ``max_tokens_field`` (``"max_completion_tokens"`` or ``"max_tokens"``),
 ``supports_developer_role`` (system prompt as ``developer`` for reasoning models),
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import (
     AssistantMessage,
@@ -34,69 +36,32 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .common import (
-    ApiSpec,
-    MessageBuilder,
-    PreparedRequest,
-    is_local_url,
-    provider_label,
-    run_stream,
-    set_usage,
-    vendor_error_message,
-)
-from .http import RequestFailed
+from .builder import MessageBuilder, set_usage
+from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
+from .table import ModelCompat, provider_compat, provider_label
 from .transform import call_part, images_of, prepare_context, safe_id, text_of
 
 API = "openai-completions"
 
-DEFAULT_COMPAT: dict[str, Any] = {
-    "max_tokens_field": "max_completion_tokens",
-    "supports_developer_role": True,
-    "supports_usage_in_streaming": True,
-    "supports_reasoning_effort": True,
-    "thinking_format": "openai",
-    "reasoning_field": "reasoning_content",
-    "send_reasoning": False,
-    "supports_store": False,
-}
-
-PROVIDER_COMPAT: dict[str, dict[str, Any]] = {
-    "openai": {"supports_store": True},
-    "deepseek": {
-        "max_tokens_field": "max_tokens",
-        "supports_developer_role": False,
-        "supports_reasoning_effort": False,
-        "reasoning_field": "reasoning_content",
-    },
-    "groq": {"supports_developer_role": False, "reasoning_field": "reasoning"},
-    "openrouter": {"thinking_format": "openrouter", "reasoning_field": "reasoning"},
-    "xai": {"supports_developer_role": False, "reasoning_field": "reasoning_content"},
-    "mistral": {
-        "max_tokens_field": "max_tokens",
-        "supports_developer_role": False,
-        "supports_reasoning_effort": False,
-    },
-    "cerebras": {"supports_developer_role": False},
-    "local": {
-        "max_tokens_field": "max_tokens",
-        "supports_developer_role": False,
-        "supports_reasoning_effort": False,
-        "reasoning_field": "reasoning_content",
-    },
-}
+DEFAULT_COMPAT = ModelCompat(
+    max_tokens_field="max_completion_tokens",
+    supports_developer_role=True,
+    supports_usage_in_streaming=True,
+    supports_reasoning_effort=True,
+    thinking_format="openai",
+    reasoning_field="reasoning_content",
+    send_reasoning=False,
+    supports_store=False,
+)
+"""What an OpenAI-compatible server is assumed to do unless the provider table says otherwise."""
 
 _REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_text")
 
 
 def resolve_compat(model: Model) -> dict[str, Any]:
-    """The effective quirks for ``model``: defaults, then provider's, then ``model.compat``."""
-    compat = dict(DEFAULT_COMPAT)
-    provider = model.provider
-    if provider not in PROVIDER_COMPAT and is_local_url(model.base_url):
-        provider = "local"
-    compat.update(PROVIDER_COMPAT.get(provider, {}))
-    compat.update(model.compat or {})
-    return compat
+    """The effective quirks for ``model``: defaults, then the provider table's, then
+    ``model.compat`` (a misspelt key raises ``ValueError``)."""
+    return DEFAULT_COMPAT.merged(provider_compat(model)).model_dump()
 
 
 def normalize_tool_call_id(tool_call_id: str) -> str:
@@ -275,7 +240,7 @@ class ChatCompletionsParser:
         if not isinstance(data, dict):
             return
         if data.get("error"):
-            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
+            raise ProviderError(f"{self.label} stream error: {vendor_error_message(data)}")
         if data.get("id") and not self.b.message.response_id:
             self.b.message.response_id = str(data["id"])
         self.b.start()
@@ -359,7 +324,7 @@ class ChatCompletionsParser:
     def finish(self) -> None:
         """End the message; a body that stopped before any finish reason is an error."""
         if self.finish_reason is None and not self.saw_done:
-            raise RequestFailed(f"{self.label} stream ended before the response was complete")
+            raise ProviderError(f"{self.label} stream ended before the response was complete")
         self.b.finish_from(self.finish_reason or "stop", _FINISH_REASONS, self.label, "stop")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import (
     AssistantMessage,
@@ -28,18 +29,10 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .common import (
-    ApiSpec,
-    MessageBuilder,
-    PreparedRequest,
-    is_local_url,
-    provider_label,
-    run_stream,
-    set_usage,
-    vendor_error_message,
-)
-from .http import RequestFailed
+from .builder import MessageBuilder, set_usage
 from .json_stream import as_arguments, parse_streaming_json
+from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
+from .table import ModelCompat, is_local_url, provider_label
 from .transform import images_of, prepare_context, safe_id, same_source, text_of
 
 API = "openai-responses"
@@ -55,9 +48,9 @@ def normalize_tool_call_id(tool_call_id: str) -> str:
 
 def _compat(model: Model) -> dict[str, Any]:
     local = is_local_url(model.base_url)
-    compat: dict[str, Any] = {"supports_store": not local, "supports_include": not local}
-    compat.update(model.compat or {})
-    return compat
+    defaults = ModelCompat(supports_store=not local, supports_include=not local)
+    own = ModelCompat.model_validate(model.compat) if model.compat else None
+    return defaults.merged(own).model_dump()
 
 
 # --- request ------------------------------------------------------------------------------------
@@ -272,7 +265,7 @@ class ResponsesParser:
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             self._completed(data.get("response") or {}, kind)
         elif kind == "error":
-            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
+            raise ProviderError(f"{self.label} stream error: {vendor_error_message(data)}")
 
     def _lookup(self, data: dict[str, Any], want: str) -> int | None:
         item_id = self._item_id(data)
@@ -381,7 +374,7 @@ class ResponsesParser:
     def finish(self) -> None:
         """End the message from the final response status."""
         if self.status is None:
-            raise RequestFailed(f"{self.label} stream ended before the response was complete")
+            raise ProviderError(f"{self.label} stream ended before the response was complete")
         reason: StopReason
         if self.status == "completed":
             reason = "tool_use" if self.b.has_tool_calls() else "stop"

@@ -3,8 +3,9 @@
 Follows the WHATWG event-stream rules that matter for LLM APIs: lines end in CRLF, LF or a lone
 CR (a CR at the end of a chunk waits for the next chunk to know whether an LF follows), ``data``
 lines of one event are joined with newlines, ``:`` starts a comment, ``event`` names the event,
-one space after the colon is dropped. Work is linear in the body size: a line that arrives in many
-small chunks is kept as a list of pieces and joined once when its end is seen.
+one space after the colon is dropped. Work is linear in the body size, however it is chunked: a
+line that arrives in many small chunks is kept as a list of pieces and joined once when its end
+is seen, and one large chunk is scanned for line ends once (see :meth:`SSEParser._feed_text`).
 """
 
 from __future__ import annotations
@@ -63,9 +64,14 @@ class SSEParser:
             if text.startswith("\n"):
                 start = 1
         length = len(text)
+        # The next CR and LF at or after ``start``, each searched again only once passed: an
+        # LF-only stream (what vendors send) then costs one scan for CR per chunk, not per line.
+        cr = lf = -2
         while start < length:
-            cr = text.find("\r", start)
-            lf = text.find("\n", start)
+            if cr != -1 and cr < start:
+                cr = text.find("\r", start)
+            if lf != -1 and lf < start:
+                lf = text.find("\n", start)
             if cr < 0 and lf < 0:
                 self._pending.append(text[start:])
                 break

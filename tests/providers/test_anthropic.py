@@ -90,7 +90,8 @@ def test_client_tool_json_args(server: ReplayServer, chunk: int | None) -> None:
     assert call.arguments == {
         "elements": [{"location": "San Francisco", "temperature": 58, "condition": "sunny"}]
     }
-    assert sum(isinstance(e, ToolCallDeltaEvent) for e in events) == 2  # empty deltas skipped
+    # two non-empty vendor deltas (empty ones skipped), coalesced per network read
+    assert 1 <= sum(isinstance(e, ToolCallDeltaEvent) for e in events) <= 2
 
 
 @pytest.mark.parametrize("chunk", CHUNKS)

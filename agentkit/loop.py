@@ -406,7 +406,11 @@ def _poll(getter: Callable[[], list[Any]] | None) -> list[Any]:
 def _stream_options(state: _LoopState, api_key: str | None) -> StreamOptions:
     values = {f.name: getattr(state.config, f.name) for f in dataclasses.fields(state.config)}
     values.pop("model")
-    values = {k: v for k, v in values.items() if v is not None}
+    # Request options only (StreamOptions forbids unknown keys): H1's reshaped loop keeps one
+    # StreamOptions value instead.
+    values = {
+        k: v for k, v in values.items() if v is not None and k in StreamOptions.model_fields
+    }
     values["api_key"] = api_key
     values["signal"] = state.signal
     return StreamOptions.model_validate(values)

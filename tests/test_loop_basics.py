@@ -183,34 +183,30 @@ def test_b5_empty_api_key_from_hook_falls_back_to_config_api_key() -> None:
     assert [r.options.api_key for r in run.requests] == ["from-config", "from-config", "from-hook"]
 
 
-def test_b6_stream_options_carry_config_fields_hooks_and_signal() -> None:
+def test_b6_stream_options_carry_request_fields_and_signal_only() -> None:
+    # Issue 8 item 1 narrows B6: providers receive request options only, never the loop's hooks
+    # or queues (a provider must not be able to drain the steering queue).
     controller = AbortController()
 
     def before(ctx: Any, signal: Any) -> None:
-        return None
-
-    def finish(turn: Any, signal: Any) -> None:
         return None
 
     run = run_loop(
         ["ok"],
         reasoning="high",
         session_id="session-42",
-        transport="sse",
         tool_execution="sequential",
         before_tool_call=before,
-        finish_turn=finish,
         signal=controller.signal,
     )
 
     options = run.requests[0].options
     assert options.reasoning == "high"
     assert options.session_id == "session-42"
-    assert options.transport == "sse"
-    assert options.tool_execution == "sequential"
-    assert options.before_tool_call is before
-    assert options.finish_turn is finish
     assert options.signal is controller.signal
+    dumped = options.model_dump()
+    assert "before_tool_call" not in dumped and "tool_execution" not in dumped
+    assert "get_steering_messages" not in dumped and "transport" not in dumped
 
 
 def _stream_of(*events: Any) -> Any:

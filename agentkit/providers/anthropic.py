@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import (
+    AnthropicOptions,
     AssistantMessage,
     Context,
     ImageContent,
@@ -162,13 +163,14 @@ def prepare(
     _add_cache_points(model, options, payload)
     if tools:
         payload["tools"] = tools
-        tool_choice = getattr(options, "tool_choice", None)
+        tool_choice: Any = options.tool_choice
         if isinstance(tool_choice, str):
             tool_choice = {"type": tool_choice}  # "auto", "any", "none"
         if tool_choice is not None:
             payload["tool_choice"] = tool_choice
-    budget = getattr(options, "thinking_budget_tokens", None)
-    thinking = bool(getattr(options, "thinking_enabled", False)) and model.reasoning
+    own = options.anthropic or AnthropicOptions()
+    budget = own.thinking_budget_tokens
+    thinking = own.thinking_enabled and model.reasoning
     if thinking:
         budget = int(budget or DEFAULT_THINKING_BUDGETS["medium"])
         if max_tokens <= budget:
@@ -197,10 +199,10 @@ def prepare(
 def _add_cache_points(model: Model, options: StreamOptions, payload: dict[str, Any]) -> None:
     """Mark the system prompt and the last user turn as prompt-cache breakpoints.
 
-    ``options.cache_retention``: ``"short"`` (the default, five minutes), ``"long"`` (one
+    ``options.anthropic.cache_retention``: ``"short"`` (the default, five minutes), ``"long"`` (one
     hour) or ``"none"``. Only for Anthropic itself; compatible servers may reject the field.
     """
-    retention = getattr(options, "cache_retention", None) or "short"
+    retention = (options.anthropic or AnthropicOptions()).cache_retention
     if model.provider != "anthropic" or retention == "none":
         return
     marker: dict[str, Any] = {"type": "ephemeral"}
@@ -358,4 +360,4 @@ def reasoning_options(
     if not model.reasoning or not level or level == "off":
         return {}
     budget = (budgets or {}).get(level) or DEFAULT_THINKING_BUDGETS.get(level, 8192)
-    return {"thinking_enabled": True, "thinking_budget_tokens": budget}
+    return {"anthropic": {"thinking_enabled": True, "thinking_budget_tokens": budget}}

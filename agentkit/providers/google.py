@@ -22,6 +22,7 @@ from ..event_stream import AssistantMessageEventStream
 from ..types import (
     AssistantMessage,
     Context,
+    GoogleOptions,
     ImageContent,
     Model,
     StopReason,
@@ -155,7 +156,7 @@ def prepare(
         payload["systemInstruction"] = {"parts": [{"text": system}]}
     if declarations:
         payload["tools"] = [{"functionDeclarations": declarations}]
-        tool_choice = getattr(options, "tool_choice", None)
+        tool_choice = options.tool_choice
         if isinstance(tool_choice, str):
             payload["toolConfig"] = {"functionCallingConfig": {"mode": tool_choice.upper()}}
     config: dict[str, Any] = {}
@@ -163,15 +164,13 @@ def prepare(
         config["maxOutputTokens"] = options.max_tokens
     if options.temperature is not None:
         config["temperature"] = options.temperature
-    thinking = getattr(options, "thinking", None)
-    if model.reasoning and isinstance(thinking, dict):
-        thinking_config: dict[str, Any] = {
-            "includeThoughts": bool(thinking.get("include_thoughts", True))
-        }
-        if thinking.get("level"):
-            thinking_config["thinkingLevel"] = thinking["level"]
-        elif thinking.get("budget_tokens") is not None:
-            thinking_config["thinkingBudget"] = int(thinking["budget_tokens"])
+    own = options.google or GoogleOptions()
+    if model.reasoning and own.thinking:
+        thinking_config: dict[str, Any] = {"includeThoughts": own.include_thoughts}
+        if own.thinking_level:
+            thinking_config["thinkingLevel"] = own.thinking_level
+        elif own.thinking_budget_tokens is not None:
+            thinking_config["thinkingBudget"] = own.thinking_budget_tokens
         config["thinkingConfig"] = thinking_config
     if config:
         payload["generationConfig"] = config
@@ -319,10 +318,10 @@ def reasoning_options(
         return {}
     if model.id.startswith("gemini-3"):
         return {
-            "thinking": {
-                "include_thoughts": True,
-                "level": "low" if level in ("minimal", "low") else "high",
+            "google": {
+                "thinking": True,
+                "thinking_level": "low" if level in ("minimal", "low") else "high",
             }
         }
     budget = (budgets or {}).get(level) or DEFAULT_THINKING_BUDGETS.get(level, 8192)
-    return {"thinking": {"include_thoughts": True, "budget_tokens": budget}}
+    return {"google": {"thinking": True, "thinking_budget_tokens": budget}}

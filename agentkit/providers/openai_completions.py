@@ -29,6 +29,7 @@ from ..types import (
     Context,
     ImageContent,
     Model,
+    OpenAIOptions,
     StopReason,
     StreamOptions,
     TextContent,
@@ -186,10 +187,10 @@ def prepare(
         payload["temperature"] = options.temperature
     if tools:
         payload["tools"] = tools
-        tool_choice = getattr(options, "tool_choice", None)
+        tool_choice = options.tool_choice
         if tool_choice is not None:
             payload["tool_choice"] = tool_choice
-    effort = getattr(options, "reasoning_effort", None)
+    effort = (options.openai or OpenAIOptions()).reasoning_effort
     if effort and model.reasoning:
         if compat.get("thinking_format") == "openrouter":
             payload["reasoning"] = {"effort": effort}
@@ -344,4 +345,4 @@ def reasoning_options(model: Model, level: str | None) -> dict[str, Any]:
     """Provider options for a thinking level (``reasoning_effort``)."""
     if not model.reasoning or not level or level == "off":
         return {}
-    return {"reasoning_effort": "high" if level == "xhigh" else level}
+    return {"openai": {"reasoning_effort": "high" if level == "xhigh" else level}}

@@ -22,6 +22,7 @@ from ..types import (
     Context,
     ImageContent,
     Model,
+    OpenAIOptions,
     StopReason,
     StreamOptions,
     TextContent,
@@ -179,15 +180,16 @@ def prepare(
         payload["temperature"] = options.temperature
     if tools:
         payload["tools"] = tools
-        tool_choice = getattr(options, "tool_choice", None)
+        tool_choice = options.tool_choice
         if tool_choice is not None:
             payload["tool_choice"] = tool_choice
     if options.session_id and model.provider == "openai":
         payload["prompt_cache_key"] = options.session_id
-    effort = getattr(options, "reasoning_effort", None)
+    own = options.openai or OpenAIOptions()
+    effort = own.reasoning_effort
     if model.reasoning:
         if effort:
-            summary = getattr(options, "reasoning_summary", None) or "auto"
+            summary = own.reasoning_summary or "auto"
             payload["reasoning"] = {"effort": effort, "summary": summary}
         if compat.get("supports_include"):
             payload["include"] = ["reasoning.encrypted_content"]
@@ -408,4 +410,4 @@ def reasoning_options(model: Model, level: str | None) -> dict[str, Any]:
     """Provider options for a thinking level (``reasoning_effort``, summaries on)."""
     if not model.reasoning or not level or level == "off":
         return {}
-    return {"reasoning_effort": "high" if level == "xhigh" else level}
+    return {"openai": {"reasoning_effort": "high" if level == "xhigh" else level}}

@@ -25,7 +25,6 @@ from ..event_stream import AssistantMessageEventStream
 from ..types import Context, Model, StreamOptions, as_stream_options
 from .builder import ABORTED_MESSAGE, MessageBuilder
 from .http import (
-    DEFAULT_RETRY_BASE_DELAY_MS,
     RequestAborted,
     StreamingRequest,
     backoff,
@@ -211,7 +210,7 @@ def _with_retries(
                     retry_after=asked,
                     retryable=False,
                 ) from None
-            delay = asked if asked is not None else backoff(DEFAULT_RETRY_BASE_DELAY_MS, attempt)
+            delay = asked if asked is not None else backoff(options.retry_base_delay_ms, attempt)
             _wait(signal, min(delay, max_delay))
             attempt += 1
 

@@ -148,11 +148,17 @@ def test_env_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_register_api_and_stream_simple_dispatch() -> None:
     seen: list[StreamOptions] = []
 
+    class FakeOptions(StreamOptions):
+        """A custom API's own options: a subclass, since StreamOptions forbids unknown keys."""
+
+        fake_level: str | None = None
+        custom: int = 0
+
     def fake(model: Model, context: Context, options: object = None) -> AssistantMessageEventStream:
         opts = (
             options
             if isinstance(options, StreamOptions)
-            else StreamOptions.model_validate(options or {})
+            else FakeOptions.model_validate(options or {})
         )
         seen.append(opts)
         out = AssistantMessageEventStream()
@@ -166,10 +172,11 @@ def test_register_api_and_stream_simple_dispatch() -> None:
     )
     try:
         model = Model(id="f", api="fake-api", provider="fake", base_url="")
-        message = complete_simple(model, Context(), {"reasoning": "high", "custom": 1})
+        message = complete_simple(model, Context(), FakeOptions(reasoning="high", custom=1))
         assert message.api == "fake-api"
-        assert seen[-1].fake_level == "high"
-        assert seen[-1].custom == 1
+        last = seen[-1]
+        assert isinstance(last, FakeOptions)
+        assert last.fake_level == "high" and last.custom == 1
         events, _ = collect(stream_simple(model, {"messages": []}, None))
         assert [e.type for e in events] == ["start", "done"]
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class Reply:
     drop_after: int | None = None  # cut the connection after this many body bytes
     stall_after: int | None = None  # stop after this many body bytes until released
     stall_before_headers: bool = False
+    resume: bool = False  # after a stall_after stall is released, send the rest of the body
 
 
 @dataclass
@@ -62,8 +64,11 @@ class Recorded:
 class ReplayServer:
     """A ThreadingHTTPServer on 127.0.0.1 (port 0) that plays queued :class:`Reply` objects."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self.replies: list[Reply] = []
+        self.connections = 0
+        """TCP connections accepted so far."""
+        self.tls = tls
         self.requests: list[Recorded] = []
         self.release = threading.Event()
         self.lock = threading.Lock()
@@ -97,6 +102,16 @@ class ReplayServer:
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     pass
 
+            def _send(self, reply: Reply, body: bytes) -> None:
+                size = reply.chunk or max(len(body), 1)
+                for start in range(0, len(body), size):
+                    piece = body[start : start + size]
+                    if reply.chunked:
+                        self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                    else:
+                        self.wfile.write(piece)
+                    self.wfile.flush()
+
             def _play(self, reply: Reply) -> None:
                 if reply.stall_before_headers:
                     server.release.wait(10)
@@ -116,18 +131,13 @@ class ReplayServer:
                 for cut in (reply.drop_after, reply.stall_after):
                     if cut is not None:
                         limit = min(limit, cut)
-                size = reply.chunk or max(limit, 1)
-                for start in range(0, limit, size):
-                    piece = body[start : min(start + size, limit)]
-                    if reply.chunked:
-                        self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-                    else:
-                        self.wfile.write(piece)
-                    self.wfile.flush()
+                self._send(reply, body[:limit])
                 if reply.stall_after is not None:
                     server.release.wait(10)
-                    self.close_connection = True
-                    return
+                    if not reply.resume:
+                        self.close_connection = True
+                        return
+                    self._send(reply, body[limit:])
                 if reply.drop_after is not None:
                     self.close_connection = True
                     try:
@@ -145,6 +155,17 @@ class ReplayServer:
             def handle_error(self, request: Any, client_address: Any) -> None:
                 return  # clients that hang up early are part of the tests
 
+            def get_request(self) -> tuple[Any, Any]:
+                sock, address = super().get_request()
+                with server.lock:
+                    server.connections += 1
+                if server.tls is not None:
+                    # the handshake happens on the handler's thread, at its first read
+                    sock = server.tls.wrap_socket(
+                        sock, server_side=True, do_handshake_on_connect=False
+                    )
+                return sock, address
+
         self.httpd = QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(
@@ -154,7 +175,8 @@ class ReplayServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{host}:{port}"
 
     def enqueue(self, *replies: Reply) -> None:
         with self.lock:

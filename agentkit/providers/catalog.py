@@ -145,3 +145,32 @@ def local_model(
     if register:
         register_model(model)
     return model
+
+
+def model_from_spec(spec: str) -> Model:
+    """The model a ``"provider:model-id"`` string names (what ``--model`` and
+    ``Agent(model="...")`` take).
+
+    ``"provider"`` alone is that provider's default model (from the provider table); a local
+    server's name (``"ollama:llama3.2"``) gives a :func:`local_model` at its default URL.
+    Raises :class:`UnknownModelError` (a ``KeyError``) naming close matches, or ``ValueError``
+    for a string that names nothing.
+    """
+    provider, _, model_id = spec.strip().partition(":")
+    if not provider:
+        raise ValueError(f"a model is named 'provider:model-id', got {spec!r}")
+    info = PROVIDERS.get(provider)
+    if not model_id:
+        if info is None or info.default_model is None:
+            raise ValueError(
+                f"{spec!r} names no model: write 'provider:model-id' "
+                f"(providers with a default: {', '.join(_providers_with_default())})"
+            )
+        model_id = info.default_model
+    if info is not None and info.local_url is not None:
+        return local_model(None, model_id, server=provider, provider=provider)
+    return get_model(provider, model_id)
+
+
+def _providers_with_default() -> list[str]:
+    return [name for name, info in PROVIDERS.items() if info.default_model]

@@ -242,17 +242,25 @@ class ChatCompletionsParser:
             return
         if data.get("error"):
             raise ProviderError(f"{self.label} stream error: {vendor_error_message(data)}")
-        if data.get("id") and not self.b.message.response_id:
-            self.b.message.response_id = str(data["id"])
-        self.b.start()
+        builder = self.b
+        if not builder.started:
+            if data.get("id"):
+                builder.message.response_id = str(data["id"])
+            builder.start()
         usage = data.get("usage")
-        if isinstance(usage, dict):
+        if usage.__class__ is dict:
             self._usage(usage)
-        for choice in data.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+        for choice in data.get("choices") or ():
+            if choice.__class__ is not dict or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
-            self._delta(delta)
+            delta = choice.get("delta")
+            if delta:
+                calls = delta.get("tool_calls")
+                # A continuation chunk carries only its tool-call pieces: skip the text checks.
+                if calls is None or len(delta) > 1:
+                    self._delta(delta)
+                if calls:
+                    self._tool_calls(calls)
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
                 choice_usage = choice.get("usage")  # some servers put usage here
@@ -297,10 +305,13 @@ class ChatCompletionsParser:
                 self._close_text_and_thinking()
                 self.text_index = self.b.begin_text()
             self.b.add_text(self.text_index, content)
-        for call in delta.get("tool_calls") or []:
-            if not isinstance(call, dict):
+
+    def _tool_calls(self, calls: Any) -> None:
+        for call in calls:
+            if call.__class__ is not dict:
                 continue
-            slot = int(call.get("index", len(self.tools)))
+            slot = call.get("index")
+            slot = len(self.tools) if slot is None else int(slot)
             function = call.get("function") or {}
             call_id = call.get("id")
             index = self.tools.get(slot)

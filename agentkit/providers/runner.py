@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from pydantic_core import from_json
+
 from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import Context, Model, StreamOptions, as_stream_options
@@ -338,7 +340,11 @@ class BodyDecoder:
 
     def _loads(self, text: str) -> Any:
         try:
-            return json.loads(text)
+            return from_json(text)  # a few times faster than json.loads on small payloads
+        except ValueError:
+            pass
+        try:
+            return json.loads(text)  # lone surrogate escapes, which the builder then cleans
         except ValueError:
             snippet = scrub(text, self._secrets, _MAX_SNIPPET)
             raise ProviderError(

@@ -63,6 +63,8 @@ class SSEParser:
             self._skip_lf = False
             if text.startswith("\n"):
                 start = 1
+        if "\r" not in text:
+            return self._feed_lf_only(text[start:] if start else text, events)
         length = len(text)
         # The next CR and LF at or after ``start``, each searched again only once passed: an
         # LF-only stream (what vendors send) then costs one scan for CR per chunk, not per line.
@@ -94,6 +96,34 @@ class SSEParser:
             if event is not None:
                 events.append(event)
             start = next_start
+        return events
+
+    def _feed_lf_only(self, text: str, events: list[SSEEvent]) -> list[SSEEvent]:
+        """The common case (no CR in the chunk): split once, and take ``data`` lines and blank
+        lines without the general field parsing."""
+        lines = text.split("\n")
+        tail = lines.pop()  # the unterminated rest ("" when the chunk ends with a newline)
+        if self._pending and lines:
+            self._pending.append(lines[0])
+            lines[0] = "".join(self._pending)
+            self._pending = []
+        data = self._data
+        for line in lines:
+            if line.startswith("data:"):
+                data.append(line[6:] if line.startswith(" ", 5) else line[5:])
+            elif not line:
+                if data:
+                    events.append(self._dispatch())
+                    data = self._data
+                else:
+                    self._event = ""
+            else:
+                event = self._process_line(line)
+                if event is not None:
+                    events.append(event)
+                    data = self._data
+        if tail:
+            self._pending.append(tail)
         return events
 
     def _process_line(self, line: str) -> SSEEvent | None:

@@ -72,6 +72,7 @@ class ReplayServer:
         self.requests: list[Recorded] = []
         self.release = threading.Event()
         self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)  # notified whenever a request is recorded
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -95,6 +96,7 @@ class ReplayServer:
                         )
                     )
                     reply = server.replies.pop(0) if server.replies else None
+                    server.arrived.notify_all()
                 if reply is None:
                     reply = Reply(status=500, body=b'{"error": "no reply queued"}')
                 try:
@@ -178,6 +180,11 @@ class ReplayServer:
         scheme = "https" if self.tls is not None else "http"
         return f"{scheme}://{host}:{port}"
 
+    def wait_for_requests(self, count: int = 1, timeout: float = 5.0) -> bool:
+        """Block until ``count`` requests have arrived (``False`` if ``timeout`` ran out)."""
+        with self.arrived:
+            return self.arrived.wait_for(lambda: len(self.requests) >= count, timeout)
+
     def enqueue(self, *replies: Reply) -> None:
         with self.lock:
             self.replies.extend(replies)
@@ -235,12 +242,10 @@ def http_threads() -> list[threading.Thread]:
 
 
 def wait_no_http_threads(timeout: float = 2.0) -> bool:
-    """Wait until no provider request thread is alive."""
+    """Wait (by joining them) until no provider request thread is alive."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not http_threads():
-            return True
-        time.sleep(0.01)
+    for thread in http_threads():
+        thread.join(max(deadline - time.monotonic(), 0.0))
     return not http_threads()
 
 

@@ -175,8 +175,20 @@ class MessageBuilder:
             delta = delta[:-1]
         return clean_text(delta)
 
-    def _release_held(self, index: int) -> str:
-        return "\ufffd" if self._held.pop(index, "") else ""
+    def _close(self, index: int) -> Any:
+        """Mark the text or thinking block at ``index`` closed, after a half surrogate it held
+        back (as U+FFFD) and any buffered deltas; the block, or ``None`` if it was not open."""
+        kind = self._open.get(index)
+        if kind is None:
+            return None
+        if self._held.pop(index, ""):
+            if kind == "text":
+                self.add_text(index, "\ufffd")
+            else:
+                self.add_thinking(index, "\ufffd")
+        self.flush()
+        self._open.pop(index, None)
+        return self.message.content[index]
 
     # --- text -------------------------------------------------------------------------------
 
@@ -207,14 +219,9 @@ class MessageBuilder:
 
     def end_text(self, index: int) -> None:
         """Close the text block at ``index``."""
-        if index not in self._open:
+        block = self._close(index)
+        if block is None:
             return
-        tail = self._release_held(index)
-        if tail:
-            self.add_text(index, tail)
-        self.flush()
-        self._open.pop(index, None)
-        block = self.message.content[index]
         assert isinstance(block, TextContent)
         self.stream.push(
             TextEndEvent(content_index=index, content=block.text, partial=self.message)
@@ -260,14 +267,9 @@ class MessageBuilder:
 
     def end_thinking(self, index: int) -> None:
         """Close the thinking block at ``index``."""
-        if index not in self._open:
+        block = self._close(index)
+        if block is None:
             return
-        tail = self._release_held(index)
-        if tail:
-            self.add_thinking(index, tail)
-        self.flush()
-        self._open.pop(index, None)
-        block = self.message.content[index]
         assert isinstance(block, ThinkingContent)
         self.stream.push(
             ThinkingEndEvent(content_index=index, content=block.thinking, partial=self.message)

@@ -220,27 +220,25 @@ def _hook_connect(connection: Any) -> None:
     connection._agentkit_hooked = True
 
 
-class _TrackedHTTPPool(HTTPConnectionPool):
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        connection = super()._get_conn(timeout)
-        _hook_connect(connection)
-        tracker = getattr(_current, "tracker", None)
-        if tracker is not None:
-            tracker.track(connection)
-        return connection
+def _tracked_pool(base: type[HTTPConnectionPool]) -> type[HTTPConnectionPool]:
+    """``base`` whose connections, as a request takes them, join that request's tracker."""
+
+    class _TrackedPool(base):  # type: ignore[valid-type,misc]
+        def _get_conn(self, timeout: float | None = None) -> Any:
+            connection = super()._get_conn(timeout)
+            _hook_connect(connection)
+            tracker = getattr(_current, "tracker", None)
+            if tracker is not None:
+                tracker.track(connection)
+            return connection
+
+    return _TrackedPool
 
 
-class _TrackedHTTPSPool(HTTPSConnectionPool):
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        connection = super()._get_conn(timeout)
-        _hook_connect(connection)
-        tracker = getattr(_current, "tracker", None)
-        if tracker is not None:
-            tracker.track(connection)
-        return connection
-
-
-_POOL_CLASSES = {"http": _TrackedHTTPPool, "https": _TrackedHTTPSPool}
+_POOL_CLASSES = {
+    "http": _tracked_pool(HTTPConnectionPool),
+    "https": _tracked_pool(HTTPSConnectionPool),
+}
 
 # Guards _managers (created on first use, one per proxy; None is "no proxy").
 _managers_lock = threading.Lock()

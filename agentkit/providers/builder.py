@@ -383,6 +383,8 @@ class MessageBuilder:
                 return
             self._ended = True
         self.message.stop_reason = stop_reason
+        if self.message.response_id:
+            self.message.response_id = clean_text(self.message.response_id)
         self.stream.push(DoneEvent(reason=stop_reason, message=self.message))
 
     def finish_from(
@@ -421,5 +423,5 @@ class MessageBuilder:
             pass
         finally:
             self.message.stop_reason = reason
-            self.message.error_message = error_message
+            self.message.error_message = clean_text(error_message)
             self.stream.push(ErrorEvent(reason=reason, error=self.message))

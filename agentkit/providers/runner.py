@@ -38,6 +38,7 @@ from .table import env_var_names, get_env_api_key, needs_api_key, provider_label
 
 _SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization"}
 _MAX_SNIPPET = 200
+_MAX_MESSAGE = 2000  # characters of an error message, cut after keys are redacted
 
 
 def resolve_api_key(model: Model, options: StreamOptions) -> str | None:
@@ -162,12 +163,12 @@ def _run_request(
         if signal is not None and signal.aborted:
             builder.fail("aborted", ABORTED_MESSAGE)
         else:
-            builder.fail("error", scrub(str(exc), secrets))
+            builder.fail("error", scrub(str(exc), secrets, _MAX_MESSAGE))
     except Exception as exc:  # a bug or an unexpected payload: still end the stream
         if signal is not None and signal.aborted:
             builder.fail("aborted", ABORTED_MESSAGE)
         else:
-            text = scrub(f"{type(exc).__name__}: {exc}", secrets, 1000)
+            text = scrub(f"{type(exc).__name__}: {exc}", secrets, _MAX_MESSAGE)
             builder.fail("error", f"{label} stream failed: {text}")
     finally:
         if not builder.ended:  # a BaseException, or a parser that returned without an end
@@ -356,6 +357,6 @@ def vendor_error_message(data: Any) -> str:
     """A readable message from an ``error`` payload found inside a stream."""
     error = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(error, dict):
-        message = error.get("message") or error.get("type") or json.dumps(error)[:500]
+        message = error.get("message") or error.get("type") or json.dumps(error)
         return str(message)
-    return str(error)[:500]
+    return str(error)  # not cut here: the runner redacts keys first, then cuts

@@ -422,3 +422,17 @@ def test_a_misspelt_compat_quirk_ends_the_stream_with_a_clear_error(server: Repl
     assert message.stop_reason == "error"
     assert "max_token_field" in (message.error_message or "")
     assert not server.requests
+
+
+@pytest.mark.parametrize("offset", [490, 495, 500])
+def test_a_key_straddling_the_cut_of_an_in_stream_error_does_not_leak(
+    server: ReplayServer, offset: int
+) -> None:
+    # the same fault class as the error body: an error event inside the stream
+    message_text = "m" * offset + API_KEY + "n" * 3000
+    body = f"data: {json.dumps({'error': {'message': message_text}})}\n\n".encode()
+    server.enqueue(Reply(body))
+    _, message = collect(stream(make_model(CHAT, server.url), CTX, options(max_retries=0)))
+    text = message.error_message or ""
+    assert "stream error" in text and "[REDACTED]" in text
+    assert all(API_KEY[i : i + 6] not in text for i in range(len(API_KEY) - 5))

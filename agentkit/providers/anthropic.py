@@ -31,7 +31,7 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .builder import MessageBuilder, set_usage
+from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import provider_label
 from .transform import call_part, prepare_context, safe_id
@@ -272,7 +272,7 @@ class MessagesParser:
 
         def count(name: str) -> int | None:
             value = usage.get(name)
-            return int(value) if isinstance(value, (int, float)) else None
+            return tokens(value) if isinstance(value, (int, float)) else None
 
         set_usage(
             self.b.message.usage,

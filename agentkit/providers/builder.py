@@ -88,8 +88,19 @@ def _price(tokens: int, per_million: float) -> float:
     return value if math.isfinite(value) else 0.0
 
 
-def _count(value: Any) -> int:
-    return min(max(int(value), 0), MAX_TOKEN_COUNT)
+def tokens(value: Any) -> int:
+    """A vendor's token count as an int in ``0..MAX_TOKEN_COUNT``; anything that is not a
+    finite number (``None``, ``1e400`` parsed as infinity, a string) counts as 0."""
+    if value.__class__ is int:
+        return min(max(value, 0), MAX_TOKEN_COUNT)
+    if isinstance(value, float) and math.isfinite(value):
+        return min(max(int(value), 0), MAX_TOKEN_COUNT)
+    if isinstance(value, str) and value.strip().isdigit():
+        return min(int(value), MAX_TOKEN_COUNT)
+    return 0
+
+
+_count = tokens
 
 
 def set_usage(

@@ -32,7 +32,7 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .builder import MessageBuilder, set_usage
+from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import ModelCompat, provider_label
 from .transform import prepare_context, same_source
@@ -218,17 +218,17 @@ class GenerateContentParser:
         self.b.start()
         usage = data.get("usageMetadata")
         if isinstance(usage, dict):
-            prompt = int(usage.get("promptTokenCount") or 0)
-            cached = int(usage.get("cachedContentTokenCount") or 0)
-            output = int(usage.get("candidatesTokenCount") or 0) + int(
-                usage.get("thoughtsTokenCount") or 0
+            prompt = tokens(usage.get("promptTokenCount"))
+            cached = tokens(usage.get("cachedContentTokenCount"))
+            output = tokens(usage.get("candidatesTokenCount")) + tokens(
+                usage.get("thoughtsTokenCount")
             )
             set_usage(
                 self.b.message.usage,
                 input=max(prompt - cached, 0),
                 cache_read=cached,
                 output=output,
-                total=int(usage.get("totalTokenCount") or 0) or None,
+                total=tokens(usage.get("totalTokenCount")) or None,
             )
         candidates = data.get("candidates") or []
         if not candidates:

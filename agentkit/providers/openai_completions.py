@@ -37,7 +37,7 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .builder import MessageBuilder, set_usage
+from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import ModelCompat, provider_compat, provider_label
 from .transform import call_part, images_of, prepare_context, safe_id, text_of
@@ -268,16 +268,16 @@ class ChatCompletionsParser:
                     self._usage(choice_usage)
 
     def _usage(self, usage: dict[str, Any]) -> None:
-        prompt = int(usage.get("prompt_tokens") or 0)
+        prompt = tokens(usage.get("prompt_tokens"))
         details = usage.get("prompt_tokens_details") or {}
-        cached = int(details.get("cached_tokens") or usage.get("prompt_cache_hit_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
+        cached = tokens(details.get("cached_tokens") or usage.get("prompt_cache_hit_tokens"))
+        completion = tokens(usage.get("completion_tokens"))
         set_usage(
             self.b.message.usage,
             input=max(prompt - cached, 0),
             cache_read=cached,
             output=completion,
-            total=int(usage.get("total_tokens") or 0) or None,
+            total=tokens(usage.get("total_tokens")) or None,
         )
 
     def _close_text_and_thinking(self) -> None:

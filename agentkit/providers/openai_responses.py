@@ -30,7 +30,7 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .builder import MessageBuilder, set_usage
+from .builder import MessageBuilder, set_usage, tokens
 from .json_stream import as_arguments, parse_streaming_json
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import ModelCompat, is_local_url, provider_label
@@ -358,13 +358,13 @@ class ResponsesParser:
         usage = response.get("usage")
         if isinstance(usage, dict):
             details = usage.get("input_tokens_details") or {}
-            cached = int(details.get("cached_tokens") or 0)
+            cached = tokens(details.get("cached_tokens"))
             set_usage(
                 self.b.message.usage,
-                input=max(int(usage.get("input_tokens") or 0) - cached, 0),
+                input=max(tokens(usage.get("input_tokens")) - cached, 0),
                 cache_read=cached,
-                output=int(usage.get("output_tokens") or 0),
-                total=int(usage.get("total_tokens") or 0) or None,
+                output=tokens(usage.get("output_tokens")),
+                total=tokens(usage.get("total_tokens")) or None,
             )
         incomplete = response.get("incomplete_details") or {}
         if isinstance(incomplete, dict):

@@ -436,3 +436,14 @@ def test_a_key_straddling_the_cut_of_an_in_stream_error_does_not_leak(
     text = message.error_message or ""
     assert "stream error" in text and "[REDACTED]" in text
     assert all(API_KEY[i : i + 6] not in text for i in range(len(API_KEY) - 5))
+
+
+def test_a_usage_count_beyond_float_range_does_not_fail_the_answer(server: ReplayServer) -> None:
+    # 1e400 parses as infinity: the count is ignored, the answer is kept
+    body = chat_sse({"content": "ok"}).replace(
+        b"data: [DONE]", b'data: {"choices": [], "usage": {"prompt_tokens": 1e400}}\n\ndata: [DONE]'
+    )
+    server.enqueue(Reply(body))
+    _, message = collect(stream(make_model(CHAT, server.url), CTX, options()))
+    assert message.stop_reason == "stop", message.error_message
+    assert message.usage.input == 0

@@ -169,10 +169,6 @@ class MessageBuilder:
         """Whether the block at ``index`` has started and not yet ended."""
         return index in self._open
 
-    def open_kind(self, index: int) -> str | None:
-        """``"text"``, ``"thinking"`` or ``"tool_call"`` for an open block, else ``None``."""
-        return self._open.get(index)
-
     def _clean_delta(self, index: int, delta: str) -> str:
         """``delta`` made serialisable, holding back a trailing high surrogate for the next."""
         held = self._held.pop(index, "")

@@ -39,9 +39,6 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 600.0
 """Seconds to wait between two reads of the body when ``options.timeout`` is not given."""
 
-DEFAULT_RETRY_BASE_DELAY_MS = 1000
-"""First backoff delay; doubled for every further attempt."""
-
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 """HTTP statuses retried besides every 5xx."""
 
@@ -63,7 +60,7 @@ __all__ = [
 ]
 
 
-class RequestAborted(Exception):
+class _RequestAborted(Exception):
     """Internal: the request was aborted through its signal (never leaves the providers)."""
 
 
@@ -272,6 +269,19 @@ def close_pools() -> None:
         manager.clear()
 
 
+def _forget_pools_in_child() -> None:
+    # A forked child (a Celery or gunicorn worker) must not talk over its parent's sockets:
+    # two processes writing to one TLS connection corrupt both. Drop the pools without closing
+    # them (closing would send a TLS close_notify on the parent's behalf).
+    global _managers_lock
+    _managers_lock = threading.Lock()
+    _managers.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_in_child)
+
+
 def _proxy_for(url: str) -> str | None:
     """The proxy the environment sets for ``url`` (``HTTPS_PROXY``, ``NO_PROXY``...), if any;
     never one for this machine."""
@@ -385,7 +395,7 @@ class StreamingRequest:
 
     def _check_abort(self) -> None:
         if self.aborted:
-            raise RequestAborted()
+            raise _RequestAborted()
 
     # --- sending ---------------------------------------------------------------------------
 
@@ -393,7 +403,7 @@ class StreamingRequest:
         """Send the request once; return the 2xx response whose body is an event stream.
 
         Raises :class:`ProviderError` (message scrubbed; ``retryable`` says whether another
-        attempt may help) or the internal :class:`RequestAborted`.
+        attempt may help) or the internal :class:`_RequestAborted`.
         """
         self._check_abort()
         proxy = _proxy_for(self.url)
@@ -479,7 +489,7 @@ class StreamingRequest:
                     yield chunk
         except Exception as exc:
             if self.aborted:
-                raise RequestAborted() from None
+                raise _RequestAborted() from None
             raise ProviderError(
                 scrub(
                     f"{self.provider_label} stream was interrupted: {_describe(exc)}",

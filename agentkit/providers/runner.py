@@ -27,8 +27,8 @@ from ..event_stream import AssistantMessageEventStream
 from ..types import Context, Model, StreamOptions, as_stream_options
 from .builder import ABORTED_MESSAGE, MessageBuilder
 from .http import (
-    RequestAborted,
     StreamingRequest,
+    _RequestAborted,
     backoff,
     scrub,
 )
@@ -144,7 +144,7 @@ def _run_request(
     label = provider_label(model)
     try:
         if signal is not None and signal.aborted:
-            raise RequestAborted()
+            raise _RequestAborted()
         api_key = resolve_api_key(model, options)
         secrets.append(api_key)
         prepared = spec.prepare(model, context, options, api_key)
@@ -157,7 +157,7 @@ def _run_request(
         # "replace" only guards against a lone surrogate an application put in the transcript.
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8", "replace")
         _with_retries(spec, prepared, body, options, builder, label, secrets)
-    except RequestAborted:
+    except _RequestAborted:
         builder.fail("aborted", ABORTED_MESSAGE)
     except ProviderError as exc:
         if signal is not None and signal.aborted:
@@ -199,7 +199,7 @@ def _with_retries(
             if builder.started or builder.ended or exc.retryable is False:
                 raise
             if signal is not None and signal.aborted:
-                raise RequestAborted() from None
+                raise _RequestAborted() from None
             if attempt >= max_retries:
                 raise
             asked = exc.retry_after
@@ -222,7 +222,7 @@ def _wait(signal: Any, seconds: float) -> None:
     """Wait between attempts; an abort ends the wait at once."""
     if signal is not None:
         if signal.wait(max(seconds, 0.0)):
-            raise RequestAborted()
+            raise _RequestAborted()
     else:
         threading.Event().wait(max(seconds, 0.0))
 
@@ -251,14 +251,14 @@ def _attempt(
         decoder = BodyDecoder(prepared.body_format, label, secrets)
         for chunk in request.iter_bytes():
             if request.aborted:
-                raise RequestAborted()
+                raise _RequestAborted()
             for event, data in decoder.feed(chunk):
                 parser.handle(event, data)
             builder.flush()  # coalesced tool-argument deltas: as fresh as the last read
         for event, data in decoder.close():
             parser.handle(event, data)
         if request.aborted:
-            raise RequestAborted()
+            raise _RequestAborted()
         parser.finish()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import ssl
 import subprocess
@@ -447,3 +448,22 @@ def test_a_usage_count_beyond_float_range_does_not_fail_the_answer(server: Repla
     _, message = collect(stream(make_model(CHAT, server.url), CTX, options()))
     assert message.stop_reason == "stop", message.error_message
     assert message.usage.input == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_reuse_its_parents_connection(server: ReplayServer) -> None:
+    # the same fault class as pooling itself: a prefork worker must not write to the
+    # parent's socket, or both requests are corrupted
+    model = make_model(CHAT, server.url)
+    server.enqueue(*[Reply(chat_sse({"content": "x"})) for _ in range(3)])
+    assert stream(model, CTX, options()).result().stop_reason == "stop"
+    assert server.connections == 1
+    pid = os.fork()
+    if pid == 0:  # the child: one request, then leave without running the parent's cleanup
+        ok = stream(model, CTX, options()).result().stop_reason == "stop"
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert server.connections == 2  # the child opened its own
+    assert stream(model, CTX, options()).result().stop_reason == "stop"
+    assert server.connections == 2  # and the parent still reuses its own

@@ -67,22 +67,49 @@ def test_unknown_model_lists_close_matches() -> None:
     assert "anthropic" in str(info.value)
 
 
-def test_register_model_is_thread_safe_and_replaces() -> None:
-    def add(i: int) -> None:
-        register_model(
-            Model(id=f"m{i}", api="openai-completions", provider="test-reg", base_url="http://x/v1")
-        )
+def test_the_catalog_loads_once_however_many_threads_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The lock's job: one thread loads models.json while the others wait for it. Without the
+    # lock a second thread would start a second load (and could iterate a dict being filled).
+    import json as real_json
 
-    threads = [threading.Thread(target=add, args=(i,)) for i in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(get_models("test-reg")) == 20
+    from agentkit.providers import catalog
+
+    monkeypatch.setattr(catalog, "_models", {})
+    monkeypatch.setattr(catalog, "_loaded", False)
+    entered = [threading.Event(), threading.Event()]
+    go = threading.Event()
+    loads: list[int] = []
+
+    class SlowJson:
+        @staticmethod
+        def loads(text: str) -> object:
+            entered[len(loads)].set()
+            loads.append(1)
+            go.wait(10)
+            return real_json.loads(text)
+
+    monkeypatch.setattr(catalog, "json", SlowJson)
+    seen: list[int] = []
+    threads = [threading.Thread(target=lambda: seen.append(len(get_models()))) for _ in range(2)]
+    threads[0].start()
+    assert entered[0].wait(5)
+    threads[1].start()
+    assert not entered[1].wait(0.5)  # the second thread waits for the first load
+    go.set()
+    for thread in threads:
+        thread.join(10)
+    assert loads == [1] and seen[0] == seen[1] > 0
+
+
+def test_register_model_replaces() -> None:
+    register_model(
+        Model(id="m0", api="openai-completions", provider="test-reg", base_url="http://x/v1")
+    )
     register_model(
         {"id": "m0", "api": "openai-completions", "provider": "test-reg", "base_url": "http://y/v1"}
     )
     assert get_model("test-reg", "m0").base_url == "http://y/v1"
+    assert len(get_models("test-reg")) == 1
 
 
 def test_local_model_presets() -> None:

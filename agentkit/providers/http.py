@@ -241,7 +241,7 @@ _POOL_CLASSES = {
 _managers_lock = threading.Lock()
 _managers: dict[str | None, urllib3.PoolManager] = {}
 
-POOL_SIZE = 16
+POOL_SIZE = 32
 """Kept-alive connections per host: parallel runs beyond this open extra, unpooled ones."""
 
 

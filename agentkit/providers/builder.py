@@ -169,6 +169,26 @@ class MessageBuilder:
         """Whether the block at ``index`` has started and not yet ended."""
         return index in self._open
 
+    def _open_block(self, block: Any, kind: str) -> int:
+        """Append ``block`` as an open block of ``kind`` (after the ``start`` event and any
+        buffered argument deltas); return its index."""
+        self.flush()
+        self.start()
+        index = len(self.message.content)
+        self.message.content.append(block)
+        self._open[index] = kind
+        return index
+
+    def _ready(self, index: int, delta: str) -> str:
+        """The part of a text or thinking ``delta`` to append now (cleaned; may be empty), with
+        buffered argument deltas pushed first so events stay in order."""
+        if not delta:
+            return ""
+        delta = self._clean_delta(index, delta)
+        if delta:
+            self.flush()
+        return delta
+
     def _clean_delta(self, index: int, delta: str) -> str:
         """``delta`` made serialisable, holding back a trailing high surrogate for the next."""
         held = self._held.pop(index, "")
@@ -201,11 +221,7 @@ class MessageBuilder:
 
     def begin_text(self, text: str = "", signature: str | None = None) -> int:
         """Open a text block; return its index."""
-        self.flush()
-        self.start()
-        index = len(self.message.content)
-        self.message.content.append(TextContent(text="", text_signature=signature))
-        self._open[index] = "text"
+        index = self._open_block(TextContent(text="", text_signature=signature), "text")
         self.stream.push(TextStartEvent(content_index=index, partial=self.message))
         if text:
             self.add_text(index, text)
@@ -213,12 +229,9 @@ class MessageBuilder:
 
     def add_text(self, index: int, delta: str) -> None:
         """Append to the text block at ``index``."""
+        delta = self._ready(index, delta)
         if not delta:
             return
-        delta = self._clean_delta(index, delta)
-        if not delta:
-            return
-        self.flush()
         block = self.message.content[index]
         assert isinstance(block, TextContent)
         block.text = block.text + delta
@@ -240,13 +253,8 @@ class MessageBuilder:
         self, thinking: str = "", signature: str | None = None, redacted: bool = False
     ) -> int:
         """Open a thinking block; return its index."""
-        self.flush()
-        self.start()
-        index = len(self.message.content)
-        self.message.content.append(
-            ThinkingContent(thinking="", signature=signature, redacted=redacted)
-        )
-        self._open[index] = "thinking"
+        block = ThinkingContent(thinking="", signature=signature, redacted=redacted)
+        index = self._open_block(block, "thinking")
         self.stream.push(ThinkingStartEvent(content_index=index, partial=self.message))
         if thinking:
             self.add_thinking(index, thinking)
@@ -254,12 +262,9 @@ class MessageBuilder:
 
     def add_thinking(self, index: int, delta: str) -> None:
         """Append to the thinking block at ``index``."""
+        delta = self._ready(index, delta)
         if not delta:
             return
-        delta = self._clean_delta(index, delta)
-        if not delta:
-            return
-        self.flush()
         block = self.message.content[index]
         assert isinstance(block, ThinkingContent)
         block.thinking = block.thinking + delta
@@ -286,18 +291,13 @@ class MessageBuilder:
 
     def begin_tool_call(self, call_id: str, name: str, thought_signature: str | None = None) -> int:
         """Open a tool call; return its index. Arguments follow via :meth:`add_tool_args`."""
-        self.flush()
-        self.start()
-        index = len(self.message.content)
-        self.message.content.append(
-            ToolCall(
-                id=clean_text(call_id),
-                name=clean_text(name),
-                arguments={},
-                thought_signature=thought_signature,
-            )
+        call = ToolCall(
+            id=clean_text(call_id),
+            name=clean_text(name),
+            arguments={},
+            thought_signature=thought_signature,
         )
-        self._open[index] = "tool_call"
+        index = self._open_block(call, "tool_call")
         self._args[index] = ToolArgsBuffer()
         self.stream.push(ToolCallStartEvent(content_index=index, partial=self.message))
         return index

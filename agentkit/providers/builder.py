@@ -310,8 +310,11 @@ class MessageBuilder:
         """
         if not delta:
             return
-        self._args[index].append(delta)
-        self._unsent.setdefault(index, []).append(delta)
+        unsent = self._unsent.get(index)
+        if unsent is None:
+            self._unsent[index] = [delta]
+        else:
+            unsent.append(delta)
 
     def flush(self) -> None:
         """Push the coalesced ``toolcall_delta`` of every call with buffered argument text."""
@@ -322,12 +325,14 @@ class MessageBuilder:
             buffer = self._args.get(index)
             if buffer is None:
                 continue
+            delta = "".join(pieces)
+            buffer.append(delta)
             partial = buffer.partial()
             block = self.message.content[index]
             assert isinstance(block, ToolCall)
             if partial is not None:
                 block.arguments = partial
-            delta = clean_text("".join(pieces))
+            delta = clean_text(delta)
             self.stream.push(
                 ToolCallDeltaEvent(content_index=index, delta=delta, partial=self.message)
             )
@@ -335,7 +340,8 @@ class MessageBuilder:
     def tool_args_text(self, index: int) -> str:
         """The raw arguments text received so far for the call at ``index``."""
         buffer = self._args.get(index)
-        return buffer.text if buffer is not None else ""
+        text = buffer.text if buffer is not None else ""
+        return text + "".join(self._unsent.get(index, ()))
 
     def end_tool_call(self, index: int, arguments: dict[str, Any] | None = None) -> None:
         """Close the tool call at ``index``; ``arguments`` (if given) replace the streamed text."""
@@ -416,7 +422,10 @@ class MessageBuilder:
                 return
             self._ended = True
         try:
-            self._unsent = {}
+            unsent, self._unsent = self._unsent, {}
+            for index, pieces in unsent.items():  # kept in the salvaged arguments, not pushed
+                if index in self._args:
+                    self._args[index].append("".join(pieces))
             self._held.clear()
             for index in list(self._open):
                 if self._open.get(index) == "tool_call":

@@ -74,7 +74,11 @@ def parse_partial_json(text: str) -> Any:
     except ValueError as error:
         if not _cut_off(error):
             raise
-    value = from_json(_NUMBER_TAIL_RE.sub("", text), allow_partial="trailing-strings")
+    # only the last three characters can be a number's cut-off tail: search there, not the text
+    tail = _NUMBER_TAIL_RE.search(text, max(len(text) - 3, 0))
+    if tail is not None:
+        text = text[: tail.start()]
+    value = from_json(text, allow_partial="trailing-strings")
     if value is None and not text.lstrip().startswith("n"):
         raise ValueError("no value")
     return value

@@ -197,3 +197,8 @@ __all__ = [
     "tool",
     "validate_tool_arguments",
 ]
+
+# --- appended by H2 (providers): per-API request option groups --------------------------------
+from .types import AnthropicOptions, GoogleOptions, OpenAIOptions  # noqa: E402
+
+__all__ += ["AnthropicOptions", "GoogleOptions", "OpenAIOptions"]

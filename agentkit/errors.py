@@ -28,4 +28,25 @@ class NoStreamFunctionError(AgentError):
 
 
 class ProviderError(AgentError):
-    """A provider could not be reached or refused a request (never carries an API key)."""
+    """A provider could not be reached, refused a request or broke off its stream.
+
+    ``str(error)`` is the readable message (never an API key); ``status`` is the HTTP status
+    when the server answered with one; ``retry_after`` the seconds it asked to wait (from
+    ``Retry-After`` or ``retry-after-ms``); ``retryable`` whether another attempt may help.
+    The providers raise it on their request thread, where the runner's retry policy catches it;
+    a stream function never raises it to its caller, whose stream ends with an ``error`` event
+    carrying the same message instead.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.retryable = retryable

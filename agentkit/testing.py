@@ -14,7 +14,8 @@ Use it to test your own agents without a network or an API key::
     assert model.requests[1].messages[-1].role == "tool_result"
 
 Each reply streams as realistic deltas (``start``, ``text_delta``..., ``toolcall_delta``...,
-``done``) from a producer thread, optionally with a delay between deltas; it may end with an
+``done``) from a producer thread, built by the same message builder the HTTP providers use (so a
+``toolcall_delta`` carries the partial arguments parsed so far), optionally with a delay between deltas; it may end with an
 error, or hang until the run is aborted. Every delay honours the run's abort signal.
 """
 
@@ -24,33 +25,16 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .abort import AbortSignal
 from .event_stream import AssistantMessageEventStream
-from .events import (
-    DoneEvent,
-    ErrorEvent,
-    StartEvent,
-    TextDeltaEvent,
-    TextEndEvent,
-    TextStartEvent,
-    ThinkingDeltaEvent,
-    ThinkingEndEvent,
-    ThinkingStartEvent,
-    ToolCallDeltaEvent,
-    ToolCallEndEvent,
-    ToolCallStartEvent,
-)
+from .providers.builder import MessageBuilder
 from .types import (
-    AssistantMessage,
     Context,
     Model,
     StopReason,
     StreamOptions,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
     Usage,
     as_stream_options,
 )
@@ -239,25 +223,17 @@ class ScriptedModel:
         script: Reply | None,
         signal: AbortSignal | None,
     ) -> None:
-        message = AssistantMessage(api=model.api, provider=model.provider, model=model.id)
+        builder = MessageBuilder(model, stream)
         try:
             if script is None:
-                _fail(stream, message, "error", "ScriptedModel: no scripted reply left")
+                builder.fail("error", "ScriptedModel: no scripted reply left")
                 return
-            _Player(self, stream, message, script, signal).play()
+            _Player(self, builder, script, signal).play()
         except Exception as exc:  # keep the stream contract even if the script is broken
-            _fail(stream, message, "error", f"ScriptedModel failed: {exc}")
-
-
-def _fail(
-    stream: AssistantMessageEventStream,
-    message: AssistantMessage,
-    reason: Literal["error", "aborted"],
-    text_: str,
-) -> None:
-    message.stop_reason = reason
-    message.error_message = text_
-    stream.push(ErrorEvent(reason, message))
+            builder.fail("error", f"ScriptedModel failed: {exc}")
+        finally:
+            if not builder.ended and not stream.done():
+                builder.fail("error", "ScriptedModel: the reply ended without a result")
 
 
 class _Aborted(Exception):
@@ -265,17 +241,18 @@ class _Aborted(Exception):
 
 
 class _Player:
-    """Streams one reply into a stream, as a provider would."""
+    """Streams one reply through the same :class:`MessageBuilder` the HTTP providers use, so
+    partial tool arguments show on ``toolcall_delta`` as they do over HTTP. Each scripted
+    chunk counts as one network read (the builder is flushed after it)."""
 
     def __init__(
         self,
         owner: ScriptedModel,
-        stream: AssistantMessageEventStream,
-        message: AssistantMessage,
+        builder: MessageBuilder,
         script: Reply,
         signal: AbortSignal | None,
     ) -> None:
-        self.owner, self.stream, self.message = owner, stream, message
+        self.owner, self.builder = owner, builder
         self.script, self.signal = script, signal
         self.delay = script.delay or owner.delay
 
@@ -289,76 +266,75 @@ class _Player:
             else:
                 threading.Event().wait(self.delay)
 
-    def emit(self, event: Any) -> None:
-        self.pause()
-        self.stream.push(event)
-
     def chunks(self, value: str) -> Sequence[str]:
         size = self.owner.chunk_size
         return [value[i : i + size] for i in range(0, len(value), size)] or [""]
 
     def play(self) -> None:
-        message, script = self.message, self.script
+        builder, script = self.builder, self.script
+        message = builder.message
         try:
-            self.emit(StartEvent(message))
+            self.pause()
+            builder.start()
             for part in script.parts:
-                index = len(message.content)
                 if isinstance(part, Text):
-                    self.play_text(index, part)
+                    self.play_text(part)
                 elif isinstance(part, Thinking):
-                    self.play_thinking(index, part)
+                    self.play_thinking(part)
                 else:
-                    self.play_call(index, part)
+                    self.play_call(part)
             if script.hang:
                 if self.signal is None:
                     raise RuntimeError("a hanging reply needs the run's signal")
                 self.signal.wait()
                 raise _Aborted
         except _Aborted:
-            _fail(self.stream, message, "aborted", "Operation aborted")
+            builder.fail("aborted", "Operation aborted")
             return
         chars = sum(len(getattr(p, "text", "") or getattr(p, "thinking", "")) for p in script.parts)
         message.usage = script.usage or Usage(
             input=10, output=max(1, chars // 4), total_tokens=10 + max(1, chars // 4)
         )
         if script.error is not None:
-            _fail(self.stream, message, "error", script.error)
+            builder.fail("error", script.error)
             return
         if script.end_without_done:
-            self.stream.end()
+            builder.stream.end()
             return
         has_calls = any(isinstance(p, Call) for p in script.parts)
         stop = script.stop_reason or ("tool_use" if has_calls else "stop")
-        message.stop_reason = stop
         if stop in ("error", "aborted"):
-            _fail(self.stream, message, stop, message.error_message or stop)
+            builder.fail(stop, message.error_message or stop)
             return
-        self.stream.push(DoneEvent(stop, message))  # type: ignore[arg-type]
+        self.pause()
+        builder.finish(stop)
 
-    def play_text(self, index: int, part: Text) -> None:
-        block = TextContent(text="")
-        self.message.content.append(block)
-        self.emit(TextStartEvent(index, self.message))
+    def play_text(self, part: Text) -> None:
+        self.pause()
+        index = self.builder.begin_text()
         for chunk in self.chunks(part.text):
-            block.text += chunk
-            self.emit(TextDeltaEvent(index, chunk, self.message))
-        self.emit(TextEndEvent(index, block.text, self.message))
+            self.pause()
+            self.builder.add_text(index, chunk)
+        self.pause()
+        self.builder.end_text(index)
 
-    def play_thinking(self, index: int, part: Thinking) -> None:
-        block = ThinkingContent(thinking="")
-        self.message.content.append(block)
-        self.emit(ThinkingStartEvent(index, self.message))
+    def play_thinking(self, part: Thinking) -> None:
+        self.pause()
+        index = self.builder.begin_thinking()
         for chunk in self.chunks(part.thinking):
-            block.thinking += chunk
-            self.emit(ThinkingDeltaEvent(index, chunk, self.message))
-        block.signature = part.signature
-        self.emit(ThinkingEndEvent(index, block.thinking, self.message))
+            self.pause()
+            self.builder.add_thinking(index, chunk)
+        if part.signature is not None:
+            self.builder.set_thinking_signature(index, part.signature)
+        self.pause()
+        self.builder.end_thinking(index)
 
-    def play_call(self, index: int, part: Call) -> None:
-        call = ToolCall(id=part.id or self.owner._next_id(), name=part.name, arguments={})
-        self.message.content.append(call)
-        self.emit(ToolCallStartEvent(index, self.message))
+    def play_call(self, part: Call) -> None:
+        self.pause()
+        index = self.builder.begin_tool_call(part.id or self.owner._next_id(), part.name)
         for chunk in self.chunks(json.dumps(part.arguments)):
-            self.emit(ToolCallDeltaEvent(index, chunk, self.message))
-        call.arguments = dict(part.arguments)
-        self.emit(ToolCallEndEvent(index, call, self.message))
+            self.pause()
+            self.builder.add_tool_args(index, chunk)
+            self.builder.flush()
+        self.pause()
+        self.builder.end_tool_call(index, dict(part.arguments))

@@ -260,14 +260,55 @@ class Context(_Data):
     tools: list[Tool] | None = None
 
 
-class StreamOptions(_Data):
-    """Options for one provider request. Unknown keys are kept, so a loop config passes through.
+class _Options(BaseModel):
+    """Base for request options: a misspelt option raises instead of being ignored."""
 
-    ``signal`` is the run's :class:`~agentkit.abort.AbortSignal`; ``timeout`` is seconds (one
-    number, or a ``(connect, read)`` pair); ``on_payload`` sees (and may replace) the request body.
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+class AnthropicOptions(_Options):
+    """Options only Anthropic's Messages API understands."""
+
+    thinking_enabled: bool = False
+    """Ask for extended thinking (reasoning models only)."""
+    thinking_budget_tokens: int | None = None
+    """Tokens the model may think for; the ``medium`` budget when ``None``."""
+    cache_retention: Literal["short", "long", "none"] = "short"
+    """Prompt-cache breakpoints: five minutes, one hour, or none (Anthropic itself only)."""
+
+
+class OpenAIOptions(_Options):
+    """Options of OpenAI's Chat Completions and Responses APIs (and compatible servers)."""
+
+    reasoning_effort: Literal["minimal", "low", "medium", "high", "xhigh"] | None = None
+    """Reasoning effort for reasoning models (sent as the server's quirks say)."""
+    reasoning_summary: Literal["auto", "concise", "detailed"] | None = None
+    """Responses only: the reasoning summary to ask for (``"auto"`` when effort is set)."""
+
+
+class GoogleOptions(_Options):
+    """Options only Gemini understands."""
+
+    thinking: bool = False
+    """Send a ``thinkingConfig`` (reasoning models only)."""
+    include_thoughts: bool = True
+    """Stream the model's thought summaries as thinking blocks."""
+    thinking_level: Literal["minimal", "low", "medium", "high"] | None = None
+    """Gemini 3 thinking level (wins over the budget)."""
+    thinking_budget_tokens: int | None = None
+    """Gemini 2.5 thinking budget (-1: dynamic, 0: off)."""
+
+
+class StreamOptions(_Options):
+    """Options for one provider request, and nothing else (no callbacks of the loop).
+
+    A misspelt option raises (``extra="forbid"``); options that only one API understands live in
+    :attr:`anthropic`, :attr:`openai` and :attr:`google`. ``signal`` is the run's
+    :class:`~agentkit.abort.AbortSignal`; ``timeout`` is seconds (one number, or a ``(connect,
+    read)`` pair); ``on_payload`` sees (and may replace) the request body; ``tool_choice`` is the
+    API's own value (``"auto"``, ``"none"``, ``"required"``/``"any"``, or its dict form).
+    ``stream_simple`` turns ``reasoning`` (with ``thinking_budgets``) into the per-API options.
     """
-
-    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
 
     api_key: str | None = None
     signal: Any = None
@@ -278,9 +319,15 @@ class StreamOptions(_Data):
     temperature: float | None = None
     max_retries: int = 2
     max_retry_delay_ms: int = 60000
+    retry_base_delay_ms: int = 1000
+    """The first backoff delay; doubled for every further retry (jittered)."""
     timeout: float | tuple[float, float] | None = None
     on_payload: Any = None
     thinking_budgets: dict[str, int] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    anthropic: AnthropicOptions | None = None
+    openai: OpenAIOptions | None = None
+    google: GoogleOptions | None = None
 
 
 def as_stream_options(options: StreamOptions | dict[str, Any] | None) -> StreamOptions:

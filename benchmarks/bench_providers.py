@@ -1,7 +1,7 @@
 """Provider parsing benchmarks (a plain script: ``python benchmarks/bench_providers.py``).
 
 1. Parse throughput per wire API: a long synthetic stream built from the recorded vendor
-   events (``shared/fixtures/vendor``), fed in 4 KiB chunks through the same path a real
+   events (``tests/fixtures/vendor``), fed in 4 KiB chunks through the same path a real
    response takes (SSE or JSON-array decoding, the API's parser, the message builder, the event
    stream), without the network. Printed as events per second.
 2. The same streams end to end over HTTP from a local server, to show the network path's cost.
@@ -25,21 +25,18 @@ sys.path.insert(0, str(ROOT))
 
 from agentkit.event_stream import AssistantMessageEventStream  # noqa: E402
 from agentkit.providers import anthropic, google, openai_completions, openai_responses  # noqa: E402
-from agentkit.providers.common import ApiSpec, MessageBuilder, decode_body  # noqa: E402
+from agentkit.providers.builder import MessageBuilder  # noqa: E402
 from agentkit.providers.registry import stream  # noqa: E402
+from agentkit.providers.runner import ApiSpec, BodyDecoder  # noqa: E402
 from agentkit.types import Context, Model, UserMessage  # noqa: E402
 
-SHARED = next(
-    (p for p in (ROOT.parent / "shared", ROOT / "shared") if (p / "fixtures").is_dir()), None
-)
+FIXTURES = ROOT / "tests" / "fixtures"
 EVENTS = 20_000
 
 
 def recorded(name: str) -> list[tuple[str | None, dict[str, Any]]]:
     """The (event name, JSON) pairs of a recorded SSE fixture."""
-    if SHARED is None:
-        raise SystemExit("shared/fixtures not found beside the repository")
-    text = (SHARED / "fixtures" / "vendor" / name).read_text(encoding="utf-8")
+    text = (FIXTURES / "vendor" / name).read_text(encoding="utf-8")
     out: list[tuple[str | None, dict[str, Any]]] = []
     event = None
     for line in text.replace("\r\n", "\n").split("\n"):
@@ -162,7 +159,12 @@ def parse_only(spec: ApiSpec, body: bytes, chunk: int = 4096) -> tuple[float, in
     label = "bench"
     fmt = "sse-or-json-array" if spec.api == "google-generative-ai" else "sse"
     start = time.perf_counter()
-    for event, data in decode_body(_FakeRequest(body, chunk), fmt, label):  # type: ignore[arg-type]
+    decoder = BodyDecoder(fmt, label, [])
+    for piece in _FakeRequest(body, chunk).iter_bytes():
+        for event, data in decoder.feed(piece):
+            parser.handle(event, data)
+        builder.flush()
+    for event, data in decoder.close():
         parser.handle(event, data)
     parser.finish()
     elapsed = time.perf_counter() - start

@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import (
+    AnthropicOptions,
     AssistantMessage,
     Context,
     ImageContent,
@@ -29,16 +31,9 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .common import (
-    ApiSpec,
-    MessageBuilder,
-    PreparedRequest,
-    provider_label,
-    run_stream,
-    set_usage,
-    vendor_error_message,
-)
-from .http import RequestFailed
+from .builder import MessageBuilder, set_usage, tokens
+from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
+from .table import provider_label
 from .transform import call_part, prepare_context, safe_id
 
 API = "anthropic-messages"
@@ -168,13 +163,14 @@ def prepare(
     _add_cache_points(model, options, payload)
     if tools:
         payload["tools"] = tools
-        tool_choice = getattr(options, "tool_choice", None)
+        tool_choice: Any = options.tool_choice
         if isinstance(tool_choice, str):
             tool_choice = {"type": tool_choice}  # "auto", "any", "none"
         if tool_choice is not None:
             payload["tool_choice"] = tool_choice
-    budget = getattr(options, "thinking_budget_tokens", None)
-    thinking = bool(getattr(options, "thinking_enabled", False)) and model.reasoning
+    own = options.anthropic or AnthropicOptions()
+    budget = own.thinking_budget_tokens
+    thinking = own.thinking_enabled and model.reasoning
     if thinking:
         budget = int(budget or DEFAULT_THINKING_BUDGETS["medium"])
         if max_tokens <= budget:
@@ -203,10 +199,10 @@ def prepare(
 def _add_cache_points(model: Model, options: StreamOptions, payload: dict[str, Any]) -> None:
     """Mark the system prompt and the last user turn as prompt-cache breakpoints.
 
-    ``options.cache_retention``: ``"short"`` (the default, five minutes), ``"long"`` (one
+    ``options.anthropic.cache_retention``: ``"short"`` (the default, five minutes), ``"long"`` (one
     hour) or ``"none"``. Only for Anthropic itself; compatible servers may reject the field.
     """
-    retention = getattr(options, "cache_retention", None) or "short"
+    retention = (options.anthropic or AnthropicOptions()).cache_retention
     if model.provider != "anthropic" or retention == "none":
         return
     marker: dict[str, Any] = {"type": "ephemeral"}
@@ -268,7 +264,7 @@ class MessagesParser:
         elif kind == "message_stop":
             self.stopped = True
         elif kind == "error":
-            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
+            raise ProviderError(f"{self.label} stream error: {vendor_error_message(data)}")
 
     def _usage(self, usage: dict[str, Any]) -> None:
         if not isinstance(usage, dict) or not usage:
@@ -276,7 +272,7 @@ class MessagesParser:
 
         def count(name: str) -> int | None:
             value = usage.get(name)
-            return int(value) if isinstance(value, (int, float)) else None
+            return tokens(value) if isinstance(value, (int, float)) else None
 
         set_usage(
             self.b.message.usage,
@@ -341,7 +337,7 @@ class MessagesParser:
     def finish(self) -> None:
         """End the message; without ``message_stop`` or a stop reason it is incomplete."""
         if not self.stopped and self.stop_reason is None:
-            raise RequestFailed(f"{self.label} stream ended before the message was complete")
+            raise ProviderError(f"{self.label} stream ended before the message was complete")
         self.b.finish_from(self.stop_reason or "end_turn", _STOP_REASONS, self.label, "stop")
 
 
@@ -364,4 +360,4 @@ def reasoning_options(
     if not model.reasoning or not level or level == "off":
         return {}
     budget = (budgets or {}).get(level) or DEFAULT_THINKING_BUDGETS.get(level, 8192)
-    return {"thinking_enabled": True, "thinking_budget_tokens": budget}
+    return {"anthropic": {"thinking_enabled": True, "thinking_budget_tokens": budget}}

@@ -13,30 +13,12 @@ from importlib import resources
 from typing import Any
 
 from ..types import Model, ModelCost
+from .table import PROVIDERS, local_servers
 
-LOCAL_SERVERS: dict[str, str] = {
-    "ollama": "http://127.0.0.1:11434/v1",
-    "llamacpp": "http://127.0.0.1:8080/v1",
-    "vllm": "http://127.0.0.1:8000/v1",
-    "lmstudio": "http://127.0.0.1:1234/v1",
-}
+LOCAL_SERVERS: dict[str, str] = local_servers()
 """Default base URLs of the usual local servers (all speak Chat Completions)."""
 
-_LOCAL_PORTS = {11434: "ollama", 8080: "llamacpp", 8000: "vllm", 1234: "lmstudio"}
-
-_LOCAL_COMPAT: dict[str, Any] = {
-    "max_tokens_field": "max_tokens",
-    "supports_developer_role": False,
-    "supports_reasoning_effort": False,
-    "supports_usage_in_streaming": True,
-    "reasoning_field": "reasoning_content",
-}
-_LOCAL_SERVER_COMPAT: dict[str, dict[str, Any]] = {
-    "ollama": {"reasoning_field": "reasoning"},
-    "llamacpp": {},
-    "vllm": {"reasoning_field": "reasoning_content"},
-    "lmstudio": {},
-}
+_LOCAL_PORTS = {int(url.rsplit(":", 1)[1].split("/")[0]): name for name, url in LOCAL_SERVERS.items()}
 
 
 class UnknownModelError(KeyError):
@@ -144,8 +126,8 @@ def local_model(
         except ValueError:
             port = None
         server = _LOCAL_PORTS.get(port or 0)
-    merged = dict(_LOCAL_COMPAT)
-    merged.update(_LOCAL_SERVER_COMPAT.get(server or "", {}))
+    row = PROVIDERS.get(server or "") or PROVIDERS["local"]
+    merged = row.compat.model_dump(exclude_none=True)
     merged.update(compat or {})
     model = Model(
         id=model_id,
@@ -163,3 +145,32 @@ def local_model(
     if register:
         register_model(model)
     return model
+
+
+def model_from_spec(spec: str) -> Model:
+    """The model a ``"provider:model-id"`` string names (what ``--model`` and
+    ``Agent(model="...")`` take).
+
+    ``"provider"`` alone is that provider's default model (from the provider table); a local
+    server's name (``"ollama:llama3.2"``) gives a :func:`local_model` at its default URL.
+    Raises :class:`UnknownModelError` (a ``KeyError``) naming close matches, or ``ValueError``
+    for a string that names nothing.
+    """
+    provider, _, model_id = spec.strip().partition(":")
+    if not provider:
+        raise ValueError(f"a model is named 'provider:model-id', got {spec!r}")
+    info = PROVIDERS.get(provider)
+    if not model_id:
+        if info is None or info.default_model is None:
+            raise ValueError(
+                f"{spec!r} names no model: write 'provider:model-id' "
+                f"(providers with a default: {', '.join(_providers_with_default())})"
+            )
+        model_id = info.default_model
+    if info is not None and info.local_url is not None:
+        return local_model(None, model_id, server=provider, provider=provider)
+    return get_model(provider, model_id)
+
+
+def _providers_with_default() -> list[str]:
+    return [name for name, info in PROVIDERS.items() if info.default_model]

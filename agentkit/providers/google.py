@@ -17,10 +17,12 @@ import json
 import uuid
 from typing import Any
 
+from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import (
     AssistantMessage,
     Context,
+    GoogleOptions,
     ImageContent,
     Model,
     StopReason,
@@ -30,16 +32,9 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .common import (
-    ApiSpec,
-    MessageBuilder,
-    PreparedRequest,
-    provider_label,
-    run_stream,
-    set_usage,
-    vendor_error_message,
-)
-from .http import RequestFailed
+from .builder import MessageBuilder, set_usage, tokens
+from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
+from .table import ModelCompat, provider_label
 from .transform import prepare_context, same_source
 
 API = "google-generative-ai"
@@ -161,7 +156,7 @@ def prepare(
         payload["systemInstruction"] = {"parts": [{"text": system}]}
     if declarations:
         payload["tools"] = [{"functionDeclarations": declarations}]
-        tool_choice = getattr(options, "tool_choice", None)
+        tool_choice = options.tool_choice
         if isinstance(tool_choice, str):
             payload["toolConfig"] = {"functionCallingConfig": {"mode": tool_choice.upper()}}
     config: dict[str, Any] = {}
@@ -169,19 +164,18 @@ def prepare(
         config["maxOutputTokens"] = options.max_tokens
     if options.temperature is not None:
         config["temperature"] = options.temperature
-    thinking = getattr(options, "thinking", None)
-    if model.reasoning and isinstance(thinking, dict):
-        thinking_config: dict[str, Any] = {
-            "includeThoughts": bool(thinking.get("include_thoughts", True))
-        }
-        if thinking.get("level"):
-            thinking_config["thinkingLevel"] = thinking["level"]
-        elif thinking.get("budget_tokens") is not None:
-            thinking_config["thinkingBudget"] = int(thinking["budget_tokens"])
+    own = options.google or GoogleOptions()
+    if model.reasoning and own.thinking:
+        thinking_config: dict[str, Any] = {"includeThoughts": own.include_thoughts}
+        if own.thinking_level:
+            thinking_config["thinkingLevel"] = own.thinking_level
+        elif own.thinking_budget_tokens is not None:
+            thinking_config["thinkingBudget"] = own.thinking_budget_tokens
         config["thinkingConfig"] = thinking_config
     if config:
         payload["generationConfig"] = config
-    use_sse = (model.compat or {}).get("sse", True)
+    compat = ModelCompat.model_validate(model.compat) if model.compat else ModelCompat()
+    use_sse = compat.sse is not False
     url = f"{model.base_url.rstrip('/')}/models/{model.id}:streamGenerateContent"
     if use_sse:
         url += "?alt=sse"
@@ -218,23 +212,23 @@ class GenerateContentParser:
         if not isinstance(data, dict):
             return
         if data.get("error"):
-            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
+            raise ProviderError(f"{self.label} stream error: {vendor_error_message(data)}")
         if data.get("responseId") and not self.b.message.response_id:
             self.b.message.response_id = str(data["responseId"])
         self.b.start()
         usage = data.get("usageMetadata")
         if isinstance(usage, dict):
-            prompt = int(usage.get("promptTokenCount") or 0)
-            cached = int(usage.get("cachedContentTokenCount") or 0)
-            output = int(usage.get("candidatesTokenCount") or 0) + int(
-                usage.get("thoughtsTokenCount") or 0
+            prompt = tokens(usage.get("promptTokenCount"))
+            cached = tokens(usage.get("cachedContentTokenCount"))
+            output = tokens(usage.get("candidatesTokenCount")) + tokens(
+                usage.get("thoughtsTokenCount")
             )
             set_usage(
                 self.b.message.usage,
                 input=max(prompt - cached, 0),
                 cache_read=cached,
                 output=output,
-                total=int(usage.get("totalTokenCount") or 0) or None,
+                total=tokens(usage.get("totalTokenCount")) or None,
             )
         candidates = data.get("candidates") or []
         if not candidates:
@@ -299,7 +293,7 @@ class GenerateContentParser:
     def finish(self) -> None:
         """End the message; a body without a finish reason is incomplete."""
         if self.finish_reason is None:
-            raise RequestFailed(f"{self.label} stream ended before the response was complete")
+            raise ProviderError(f"{self.label} stream ended before the response was complete")
         self._close_current()
         self.b.finish_from(self.finish_reason, _FINISH_REASONS, self.label, "error")
 
@@ -324,10 +318,10 @@ def reasoning_options(
         return {}
     if model.id.startswith("gemini-3"):
         return {
-            "thinking": {
-                "include_thoughts": True,
-                "level": "low" if level in ("minimal", "low") else "high",
+            "google": {
+                "thinking": True,
+                "thinking_level": "low" if level in ("minimal", "low") else "high",
             }
         }
     budget = (budgets or {}).get(level) or DEFAULT_THINKING_BUDGETS.get(level, 8192)
-    return {"thinking": {"include_thoughts": True, "budget_tokens": budget}}
+    return {"google": {"thinking": True, "thinking_budget_tokens": budget}}

@@ -1,17 +1,23 @@
-"""The HTTP side every provider shares: one streaming POST with retries, timeouts and abort.
+"""The HTTP side every provider shares: one streaming POST on a pooled, kept-alive connection.
 
-A :class:`StreamingRequest` owns a ``requests`` session for one model request. :meth:`open`
-sends it, retrying connection errors and HTTP 408/409/429/5xx with exponential backoff and
-jitter (``Retry-After`` and ``retry-after-ms`` honoured up to ``max_retry_delay_ms``); backoff
-waits are ``signal.wait()`` so an abort ends them at once. While the request lives, an abort
-callback shuts down its socket from the aborting thread, so a read stalled on the network returns
-at once. Every message that leaves this module has the API key scrubbed out of it.
+A :class:`StreamingRequest` is one attempt: :meth:`~StreamingRequest.open` sends the request once
+and returns the 2xx response or raises :class:`~agentkit.errors.ProviderError` saying whether a
+retry may help (``retryable``, ``status``, ``retry_after``). The one retry policy (backoff with
+jitter, ``Retry-After``, ``max_retries``) lives in the runner (:mod:`.runner`).
+
+Connections come from one process-wide urllib3 pool manager (thread-safe), so the TCP connection
+and TLS session of one turn are reused by the next turn and the next run. A response read to its
+end gives its connection back to the pool; one left early is closed. While a request lives, an
+abort callback shuts down the socket of that request's own connection only (other requests on
+the same pool are untouched), so a read stalled on the network returns at once. Every message
+that leaves this module has the API key scrubbed out of it, before it is cut to length.
 """
 
 from __future__ import annotations
 
 import email.utils
 import json
+import os
 import random
 import socket
 import threading
@@ -20,11 +26,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import requests
-from requests.adapters import HTTPAdapter
+import urllib3
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from ..errors import ProviderError
 from ..types import StreamOptions
+from .table import is_local_url
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 """Seconds to wait for a connection when ``options.timeout`` is not given."""
@@ -32,42 +39,34 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 600.0
 """Seconds to wait between two reads of the body when ``options.timeout`` is not given."""
 
-DEFAULT_RETRY_BASE_DELAY_MS = 1000
-"""First backoff delay; doubled for every further attempt (``options.retry_base_delay_ms``)."""
-
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 """HTTP statuses retried besides every 5xx."""
 
 _MAX_ERROR_BODY = 64 * 1024
+_MAX_DETAIL = 1000
 _SCRUBBED = "[REDACTED]"
 
-
-class RequestFailed(Exception):
-    """The request failed; ``str(self)`` is the readable, key-free message for the transcript."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class RequestAborted(Exception):
-    """The request was aborted through its signal."""
-
-
-_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_READ_TIMEOUT",
+    "RETRYABLE_STATUS",
+    "StreamingRequest",
+    "backoff",
+    "error_detail",
+    "is_local_url",
+    "parse_retry_after",
+    "resolve_timeout",
+    "scrub",
+]
 
 
-def is_local_url(url: str) -> bool:
-    """Whether ``url`` points at this machine (local servers need no key and no proxy)."""
-    try:
-        host = urlsplit(url).hostname or ""
-    except ValueError:
-        return False
-    return host in _LOCAL_HOSTS or host.endswith(".localhost")
+class _RequestAborted(Exception):
+    """Internal: the request was aborted through its signal (never leaves the providers)."""
 
 
-def scrub(text: str, secrets: Sequence[str | None]) -> str:
-    """``text`` with every secret (and its URL-encoded form) replaced by a marker."""
+def scrub(text: str, secrets: Sequence[str | None], limit: int | None = None) -> str:
+    """``text`` with every secret (and its URL-encoded form) replaced by a marker, then cut to
+    ``limit`` characters: redacting first means a key that straddles the cut cannot leak."""
     for secret in secrets:
         if not secret or len(secret) < 4:
             continue
@@ -75,7 +74,7 @@ def scrub(text: str, secrets: Sequence[str | None]) -> str:
         encoded = quote(secret, safe="")
         if encoded != secret:
             text = text.replace(encoded, _SCRUBBED)
-    return text
+    return text if limit is None else text[:limit]
 
 
 def resolve_timeout(value: Any) -> tuple[float, float]:
@@ -114,13 +113,17 @@ def parse_retry_after(headers: Any, now: float | None = None) -> float | None:
     return max(when.timestamp() - current, 0.0)
 
 
-def error_detail(body: str) -> str:
-    """The human part of an error body: the vendor's ``error.message`` when there is one."""
-    text = body.strip()
+def error_detail(body: str, secrets: Sequence[str | None] = ()) -> str:
+    """The human part of an error body: the vendor's ``error.message`` when there is one,
+    with ``secrets`` redacted and then cut to 1,000 characters."""
+    return scrub(_error_detail(body.strip()), secrets, _MAX_DETAIL)
+
+
+def _error_detail(text: str) -> str:
     try:
         data = json.loads(text)
     except ValueError:
-        return text[:1000]
+        return text
     if isinstance(data, list) and data:
         data = data[0]
     if isinstance(data, dict):
@@ -128,52 +131,65 @@ def error_detail(body: str) -> str:
         if isinstance(error, dict):
             message = error.get("message") or error.get("error")
             if isinstance(message, str) and message:
-                return message[:1000]
+                return message
         elif isinstance(error, str) and error:
-            return error[:1000]
+            return error
         message = data.get("message")
         if isinstance(message, str) and message:
-            return message[:1000]
-    return text[:1000]
+            return message
+    return text
 
 
-# --- abort: shut sockets down from the aborting thread ----------------------------------------
+# --- the pool: one per process, connections kept alive across turns and runs ------------------
+
+_current = threading.local()
+"""The :class:`_ConnectionTracker` of the request the current thread is sending, if any."""
 
 
-class _SocketTracker:
-    """Remembers the connections a request's session opened, so an abort can shut them down."""
+class _ConnectionTracker:
+    """The connections one request used, so that its abort shuts down those and no others."""
 
     def __init__(self) -> None:
-        # Guards _connections and _closed against the worker and the aborting thread.
+        # Guards _connections, _aborted and _detached, and is held while sockets are shut down
+        # so that a connection given back to the pool is never shut down by a late abort.
         self._lock = threading.Lock()
         self._connections: list[Any] = []
-        self._closed = False
+        self._aborted = False
+        self._detached = False
 
     def track(self, connection: Any) -> None:
-        """Record a new connection; if the request was already aborted, it is shut at once."""
-        original_connect = connection.connect
-
-        def connect() -> None:
-            original_connect()
-            with self._lock:
-                closed = self._closed
-            if closed:
+        """Record a connection taken from the pool; if the request was aborted, shut it."""
+        connection._agentkit_tracker = self
+        with self._lock:
+            if self._detached:
+                return
+            self._connections.append(connection)
+            if self._aborted:
                 _shutdown_socket(getattr(connection, "sock", None))
 
-        connection.connect = connect
+    def after_connect(self, connection: Any) -> None:
+        """A tracked connection just connected: shut it if the request was aborted meanwhile."""
         with self._lock:
-            self._connections.append(connection)
-            closed = self._closed
-        if closed:
-            _shutdown_socket(getattr(connection, "sock", None))
+            if self._aborted and not self._detached:
+                _shutdown_socket(getattr(connection, "sock", None))
 
-    def shutdown_all(self) -> None:
+    def abort(self) -> None:
         """Shut down every tracked socket, waking any thread blocked reading from it."""
         with self._lock:
-            self._closed = True
-            connections = list(self._connections)
-        for connection in connections:
-            _shutdown_socket(getattr(connection, "sock", None))
+            if self._detached:
+                return
+            self._aborted = True
+            for connection in self._connections:
+                _shutdown_socket(getattr(connection, "sock", None))
+
+    def detach(self) -> None:
+        """The request is over: its connections belong to the pool again."""
+        with self._lock:
+            self._detached = True
+            for connection in self._connections:
+                if getattr(connection, "_agentkit_tracker", None) is self:
+                    connection._agentkit_tracker = None
+            self._connections = []
 
 
 def _shutdown_socket(sock: Any) -> None:
@@ -185,39 +201,125 @@ def _shutdown_socket(sock: Any) -> None:
         pass
 
 
-def _tracking_pool(base: type[Any], tracker: _SocketTracker) -> type[Any]:
-    class _Pool(base):
-        def _new_conn(self) -> Any:
-            connection = super()._new_conn()
-            tracker.track(connection)
+def _hook_connect(connection: Any) -> None:
+    """Make ``connection.connect`` report to the tracker it currently belongs to (once)."""
+    if getattr(connection, "_agentkit_hooked", False):
+        return
+    original = connection.connect
+
+    def connect() -> None:
+        original()
+        tracker = getattr(connection, "_agentkit_tracker", None)
+        if tracker is not None:
+            tracker.after_connect(connection)
+
+    connection.connect = connect
+    connection._agentkit_hooked = True
+
+
+def _tracked_pool(base: type[HTTPConnectionPool]) -> type[HTTPConnectionPool]:
+    """``base`` whose connections, as a request takes them, join that request's tracker."""
+
+    class _TrackedPool(base):  # type: ignore[valid-type,misc]
+        def _get_conn(self, timeout: float | None = None) -> Any:
+            connection = super()._get_conn(timeout)
+            _hook_connect(connection)
+            tracker = getattr(_current, "tracker", None)
+            if tracker is not None:
+                tracker.track(connection)
             return connection
 
-    return _Pool
+    return _TrackedPool
 
 
-class _TrackingAdapter(HTTPAdapter):
-    """An adapter whose pools report each new connection to a :class:`_SocketTracker`."""
+_POOL_CLASSES = {
+    "http": _tracked_pool(HTTPConnectionPool),
+    "https": _tracked_pool(HTTPSConnectionPool),
+}
 
-    def __init__(self, tracker: _SocketTracker) -> None:
-        self._tracker = tracker
-        super().__init__(max_retries=0)
+# Guards _managers (created on first use, one per proxy; None is "no proxy").
+_managers_lock = threading.Lock()
+_managers: dict[str | None, urllib3.PoolManager] = {}
 
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {
-            "http": _tracking_pool(HTTPConnectionPool, self._tracker),
-            "https": _tracking_pool(HTTPSConnectionPool, self._tracker),
-        }
+POOL_SIZE = 32
+"""Kept-alive connections per host: parallel runs beyond this open extra, unpooled ones."""
+
+
+def _manager(proxy: str | None) -> urllib3.PoolManager:
+    with _managers_lock:
+        manager = _managers.get(proxy)
+        if manager is None:
+            if proxy is None:
+                manager = urllib3.PoolManager(num_pools=32, maxsize=POOL_SIZE, retries=False)
+            else:
+                manager = urllib3.ProxyManager(
+                    proxy, num_pools=32, maxsize=POOL_SIZE, retries=False
+                )
+            manager.pool_classes_by_scheme = _POOL_CLASSES
+            _managers[proxy] = manager
+        return manager
+
+
+def close_pools() -> None:
+    """Close every pooled connection (they are opened again on the next request)."""
+    with _managers_lock:
+        managers = list(_managers.values())
+        _managers.clear()
+    for manager in managers:
+        manager.clear()
+
+
+def _forget_pools_in_child() -> None:
+    # A forked child (a Celery or gunicorn worker) must not talk over its parent's sockets:
+    # two processes writing to one TLS connection corrupt both. Drop the pools without closing
+    # them (closing would send a TLS close_notify on the parent's behalf).
+    global _managers_lock
+    _managers_lock = threading.Lock()
+    _managers.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_in_child)
+
+
+def _proxy_for(url: str) -> str | None:
+    """The proxy the environment sets for ``url`` (``HTTPS_PROXY``, ``NO_PROXY``...), if any;
+    never one for this machine."""
+    if is_local_url(url):
+        return None
+    from urllib.request import getproxies, proxy_bypass
+
+    parts = urlsplit(url)
+    proxies = getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy
+
+
+def _ca_bundle() -> str | None:
+    """The CA bundle to verify TLS with: ``REQUESTS_CA_BUNDLE``, ``SSL_CERT_FILE`` or
+    ``CURL_CA_BUNDLE`` when set (as ``requests`` does), else certifi's."""
+    for name in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE"):
+        value = os.environ.get(name)
+        if value:
+            return value
+    try:
+        import certifi
+    except ImportError:  # pragma: no cover - certifi comes with requests
+        return None
+    return str(certifi.where())
 
 
 # --- the request ----------------------------------------------------------------------------
 
 
 class StreamingRequest:
-    """One streaming POST to a model API, from sending to the last byte of the body.
+    """One attempt at a streaming POST to a model API, from sending to the last byte of the body.
 
-    Use it as a context manager on the worker thread: ``open()`` (with retries), then
-    ``iter_bytes()``; leaving the block releases the connection and the abort callback.
+    Use it as a context manager on the worker thread: ``open()``, then ``iter_bytes()``; leaving
+    the block gives the connection back to the pool (or closes it if the body was not read to
+    its end) and removes the abort callback.
     """
 
     def __init__(
@@ -225,31 +327,23 @@ class StreamingRequest:
         *,
         url: str,
         headers: dict[str, str],
-        body: Any,
+        body: bytes,
         options: StreamOptions,
         provider_label: str,
         secrets: Sequence[str | None] = (),
-        retries_used: int = 0,
         on_abort_while_connecting: Callable[[], None] | None = None,
     ) -> None:
         self.url = url
-        self.headers = headers
+        self.headers = {"Accept-Encoding": "gzip, deflate", **headers}
         self.body = body
-        self.options = options
         self.provider_label = provider_label
         self.secrets = list(secrets)
         self.signal = options.signal
-        self.timeout = resolve_timeout(options.timeout)
-        self.retries_used = retries_used
-        """Retries spent so far, this request's included (shared across re-sent requests)."""
-        self._tracker = _SocketTracker()
-        self._session = requests.Session()
-        adapter = _TrackingAdapter(self._tracker)
-        self._session.mount("http://", adapter)
-        self._session.mount("https://", adapter)
-        # A proxy from the environment must never see calls to this machine.
-        self._session.trust_env = not is_local_url(url)
-        self._response: requests.Response | None = None
+        connect, read = resolve_timeout(options.timeout)
+        self._timeout = urllib3.Timeout(connect=connect, read=read)
+        self._tracker = _ConnectionTracker()
+        self._response: Any = None
+        self._complete = False  # the body was read to its end: the connection may be reused
         self._on_abort_while_connecting = on_abort_while_connecting
         self._remove_callback: Callable[[], None] | None = None
         if self.signal is not None:
@@ -264,12 +358,22 @@ class StreamingRequest:
         self.close()
 
     def close(self) -> None:
-        """Release the response, the session and the abort callback (idempotent)."""
+        """Give the connection back (or close it), drop the abort callback (idempotent)."""
         if self._remove_callback is not None:
             self._remove_callback()
             self._remove_callback = None
+        self._tracker.detach()
         response, self._response = self._response, None
-        self._release(response)
+        if response is None:
+            return
+        try:
+            if self._complete:
+                response.release_conn()
+            else:
+                response.close()
+                response.release_conn()
+        except Exception:  # already half-closed by an abort
+            pass
 
     @property
     def aborted(self) -> bool:
@@ -277,159 +381,137 @@ class StreamingRequest:
         return self.signal is not None and bool(self.signal.aborted)
 
     def _on_abort(self) -> None:
-        # Runs on the aborting thread. Shutting the sockets down is what wakes a read blocked on
-        # the network (closing alone does not interrupt a recv() in another thread); closing
-        # the response and the session then releases them. The worker sees the failure, finds
-        # the signal set and reports "aborted".
-        self._tracker.shutdown_all()
-        response = self._response
-        if response is None and self._on_abort_while_connecting is not None:
+        # Runs on the aborting thread. Shutting the socket down is what wakes a read blocked on
+        # the network (closing alone does not interrupt a recv() in another thread). The worker
+        # then sees the failure, finds the signal set and reports "aborted".
+        self._tracker.abort()
+        if self._response is None and self._on_abort_while_connecting is not None:
             # Name resolution and connect() cannot be interrupted: end the stream from here
             # rather than after the connect timeout (the worker ends when connect() returns).
             try:
                 self._on_abort_while_connecting()
             except Exception:
                 pass
-        if response is not None:
-            raw = getattr(response, "raw", None)
-            shutdown = getattr(raw, "shutdown", None)
-            if shutdown is not None:
-                try:
-                    shutdown()
-                except Exception:
-                    pass
-        self._release(response)
-
-    def _release(self, response: Any) -> None:
-        """Close ``response`` (if any) and the session, ignoring errors: both may already be
-        half-closed by the other thread."""
-        if response is not None:
-            try:
-                response.close()
-            except Exception:
-                pass
-        try:
-            self._session.close()
-        except Exception:
-            pass
 
     def _check_abort(self) -> None:
         if self.aborted:
-            raise RequestAborted()
+            raise _RequestAborted()
 
     # --- sending ---------------------------------------------------------------------------
 
-    @property
-    def max_retries(self) -> int:
-        """How many times a failed attempt may be retried (``options.max_retries``)."""
-        return max(int(self.options.max_retries or 0), 0)
+    def open(self) -> Any:
+        """Send the request once; return the 2xx response whose body is an event stream.
 
-    def backoff(self) -> float:
-        """The next backoff delay in seconds (exponential with jitter)."""
-        base_ms = getattr(self.options, "retry_base_delay_ms", None)
-        base = (DEFAULT_RETRY_BASE_DELAY_MS if base_ms is None else float(base_ms)) / 1000.0
-        return _backoff(base, self.retries_used)
-
-    def open(self) -> requests.Response:
-        """Send the request, retrying what may be transient; return the 2xx response.
-
-        Raises :class:`RequestFailed` (message scrubbed) or :class:`RequestAborted`.
+        Raises :class:`ProviderError` (message scrubbed; ``retryable`` says whether another
+        attempt may help) or the internal :class:`_RequestAborted`.
         """
-        max_retries = self.max_retries
-        max_delay = max(float(self.options.max_retry_delay_ms), 0.0) / 1000.0
-        while True:
+        self._check_abort()
+        proxy = _proxy_for(self.url)
+        manager = _manager(proxy)
+        pool_kwargs = {"ca_certs": _ca_bundle()} if self.url.startswith("https:") else {}
+        _current.tracker = self._tracker
+        try:
+            pool = manager.connection_from_url(self.url, pool_kwargs=pool_kwargs)
+            target = self.url if proxy is not None else _path_of(self.url)
+            response = pool.urlopen(
+                "POST",
+                target,
+                body=self.body,
+                headers=self.headers,
+                retries=False,
+                redirect=False,
+                timeout=self._timeout,
+                preload_content=False,
+                decode_content=True,
+                assert_same_host=False,
+            )
+        except Exception as exc:
             self._check_abort()
-            attempt = self.retries_used
-            try:
-                response = self._session.post(
-                    self.url,
-                    data=self.body,
-                    headers=self.headers,
-                    stream=True,
-                    timeout=self.timeout,
-                )
-            except requests.RequestException as exc:
-                self._check_abort()
-                message = self._connection_message(exc)
-                if attempt >= max_retries:
-                    raise RequestFailed(message) from None
-                self.sleep(self.backoff())
-                self.retries_used += 1
-                continue
-            self._response = response
-            if 200 <= response.status_code < 300:
-                return response
-            status = response.status_code
-            detail = self._read_error_body(response)
-            response.close()
-            self._response = None
-            self._check_abort()
-            retryable = status in RETRYABLE_STATUS or status >= 500
-            if not retryable or attempt >= max_retries:
-                raise RequestFailed(self._status_message(status, detail), status)
-            asked = parse_retry_after(response.headers)
-            if asked is not None and asked > max_delay:
-                raise RequestFailed(
-                    f"{self.provider_label} asked to retry after {asked:.1f} s (HTTP {status}),"
-                    f" more than max_retry_delay_ms allows ({max_delay * 1000:.0f} ms): {detail}",
-                    status,
-                )
-            delay = asked if asked is not None else self.backoff()
-            self.sleep(min(delay, max_delay))
-            self.retries_used += 1
+            raise ProviderError(self._connection_message(exc), retryable=True) from None
+        finally:
+            _current.tracker = None
+        self._response = response
+        status = response.status
+        if 200 <= status < 300:
+            self._check_html(response)
+            return response
+        detail = self._read_error_body(response)
+        self._check_abort()
+        retryable = status in RETRYABLE_STATUS or status >= 500
+        raise ProviderError(
+            self._status_message(status, detail),
+            status=status,
+            retry_after=parse_retry_after(response.headers),
+            retryable=retryable,
+        )
+
+    def _check_html(self, response: Any) -> None:
+        """A 2xx that is a web page (a proxy or captive portal) is not the API: say so, and do
+        not retry it."""
+        content_type = str(response.headers.get("content-type") or "")
+        if "html" not in content_type.lower():
+            return
+        head = b""
+        try:
+            head = response.read(2048, decode_content=True)
+        except Exception:
+            pass
+        title = _html_title(head.decode("utf-8", errors="replace"))
+        where = urlsplit(self.url).netloc
+        what = f" (page title {title!r})" if title else ""
+        raise ProviderError(
+            scrub(
+                f"{self.provider_label} answered with a web page, not a model stream: HTTP"
+                f" {response.status}, content type {content_type!r}{what}. A proxy or captive"
+                f" portal between this machine and {where} may be in the way.",
+                self.secrets,
+                _MAX_DETAIL,
+            ),
+            status=response.status,
+            retryable=False,
+        )
 
     def iter_bytes(self) -> Iterator[bytes]:
         """The body as it arrives (chunk by chunk; never waits to fill a buffer)."""
         response = self._response
         if response is None:
             raise RuntimeError("open() the request first")
-        raw = response.raw
         try:
-            if getattr(raw, "chunked", False) and raw.supports_chunked_reads():
-                for chunk in raw.read_chunked(None, decode_content=True):
+            if response.chunked and response.supports_chunked_reads():
+                for chunk in response.read_chunked(None, decode_content=True):
                     if chunk:
                         yield chunk
-                return
-            read1 = getattr(raw, "read1", None)
-            while True:
-                if read1 is not None:
-                    chunk = read1(65536, decode_content=True)
-                else:
-                    chunk = raw.read(1024, decode_content=True)
-                if not chunk:
-                    return
-                yield chunk
+            else:
+                while True:
+                    chunk = response.read1(65536, decode_content=True)
+                    if not chunk:
+                        break
+                    yield chunk
         except Exception as exc:
             if self.aborted:
-                raise RequestAborted() from None
-            raise RequestFailed(
-                f"{self.provider_label} stream was interrupted: "
-                + scrub(_describe(exc), self.secrets)
+                raise _RequestAborted() from None
+            raise ProviderError(
+                scrub(
+                    f"{self.provider_label} stream was interrupted: {_describe(exc)}",
+                    self.secrets,
+                    _MAX_DETAIL,
+                ),
+                retryable=True,
             ) from None
+        self._complete = True
 
     # --- helpers -----------------------------------------------------------------------------
 
-    def sleep(self, seconds: float) -> None:
-        """Wait between attempts; an abort ends the wait at once (raises RequestAborted)."""
-        seconds = max(seconds, 0.0)
-        if self.signal is not None:
-            if self.signal.wait(seconds):
-                raise RequestAborted()
-        else:
-            time.sleep(seconds)
-
-    def _read_error_body(self, response: requests.Response) -> str:
+    def _read_error_body(self, response: Any) -> str:
         try:
-            data = b""
-            for chunk in response.iter_content(chunk_size=8192):
-                data += chunk
-                if len(data) >= _MAX_ERROR_BODY:
-                    break
+            data = response.read(_MAX_ERROR_BODY, decode_content=True)
+            self._complete = response.length_remaining == 0
             text = data.decode("utf-8", errors="replace")
         except Exception:
             text = ""
-        detail = error_detail(text) if text else (response.reason or "")
-        return scrub(detail, self.secrets)
+        if not text:
+            return scrub(str(response.reason or ""), self.secrets, _MAX_DETAIL)
+        return error_detail(text, self.secrets)
 
     def _status_message(self, status: int, detail: str) -> str:
         label = self.provider_label
@@ -445,25 +527,44 @@ class StreamingRequest:
     def _connection_message(self, exc: BaseException) -> str:
         parts = urlsplit(self.url)
         where = f"{parts.scheme}://{parts.netloc}"
-        if isinstance(exc, requests.Timeout):
-            what = "timed out"
-        else:
-            what = "failed"
+        timed_out = isinstance(exc, (TimeoutError, urllib3.exceptions.TimeoutError))
+        # urllib3's NewConnectionError (refused, unreachable) derives from its timeout error
+        if isinstance(exc, urllib3.exceptions.NewConnectionError):
+            timed_out = False
+        what = "timed out" if timed_out else "failed"
         return scrub(
             f"Connection to {_mid_sentence(self.provider_label)} at {where} {what}: "
             f"{_describe(exc)}",
             self.secrets,
+            _MAX_DETAIL,
         )
 
 
-def _backoff(base: float, attempt: int) -> float:
-    """Exponential backoff with jitter: ``base * 2**attempt``, scaled by 0.75 to 1.25."""
-    return base * (2**attempt) * (0.75 + random.random() / 2)
+def _path_of(url: str) -> str:
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def _html_title(text: str) -> str:
+    lower = text.lower()
+    start = lower.find("<title")
+    if start < 0:
+        return ""
+    start = lower.find(">", start)
+    end = lower.find("</title", start)
+    if start < 0 or end < 0:
+        return ""
+    return " ".join(text[start + 1 : end].split())[:100]
+
+
+def backoff(base_ms: float, attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (0-based): ``base * 2**attempt``, jittered
+    by 0.75 to 1.25."""
+    return base_ms / 1000.0 * (2**attempt) * (0.75 + random.random() / 2)
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text[:500]
+    return str(exc) or type(exc).__name__
 
 
 def _mid_sentence(label: str) -> str:

@@ -2,29 +2,32 @@
 
 Tool arguments: :class:`ToolArgsBuffer` keeps the pieces in a list (appending is O(1)) and joins
 them only when asked. The live ``partial.content[i].arguments`` a consumer sees is re-parsed on a
-geometric schedule: after every delta while the text is short (at most
-:data:`EAGER_PARSE_LIMIT` characters, so the cost per delta is bounded), and beyond that only once
-the text has grown by half since the last parse. The parses then form a geometric series, so the
-total cost stays linear in the argument length (about three full parses in the worst case) while
-the partial arguments lag by at most a third of the text. The final arguments are parsed once,
-when the call ends.
+geometric schedule: whenever asked while the text is short (at most :data:`EAGER_PARSE_LIMIT`
+characters, so the cost per parse is bounded), and beyond that only once the text has grown by
+half since the last parse. The parses then form a geometric series, so the total cost stays linear
+in the argument length (about three full parses in the worst case) while the partial arguments
+lag by at most a third of the text. The final arguments are parsed once, when the call ends.
 
-:func:`parse_streaming_json` never raises: strict parse, then a repaired parse (raw control
-characters in strings escaped, invalid backslash escapes doubled), then a best-effort parse of
-truncated JSON (unterminated strings kept, dangling keys and literals dropped), then ``{}``.
+Parsing is ``pydantic_core.from_json`` (a Rust parser, with ``allow_partial`` for text cut off
+mid-value). :func:`parse_streaming_json` never raises, at any nesting depth: strict parse, then a
+repaired parse (raw control characters in strings escaped, invalid backslash escapes doubled),
+then, for text that was cut off, a partial parse (unterminated strings kept, dangling keys and
+literals dropped), then ``{}``. What it returns is always JSON-serialisable: a lone UTF-16
+surrogate becomes U+FFFD and a number beyond float range (``1e400``) is kept as its text.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import math
 import re
 from typing import Any
 
-EAGER_PARSE_LIMIT = 2048
-"""Arguments up to this many characters are re-parsed after every delta."""
+from pydantic_core import from_json
 
-_MISSING: Any = object()
+EAGER_PARSE_LIMIT = 2048
+"""Arguments up to this many characters are re-parsed whenever a fresh partial is asked for."""
 
 # --- repair ------------------------------------------------------------------------------------
 
@@ -51,180 +54,120 @@ def repair_json(text: str) -> str:
     return _STRING_RE.sub(_repair_string, text)
 
 
-# --- partial parse -----------------------------------------------------------------------------
+# --- parsing -----------------------------------------------------------------------------------
 
-_WS_RE = re.compile(r"[ \t\n\r]*")
-_NUMBER_RE = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
-_STRING_BODY_RE = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.S)
-_NUMBER_TAIL_RE = re.compile(r"[.eE][+-]?\d*")
-_LITERALS = {"true": True, "false": False, "null": None}
+# A number cut off after its digits ("1.", "2e", "3e+"): dropping the tail keeps the digits.
+_NUMBER_TAIL_RE = re.compile(r"(?<=\d)[.eE][+-]?$|(?<=\d[eE])[+-]$")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
-class _Incomplete(Exception):
-    """The text ended inside a value; ``value`` is what could be salvaged (or missing)."""
-
-    def __init__(self, value: Any) -> None:
-        super().__init__()
-        self.value = value
-
-
-class _PartialParser:
-    """Recursive descent over possibly truncated JSON, token by token (regexes do the scanning)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.pos = 0
-        self.end = len(text)
-
-    def skip_ws(self) -> None:
-        self.pos = _WS_RE.match(self.text, self.pos).end()  # type: ignore[union-attr]
-
-    def value(self) -> Any:
-        self.skip_ws()
-        if self.pos >= self.end:
-            raise _Incomplete(_MISSING)
-        char = self.text[self.pos]
-        if char == "{":
-            return self.obj()
-        if char == "[":
-            return self.array()
-        if char == '"':
-            return self.string()
-        if char == "-" or char.isdigit():
-            return self.number()
-        for word, literal in _LITERALS.items():
-            if self.text.startswith(word, self.pos):
-                self.pos += len(word)
-                return literal
-            if word.startswith(self.text[self.pos : self.pos + len(word)]) and (
-                self.pos + len(word) > self.end
-            ):
-                raise _Incomplete(_MISSING)
-        raise ValueError(f"unexpected character at {self.pos}")
-
-    def string(self) -> str:
-        body = _STRING_BODY_RE.match(self.text, self.pos + 1)
-        assert body is not None
-        stop = body.end()
-        if stop < self.end and self.text[stop] == '"':
-            self.pos = stop + 1
-            return json.loads(self.text[body.start() - 1 : stop + 1])
-        raw = self.text[self.pos + 1 : stop]
-        raw = re.sub(r"\\u[0-9a-fA-F]{0,3}$|\\$", "", raw)
-        self.pos = self.end
-        try:
-            salvaged = json.loads('"' + raw + '"')
-        except ValueError:
-            salvaged = raw
-        raise _Incomplete(salvaged)
-
-    def number(self) -> Any:
-        match = _NUMBER_RE.match(self.text, self.pos)
-        if match is None:
-            if self.text[self.pos :] == "-":
-                raise _Incomplete(_MISSING)
-            raise ValueError(f"bad number at {self.pos}")
-        self.pos = match.end()
-        value = json.loads(match.group(0))
-        if self.pos >= self.end:
-            raise _Incomplete(value)  # the best guess; more digits may follow
-        if self.text[self.pos] in ".eE":
-            if _NUMBER_TAIL_RE.fullmatch(self.text, self.pos):
-                self.pos = self.end
-                raise _Incomplete(value)
-            raise ValueError(f"bad number at {self.pos}")
-        return value
-
-    def obj(self) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        self.pos += 1
-        while True:
-            self.skip_ws()
-            if self.pos >= self.end:
-                raise _Incomplete(result)
-            char = self.text[self.pos]
-            if char == "}":
-                self.pos += 1
-                return result
-            if char == ",":
-                self.pos += 1
-                continue
-            if char != '"':
-                raise ValueError(f"expected a key at {self.pos}")
-            try:
-                key = self.string()
-            except _Incomplete:
-                raise _Incomplete(result) from None
-            self.skip_ws()
-            if self.pos >= self.end:
-                raise _Incomplete(result)
-            if self.text[self.pos] != ":":
-                raise ValueError(f"expected ':' at {self.pos}")
-            self.pos += 1
-            try:
-                result[key] = self.value()
-            except _Incomplete as incomplete:
-                if incomplete.value is not _MISSING:
-                    result[key] = incomplete.value
-                raise _Incomplete(result) from None
-
-    def array(self) -> list[Any]:
-        result: list[Any] = []
-        self.pos += 1
-        while True:
-            self.skip_ws()
-            if self.pos >= self.end:
-                raise _Incomplete(result)
-            char = self.text[self.pos]
-            if char == "]":
-                self.pos += 1
-                return result
-            if char == ",":
-                self.pos += 1
-                continue
-            try:
-                result.append(self.value())
-            except _Incomplete as incomplete:
-                if incomplete.value is not _MISSING:
-                    result.append(incomplete.value)
-                raise _Incomplete(result) from None
+def _cut_off(error: ValueError) -> bool:
+    """Whether a strict parse failed because the text ended early (not because it is invalid)."""
+    message = str(error)
+    return message.startswith("EOF while parsing") or message.startswith("unexpected end")
 
 
 def parse_partial_json(text: str) -> Any:
     """Parse JSON that may be cut off anywhere; raise ``ValueError`` if it is invalid, not cut."""
-    parser = _PartialParser(text)
     try:
-        value = parser.value()
-    except _Incomplete as incomplete:
-        if incomplete.value is _MISSING:
-            raise ValueError("no value") from None
-        return incomplete.value
-    parser.skip_ws()
-    if parser.pos != parser.end:
-        raise ValueError(f"extra data at {parser.pos}")
+        return from_json(text)
+    except ValueError as error:
+        if not _cut_off(error):
+            raise
+    # only the last three characters can be a number's cut-off tail: search there, not the text
+    tail = _NUMBER_TAIL_RE.search(text, max(len(text) - 3, 0))
+    if tail is not None:
+        text = text[: tail.start()]
+    value = from_json(text, allow_partial="trailing-strings")
+    if value is None and not text.lstrip().startswith("n"):
+        raise ValueError("no value")
     return value
 
 
+def _strict_lenient(text: str) -> Any:
+    """``json.loads``, which (unlike the Rust parser) accepts lone surrogate escapes; a number
+    beyond float range is kept as its text instead of becoming ``inf``."""
+    return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+
+
+def _finite_float(text: str) -> float | str:
+    value = float(text)
+    return value if math.isfinite(value) else text
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
 def parse_streaming_json(text: str | None) -> Any:
-    """Best-effort JSON for streamed tool arguments; never raises, ``{}`` when nothing works."""
+    """Best-effort JSON for streamed tool arguments; never raises, ``{}`` when nothing works.
+
+    The result is always serialisable as strict JSON (see the module docstring).
+    """
     if text is None or not text.strip():
         return {}
     try:
-        return json.loads(text)
-    except ValueError:
-        pass
+        return _serialisable(_parse(text), text)
+    except Exception:  # RecursionError from the fallbacks, or anything unforeseen: never raise
+        return {}
+
+
+def _parse(text: str) -> Any:
+    try:
+        return from_json(text)
+    except ValueError as error:
+        if _cut_off(error):
+            try:
+                return parse_partial_json(text)
+            except ValueError:
+                pass
     repaired = repair_json(text)
-    if repaired != text:
+    for candidate in (repaired, text) if repaired != text else (text,):
         try:
-            return json.loads(repaired)
-        except ValueError:
+            return _strict_lenient(candidate)
+        except (ValueError, RecursionError):
             pass
-    for candidate in (text, repaired) if repaired != text else (text,):
         try:
             return parse_partial_json(candidate)
-        except (ValueError, RecursionError):
-            continue
+        except ValueError:
+            pass
     return {}
+
+
+def _serialisable(value: Any, text: str) -> Any:
+    """``value`` with lone surrogates replaced and non-finite floats kept as their text.
+
+    Both can only come from an escape (``\\ud83d``) or an exponent/very long number in the
+    text, so the walk is skipped when the text has neither.
+    """
+    if "\\u" not in text and "e" not in text and "E" not in text and len(text) < 300:
+        return value
+    return _clean(value, text, 0)
+
+
+def _clean(value: Any, text: str, depth: int) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE_RE.sub("\ufffd", value) if not value.isascii() else value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _number_text(text)
+    if depth > 10_000:
+        return None
+    if isinstance(value, dict):
+        return {_clean(k, text, depth + 1): _clean(v, text, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(item, text, depth + 1) for item in value]
+    return value
+
+
+_BIG_NUMBER_RE = re.compile(r"-?\d[\d.]*[eE][+-]?\d{3,}|-?\d{300,}(?:\.\d*)?")
+
+
+def _number_text(text: str) -> str:
+    """The text of the first out-of-range number in ``text`` (what a non-finite float was)."""
+    for match in _BIG_NUMBER_RE.finditer(text):
+        if not math.isfinite(float(match.group(0))):
+            return match.group(0)
+    return "NaN"
 
 
 def as_arguments(value: Any) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """OpenAI Chat Completions (``POST {base_url}/chat/completions``) and the servers that copy it.
 
 Server quirks are settings, not forks: :func:`resolve_compat` merges the defaults, the
-provider's known quirks (DeepSeek, Groq, OpenRouter, local servers...) and ``model.compat``.
+provider table's quirks (DeepSeek, Groq, OpenRouter, local servers...) and ``model.compat``
+(typed: :class:`~agentkit.providers.table.ModelCompat`).
 
 Settings: ``max_tokens_field`` (``"max_completion_tokens"`` or ``"max_tokens"``),
 ``supports_developer_role`` (system prompt as ``developer`` for reasoning models),
@@ -21,12 +22,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import (
     AssistantMessage,
     Context,
     ImageContent,
     Model,
+    OpenAIOptions,
     StopReason,
     StreamOptions,
     TextContent,
@@ -34,69 +37,32 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .common import (
-    ApiSpec,
-    MessageBuilder,
-    PreparedRequest,
-    is_local_url,
-    provider_label,
-    run_stream,
-    set_usage,
-    vendor_error_message,
-)
-from .http import RequestFailed
+from .builder import MessageBuilder, set_usage, tokens
+from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
+from .table import ModelCompat, provider_compat, provider_label
 from .transform import call_part, images_of, prepare_context, safe_id, text_of
 
 API = "openai-completions"
 
-DEFAULT_COMPAT: dict[str, Any] = {
-    "max_tokens_field": "max_completion_tokens",
-    "supports_developer_role": True,
-    "supports_usage_in_streaming": True,
-    "supports_reasoning_effort": True,
-    "thinking_format": "openai",
-    "reasoning_field": "reasoning_content",
-    "send_reasoning": False,
-    "supports_store": False,
-}
-
-PROVIDER_COMPAT: dict[str, dict[str, Any]] = {
-    "openai": {"supports_store": True},
-    "deepseek": {
-        "max_tokens_field": "max_tokens",
-        "supports_developer_role": False,
-        "supports_reasoning_effort": False,
-        "reasoning_field": "reasoning_content",
-    },
-    "groq": {"supports_developer_role": False, "reasoning_field": "reasoning"},
-    "openrouter": {"thinking_format": "openrouter", "reasoning_field": "reasoning"},
-    "xai": {"supports_developer_role": False, "reasoning_field": "reasoning_content"},
-    "mistral": {
-        "max_tokens_field": "max_tokens",
-        "supports_developer_role": False,
-        "supports_reasoning_effort": False,
-    },
-    "cerebras": {"supports_developer_role": False},
-    "local": {
-        "max_tokens_field": "max_tokens",
-        "supports_developer_role": False,
-        "supports_reasoning_effort": False,
-        "reasoning_field": "reasoning_content",
-    },
-}
+DEFAULT_COMPAT = ModelCompat(
+    max_tokens_field="max_completion_tokens",
+    supports_developer_role=True,
+    supports_usage_in_streaming=True,
+    supports_reasoning_effort=True,
+    thinking_format="openai",
+    reasoning_field="reasoning_content",
+    send_reasoning=False,
+    supports_store=False,
+)
+"""What an OpenAI-compatible server is assumed to do unless the provider table says otherwise."""
 
 _REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_text")
 
 
 def resolve_compat(model: Model) -> dict[str, Any]:
-    """The effective quirks for ``model``: defaults, then provider's, then ``model.compat``."""
-    compat = dict(DEFAULT_COMPAT)
-    provider = model.provider
-    if provider not in PROVIDER_COMPAT and is_local_url(model.base_url):
-        provider = "local"
-    compat.update(PROVIDER_COMPAT.get(provider, {}))
-    compat.update(model.compat or {})
-    return compat
+    """The effective quirks for ``model``: defaults, then the provider table's, then
+    ``model.compat`` (a misspelt key raises ``ValueError``)."""
+    return DEFAULT_COMPAT.merged(provider_compat(model)).model_dump()
 
 
 def normalize_tool_call_id(tool_call_id: str) -> str:
@@ -221,10 +187,10 @@ def prepare(
         payload["temperature"] = options.temperature
     if tools:
         payload["tools"] = tools
-        tool_choice = getattr(options, "tool_choice", None)
+        tool_choice = options.tool_choice
         if tool_choice is not None:
             payload["tool_choice"] = tool_choice
-    effort = getattr(options, "reasoning_effort", None)
+    effort = (options.openai or OpenAIOptions()).reasoning_effort
     if effort and model.reasoning:
         if compat.get("thinking_format") == "openrouter":
             payload["reasoning"] = {"effort": effort}
@@ -275,18 +241,26 @@ class ChatCompletionsParser:
         if not isinstance(data, dict):
             return
         if data.get("error"):
-            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
-        if data.get("id") and not self.b.message.response_id:
-            self.b.message.response_id = str(data["id"])
-        self.b.start()
+            raise ProviderError(f"{self.label} stream error: {vendor_error_message(data)}")
+        builder = self.b
+        if not builder.started:
+            if data.get("id"):
+                builder.message.response_id = str(data["id"])
+            builder.start()
         usage = data.get("usage")
-        if isinstance(usage, dict):
+        if usage.__class__ is dict:
             self._usage(usage)
-        for choice in data.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+        for choice in data.get("choices") or ():
+            if choice.__class__ is not dict or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
-            self._delta(delta)
+            delta = choice.get("delta")
+            if delta:
+                calls = delta.get("tool_calls")
+                # A continuation chunk carries only its tool-call pieces: skip the text checks.
+                if calls is None or len(delta) > 1:
+                    self._delta(delta)
+                if calls:
+                    self._tool_calls(calls)
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
                 choice_usage = choice.get("usage")  # some servers put usage here
@@ -294,16 +268,16 @@ class ChatCompletionsParser:
                     self._usage(choice_usage)
 
     def _usage(self, usage: dict[str, Any]) -> None:
-        prompt = int(usage.get("prompt_tokens") or 0)
+        prompt = tokens(usage.get("prompt_tokens"))
         details = usage.get("prompt_tokens_details") or {}
-        cached = int(details.get("cached_tokens") or usage.get("prompt_cache_hit_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
+        cached = tokens(details.get("cached_tokens") or usage.get("prompt_cache_hit_tokens"))
+        completion = tokens(usage.get("completion_tokens"))
         set_usage(
             self.b.message.usage,
             input=max(prompt - cached, 0),
             cache_read=cached,
             output=completion,
-            total=int(usage.get("total_tokens") or 0) or None,
+            total=tokens(usage.get("total_tokens")) or None,
         )
 
     def _close_text_and_thinking(self) -> None:
@@ -331,10 +305,13 @@ class ChatCompletionsParser:
                 self._close_text_and_thinking()
                 self.text_index = self.b.begin_text()
             self.b.add_text(self.text_index, content)
-        for call in delta.get("tool_calls") or []:
-            if not isinstance(call, dict):
+
+    def _tool_calls(self, calls: Any) -> None:
+        for call in calls:
+            if call.__class__ is not dict:
                 continue
-            slot = int(call.get("index", len(self.tools)))
+            slot = call.get("index")
+            slot = len(self.tools) if slot is None else int(slot)
             function = call.get("function") or {}
             call_id = call.get("id")
             index = self.tools.get(slot)
@@ -359,7 +336,7 @@ class ChatCompletionsParser:
     def finish(self) -> None:
         """End the message; a body that stopped before any finish reason is an error."""
         if self.finish_reason is None and not self.saw_done:
-            raise RequestFailed(f"{self.label} stream ended before the response was complete")
+            raise ProviderError(f"{self.label} stream ended before the response was complete")
         self.b.finish_from(self.finish_reason or "stop", _FINISH_REASONS, self.label, "stop")
 
 
@@ -379,4 +356,4 @@ def reasoning_options(model: Model, level: str | None) -> dict[str, Any]:
     """Provider options for a thinking level (``reasoning_effort``)."""
     if not model.reasoning or not level or level == "off":
         return {}
-    return {"reasoning_effort": "high" if level == "xhigh" else level}
+    return {"openai": {"reasoning_effort": "high" if level == "xhigh" else level}}

@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import (
     AssistantMessage,
     Context,
     ImageContent,
     Model,
+    OpenAIOptions,
     StopReason,
     StreamOptions,
     TextContent,
@@ -28,18 +30,10 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
 )
-from .common import (
-    ApiSpec,
-    MessageBuilder,
-    PreparedRequest,
-    is_local_url,
-    provider_label,
-    run_stream,
-    set_usage,
-    vendor_error_message,
-)
-from .http import RequestFailed
+from .builder import MessageBuilder, set_usage, tokens
 from .json_stream import as_arguments, parse_streaming_json
+from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
+from .table import ModelCompat, is_local_url, provider_label
 from .transform import images_of, prepare_context, safe_id, same_source, text_of
 
 API = "openai-responses"
@@ -55,9 +49,9 @@ def normalize_tool_call_id(tool_call_id: str) -> str:
 
 def _compat(model: Model) -> dict[str, Any]:
     local = is_local_url(model.base_url)
-    compat: dict[str, Any] = {"supports_store": not local, "supports_include": not local}
-    compat.update(model.compat or {})
-    return compat
+    defaults = ModelCompat(supports_store=not local, supports_include=not local)
+    own = ModelCompat.model_validate(model.compat) if model.compat else None
+    return defaults.merged(own).model_dump()
 
 
 # --- request ------------------------------------------------------------------------------------
@@ -186,15 +180,16 @@ def prepare(
         payload["temperature"] = options.temperature
     if tools:
         payload["tools"] = tools
-        tool_choice = getattr(options, "tool_choice", None)
+        tool_choice = options.tool_choice
         if tool_choice is not None:
             payload["tool_choice"] = tool_choice
     if options.session_id and model.provider == "openai":
         payload["prompt_cache_key"] = options.session_id
-    effort = getattr(options, "reasoning_effort", None)
+    own = options.openai or OpenAIOptions()
+    effort = own.reasoning_effort
     if model.reasoning:
         if effort:
-            summary = getattr(options, "reasoning_summary", None) or "auto"
+            summary = own.reasoning_summary or "auto"
             payload["reasoning"] = {"effort": effort, "summary": summary}
         if compat.get("supports_include"):
             payload["include"] = ["reasoning.encrypted_content"]
@@ -272,7 +267,7 @@ class ResponsesParser:
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             self._completed(data.get("response") or {}, kind)
         elif kind == "error":
-            raise RequestFailed(f"{self.label} stream error: {vendor_error_message(data)}")
+            raise ProviderError(f"{self.label} stream error: {vendor_error_message(data)}")
 
     def _lookup(self, data: dict[str, Any], want: str) -> int | None:
         item_id = self._item_id(data)
@@ -363,13 +358,13 @@ class ResponsesParser:
         usage = response.get("usage")
         if isinstance(usage, dict):
             details = usage.get("input_tokens_details") or {}
-            cached = int(details.get("cached_tokens") or 0)
+            cached = tokens(details.get("cached_tokens"))
             set_usage(
                 self.b.message.usage,
-                input=max(int(usage.get("input_tokens") or 0) - cached, 0),
+                input=max(tokens(usage.get("input_tokens")) - cached, 0),
                 cache_read=cached,
-                output=int(usage.get("output_tokens") or 0),
-                total=int(usage.get("total_tokens") or 0) or None,
+                output=tokens(usage.get("output_tokens")),
+                total=tokens(usage.get("total_tokens")) or None,
             )
         incomplete = response.get("incomplete_details") or {}
         if isinstance(incomplete, dict):
@@ -381,7 +376,7 @@ class ResponsesParser:
     def finish(self) -> None:
         """End the message from the final response status."""
         if self.status is None:
-            raise RequestFailed(f"{self.label} stream ended before the response was complete")
+            raise ProviderError(f"{self.label} stream ended before the response was complete")
         reason: StopReason
         if self.status == "completed":
             reason = "tool_use" if self.b.has_tool_calls() else "stop"
@@ -415,4 +410,4 @@ def reasoning_options(model: Model, level: str | None) -> dict[str, Any]:
     """Provider options for a thinking level (``reasoning_effort``, summaries on)."""
     if not model.reasoning or not level or level == "off":
         return {}
-    return {"reasoning_effort": "high" if level == "xhigh" else level}
+    return {"openai": {"reasoning_effort": "high" if level == "xhigh" else level}}

@@ -14,14 +14,32 @@ from typing import Any
 
 from ..event_stream import AssistantMessageEventStream
 from ..events import ErrorEvent
-from ..types import AssistantMessage, Context, Model, StreamOptions, as_stream_options
+from ..types import (
+    AnthropicOptions,
+    AssistantMessage,
+    Context,
+    GoogleOptions,
+    Model,
+    OpenAIOptions,
+    StreamOptions,
+    as_stream_options,
+)
 from . import anthropic, google, openai_completions, openai_responses
 
 StreamFunction = Callable[..., AssistantMessageEventStream]
 """``(model, context, options=None) -> AssistantMessageEventStream``."""
 
 ReasoningMapper = Callable[[Model, str | None, dict[str, int] | None], dict[str, Any]]
-"""``(model, level, thinking_budgets) -> provider options`` for ``stream_simple``."""
+"""``(model, level, thinking_budgets) -> {group: fields}`` for ``stream_simple``: the fields to
+set in the per-API option groups of :class:`StreamOptions` (``"anthropic"``, ``"openai"``,
+``"google"``)."""
+
+_OPTION_GROUPS: dict[str, type[AnthropicOptions | OpenAIOptions | GoogleOptions]] = {
+    "anthropic": AnthropicOptions,
+    "openai": OpenAIOptions,
+    "google": GoogleOptions,
+}
+"""The per-API option groups of :class:`StreamOptions` a reasoning mapper may fill."""
 
 # Guards _apis and _mappers.
 _lock = threading.Lock()
@@ -105,7 +123,7 @@ def simple_options(
     """``options`` with ``reasoning`` turned into ``model.api``'s own options."""
     try:
         opts = as_stream_options(options)
-    except Exception:
+    except ValueError:
         return options  # the stream function reports bad options as an error event
     with _lock:
         mapper = _mappers.get(model.api)
@@ -114,7 +132,22 @@ def simple_options(
     extra = mapper(model, opts.reasoning, opts.thinking_budgets)
     if not extra:
         return opts
-    return opts.model_copy(update=extra)
+    # The mapped level wins over the same option set by hand; other hand-set options stay.
+    update: dict[str, Any] = {}
+    for name, value in extra.items():
+        if name in _OPTION_GROUPS:
+            current = getattr(opts, name)
+            values = current.model_dump(exclude_unset=True) if current is not None else {}
+            values.update(value)
+            update[name] = _OPTION_GROUPS[name].model_validate(values)
+        elif name in type(opts).model_fields:  # e.g. an API's own StreamOptions subclass
+            update[name] = value
+        else:
+            raise ValueError(
+                f"the reasoning mapper of {model.api!r} set {name!r}, which "
+                f"{type(opts).__name__} does not have"
+            )
+    return opts.model_copy(update=update)
 
 
 def stream_simple(

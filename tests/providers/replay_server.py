@@ -9,8 +9,8 @@ the test releases them.
 from __future__ import annotations
 
 import json
-import os
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,29 +19,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
-
 from agentkit.types import Model
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def shared_dir() -> Path:
-    """The ``shared/`` folder beside the repository (CI copies it next to the clone), or the
-    one ``AGENTKIT_SHARED_DIR`` names."""
-    override = os.environ.get("AGENTKIT_SHARED_DIR")
-    candidates = [Path(override)] if override else []
-    candidates += [REPO_ROOT.parent / "shared", REPO_ROOT / "shared"]
-    for candidate in candidates:
-        if (candidate / "fixtures").is_dir():
-            return candidate
-    pytest.skip("shared/fixtures not found beside the repository", allow_module_level=True)
-    raise AssertionError("unreachable")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+"""The vendor recordings copied into the repository (see ``tests/fixtures/README.md``)."""
 
 
 def fixture_bytes(name: str) -> bytes:
-    """The bytes of ``shared/fixtures/<name>``, exactly as recorded."""
-    return (shared_dir() / "fixtures" / name).read_bytes()
+    """The bytes of ``tests/fixtures/<name>``, exactly as recorded."""
+    return (FIXTURES / name).read_bytes()
 
 
 @dataclass
@@ -57,6 +43,7 @@ class Reply:
     drop_after: int | None = None  # cut the connection after this many body bytes
     stall_after: int | None = None  # stop after this many body bytes until released
     stall_before_headers: bool = False
+    resume: bool = False  # after a stall_after stall is released, send the rest of the body
 
 
 @dataclass
@@ -77,11 +64,15 @@ class Recorded:
 class ReplayServer:
     """A ThreadingHTTPServer on 127.0.0.1 (port 0) that plays queued :class:`Reply` objects."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self.replies: list[Reply] = []
+        self.connections = 0
+        """TCP connections accepted so far."""
+        self.tls = tls
         self.requests: list[Recorded] = []
         self.release = threading.Event()
         self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)  # notified whenever a request is recorded
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -105,12 +96,23 @@ class ReplayServer:
                         )
                     )
                     reply = server.replies.pop(0) if server.replies else None
+                    server.arrived.notify_all()
                 if reply is None:
                     reply = Reply(status=500, body=b'{"error": "no reply queued"}')
                 try:
                     self._play(reply)
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     pass
+
+            def _send(self, reply: Reply, body: bytes) -> None:
+                size = reply.chunk or max(len(body), 1)
+                for start in range(0, len(body), size):
+                    piece = body[start : start + size]
+                    if reply.chunked:
+                        self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                    else:
+                        self.wfile.write(piece)
+                    self.wfile.flush()
 
             def _play(self, reply: Reply) -> None:
                 if reply.stall_before_headers:
@@ -131,18 +133,13 @@ class ReplayServer:
                 for cut in (reply.drop_after, reply.stall_after):
                     if cut is not None:
                         limit = min(limit, cut)
-                size = reply.chunk or max(limit, 1)
-                for start in range(0, limit, size):
-                    piece = body[start : min(start + size, limit)]
-                    if reply.chunked:
-                        self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-                    else:
-                        self.wfile.write(piece)
-                    self.wfile.flush()
+                self._send(reply, body[:limit])
                 if reply.stall_after is not None:
                     server.release.wait(10)
-                    self.close_connection = True
-                    return
+                    if not reply.resume:
+                        self.close_connection = True
+                        return
+                    self._send(reply, body[limit:])
                 if reply.drop_after is not None:
                     self.close_connection = True
                     try:
@@ -160,6 +157,17 @@ class ReplayServer:
             def handle_error(self, request: Any, client_address: Any) -> None:
                 return  # clients that hang up early are part of the tests
 
+            def get_request(self) -> tuple[Any, Any]:
+                sock, address = super().get_request()
+                with server.lock:
+                    server.connections += 1
+                if server.tls is not None:
+                    # the handshake happens on the handler's thread, at its first read
+                    sock = server.tls.wrap_socket(
+                        sock, server_side=True, do_handshake_on_connect=False
+                    )
+                return sock, address
+
         self.httpd = QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(
@@ -169,7 +177,13 @@ class ReplayServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{host}:{port}"
+
+    def wait_for_requests(self, count: int = 1, timeout: float = 5.0) -> bool:
+        """Block until ``count`` requests have arrived (``False`` if ``timeout`` ran out)."""
+        with self.arrived:
+            return self.arrived.wait_for(lambda: len(self.requests) >= count, timeout)
 
     def enqueue(self, *replies: Reply) -> None:
         with self.lock:
@@ -228,12 +242,10 @@ def http_threads() -> list[threading.Thread]:
 
 
 def wait_no_http_threads(timeout: float = 2.0) -> bool:
-    """Wait until no provider request thread is alive."""
+    """Wait (by joining them) until no provider request thread is alive."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not http_threads():
-            return True
-        time.sleep(0.01)
+    for thread in http_threads():
+        thread.join(max(deadline - time.monotonic(), 0.0))
     return not http_threads()
 
 

@@ -90,7 +90,8 @@ def test_client_tool_json_args(server: ReplayServer, chunk: int | None) -> None:
     assert call.arguments == {
         "elements": [{"location": "San Francisco", "temperature": 58, "condition": "sunny"}]
     }
-    assert sum(isinstance(e, ToolCallDeltaEvent) for e in events) == 2  # empty deltas skipped
+    # two non-empty vendor deltas (empty ones skipped), coalesced per network read
+    assert 1 <= sum(isinstance(e, ToolCallDeltaEvent) for e in events) <= 2
 
 
 @pytest.mark.parametrize("chunk", CHUNKS)
@@ -269,8 +270,8 @@ def test_prompt_cache_retention(server: ReplayServer) -> None:
         Reply(body=fixture_bytes("vendor/anthropic-thinking-text.sse")),
     )
     ctx = Context(messages=[SystemMessage(content="S"), UserMessage(content="q")])
-    collect(stream(make_model(API, server.url), ctx, options(cache_retention="long")))
-    collect(stream(make_model(API, server.url), ctx, options(cache_retention="none")))
+    collect(stream(make_model(API, server.url), ctx, options(anthropic={"cache_retention": "long"})))
+    collect(stream(make_model(API, server.url), ctx, options(anthropic={"cache_retention": "none"})))
     long_body, no_cache = server.requests[0].json, server.requests[1].json
     assert long_body["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert long_body["messages"][0]["content"][0]["cache_control"] == {

@@ -67,22 +67,49 @@ def test_unknown_model_lists_close_matches() -> None:
     assert "anthropic" in str(info.value)
 
 
-def test_register_model_is_thread_safe_and_replaces() -> None:
-    def add(i: int) -> None:
-        register_model(
-            Model(id=f"m{i}", api="openai-completions", provider="test-reg", base_url="http://x/v1")
-        )
+def test_the_catalog_loads_once_however_many_threads_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The lock's job: one thread loads models.json while the others wait for it. Without the
+    # lock a second thread would start a second load (and could iterate a dict being filled).
+    import json as real_json
 
-    threads = [threading.Thread(target=add, args=(i,)) for i in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(get_models("test-reg")) == 20
+    from agentkit.providers import catalog
+
+    monkeypatch.setattr(catalog, "_models", {})
+    monkeypatch.setattr(catalog, "_loaded", False)
+    entered = [threading.Event(), threading.Event()]
+    go = threading.Event()
+    loads: list[int] = []
+
+    class SlowJson:
+        @staticmethod
+        def loads(text: str) -> object:
+            entered[len(loads)].set()
+            loads.append(1)
+            go.wait(10)
+            return real_json.loads(text)
+
+    monkeypatch.setattr(catalog, "json", SlowJson)
+    seen: list[int] = []
+    threads = [threading.Thread(target=lambda: seen.append(len(get_models()))) for _ in range(2)]
+    threads[0].start()
+    assert entered[0].wait(5)
+    threads[1].start()
+    assert not entered[1].wait(0.5)  # the second thread waits for the first load
+    go.set()
+    for thread in threads:
+        thread.join(10)
+    assert loads == [1] and seen[0] == seen[1] > 0
+
+
+def test_register_model_replaces() -> None:
+    register_model(
+        Model(id="m0", api="openai-completions", provider="test-reg", base_url="http://x/v1")
+    )
     register_model(
         {"id": "m0", "api": "openai-completions", "provider": "test-reg", "base_url": "http://y/v1"}
     )
     assert get_model("test-reg", "m0").base_url == "http://y/v1"
+    assert len(get_models("test-reg")) == 1
 
 
 def test_local_model_presets() -> None:
@@ -148,11 +175,17 @@ def test_env_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_register_api_and_stream_simple_dispatch() -> None:
     seen: list[StreamOptions] = []
 
+    class FakeOptions(StreamOptions):
+        """A custom API's own options: a subclass, since StreamOptions forbids unknown keys."""
+
+        fake_level: str | None = None
+        custom: int = 0
+
     def fake(model: Model, context: Context, options: object = None) -> AssistantMessageEventStream:
         opts = (
             options
             if isinstance(options, StreamOptions)
-            else StreamOptions.model_validate(options or {})
+            else FakeOptions.model_validate(options or {})
         )
         seen.append(opts)
         out = AssistantMessageEventStream()
@@ -166,10 +199,11 @@ def test_register_api_and_stream_simple_dispatch() -> None:
     )
     try:
         model = Model(id="f", api="fake-api", provider="fake", base_url="")
-        message = complete_simple(model, Context(), {"reasoning": "high", "custom": 1})
+        message = complete_simple(model, Context(), FakeOptions(reasoning="high", custom=1))
         assert message.api == "fake-api"
-        assert seen[-1].fake_level == "high"
-        assert seen[-1].custom == 1
+        last = seen[-1]
+        assert isinstance(last, FakeOptions)
+        assert last.fake_level == "high" and last.custom == 1
         events, _ = collect(stream_simple(model, {"messages": []}, None))
         assert [e.type for e in events] == ["start", "done"]
     finally:

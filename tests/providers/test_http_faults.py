@@ -217,24 +217,20 @@ def test_abort_ends_a_stalled_stream_at_once(server: ReplayServer, where: str) -
     events: list[object] = []
     s = stream(anthropic(server), CTX, options(signal=controller.signal, timeout=(5, 30)))
 
+    first_delta = threading.Event()
+
     def consume() -> None:
-        events.extend(s)
+        for event in s:
+            events.append(event)
+            if isinstance(event, TextDeltaEvent) or getattr(event, "type", "") == "thinking_delta":
+                first_delta.set()
 
     reader = threading.Thread(target=consume)
     reader.start()
-    deadline = time.monotonic() + 5
     if where == "mid_body":
-        while not any(
-            isinstance(e, TextDeltaEvent) or getattr(e, "type", "") == "thinking_delta"
-            for e in events
-        ):
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+        assert first_delta.wait(5)
     else:
-        while not server.requests:
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
-        time.sleep(0.05)
+        assert server.wait_for_requests(1)
     assert not s.done()
     start = time.monotonic()
     controller.abort()
@@ -258,11 +254,7 @@ def test_abort_before_the_request_and_during_backoff(server: ReplayServer) -> No
     server.enqueue(json_reply(503, {}, headers={"Retry-After": "30"}))
     controller = AbortController()
     s = stream(anthropic(server), CTX, options(signal=controller.signal))
-    deadline = time.monotonic() + 5
-    while not server.requests:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-    time.sleep(0.05)
+    assert server.wait_for_requests(1)
     start = time.monotonic()
     controller.abort()
     assert s.result(timeout=5).stop_reason == "aborted"
@@ -405,8 +397,7 @@ def test_abort_while_connecting_ends_the_stream_at_once() -> None:
         controller = AbortController()
         model = make_model("anthropic-messages", f"http://127.0.0.1:{port}")
         s = stream(model, CTX, options(signal=controller.signal, timeout=(0.5, 5), max_retries=0))
-        time.sleep(0.1)
-        assert not s.done()
+        assert not s.done()  # connect() hangs on the full accept queue until its timeout
         start = time.monotonic()
         controller.abort()
         message = s.result(timeout=5)

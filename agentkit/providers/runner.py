@@ -1,0 +1,362 @@
+"""Running one model request: the skeleton of every provider's ``stream``, and its retry policy.
+
+:func:`run_stream` returns the event stream at once and does the HTTP work on a daemon thread
+(``agentkit-http``) that ends with the request. It never raises for a request failure; it ends
+the stream with an ``error`` event instead (``reason`` ``"aborted"`` when the signal fired).
+Every path out of that thread pushes exactly one terminal event, whatever raises and where.
+
+The retry policy is here and only here: each attempt is one :class:`StreamingRequest`; a
+connection error, HTTP 408/409/429/5xx, or a stream that breaks before its first event is tried
+again up to ``max_retries`` times, after ``Retry-After`` (up to ``max_retry_delay_ms``) or an
+exponential backoff with jitter. Once an event reached the consumer, a failure is final.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic_core import from_json
+
+from ..errors import ProviderError
+from ..event_stream import AssistantMessageEventStream
+from ..types import Context, Model, StreamOptions, as_stream_options
+from .builder import ABORTED_MESSAGE, MessageBuilder
+from .http import (
+    StreamingRequest,
+    _RequestAborted,
+    backoff,
+    scrub,
+)
+from .json_stream import JsonArrayStream
+from .sse import SSEParser
+from .table import env_var_names, get_env_api_key, needs_api_key, provider_label
+
+_SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization"}
+_MAX_SNIPPET = 200
+_MAX_MESSAGE = 2000  # characters of an error message, cut after keys are redacted
+
+
+def resolve_api_key(model: Model, options: StreamOptions) -> str | None:
+    """The key to send: ``options.api_key``, else the environment; ``None`` if none is needed.
+
+    Raises :class:`ProviderError` naming the environment variable when a vendor needs one.
+    """
+    if options.api_key:
+        return options.api_key
+    key = get_env_api_key(model.provider)
+    if key:
+        return key
+    if not needs_api_key(model):
+        return None
+    names = " or ".join(env_var_names(model.provider))
+    raise ProviderError(
+        f"No API key for provider '{model.provider}': set {names} (or give the Agent an api_key)",
+        retryable=False,
+    )
+
+
+class StreamParser(Protocol):
+    """Turns one API's decoded stream payloads into builder calls."""
+
+    def handle(self, event: str, data: Any) -> None:
+        """Take one decoded payload (``event`` is the SSE event name, or ``"message"``)."""
+
+    def finish(self) -> None:
+        """The body ended: finish the message or raise :class:`ProviderError` if incomplete."""
+
+
+@dataclass
+class PreparedRequest:
+    """What a provider sends: the URL, headers and JSON body."""
+
+    url: str
+    headers: dict[str, str]
+    payload: dict[str, Any]
+    body_format: Literal["sse", "sse-or-json-array"] = "sse"
+    secrets: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ApiSpec:
+    """How one wire API does its job, for :func:`run_stream`."""
+
+    api: str
+    prepare: Callable[[Model, Context, StreamOptions, str | None], PreparedRequest]
+    parser: Callable[[MessageBuilder], StreamParser]
+
+
+def as_context(context: Any) -> Context:
+    """Accept a :class:`Context`, a dict with the same keys, any object with ``messages`` (and
+    optionally ``system_prompt`` and ``tools``), or ``None``."""
+    if context is None:
+        return Context()
+    if isinstance(context, Context):
+        return context
+    if isinstance(context, dict):
+        return Context.model_validate(context)
+    return Context(
+        messages=list(getattr(context, "messages", None) or []),
+        system_prompt=getattr(context, "system_prompt", None),
+        tools=getattr(context, "tools", None),
+    )
+
+
+def run_stream(
+    spec: ApiSpec,
+    model: Model,
+    context: Context | dict[str, Any] | None,
+    options: StreamOptions | dict[str, Any] | None,
+) -> AssistantMessageEventStream:
+    """Start one streamed request on a background thread and return its event stream at once."""
+    stream = AssistantMessageEventStream()
+    builder = MessageBuilder(model, stream)
+    try:
+        opts = as_stream_options(options)
+        ctx = as_context(context)
+    except Exception as exc:  # bad options must not raise either
+        builder.fail("error", f"Invalid stream options or context: {exc}")
+        return stream
+    thread = threading.Thread(
+        target=_run_request,
+        args=(spec, model, ctx, opts, builder),
+        name="agentkit-http",
+        daemon=True,
+    )
+    stream.set_producer(thread)  # result() returns once the request thread is gone
+    thread.start()
+    return stream
+
+
+def _run_request(
+    spec: ApiSpec,
+    model: Model,
+    context: Context,
+    options: StreamOptions,
+    builder: MessageBuilder,
+) -> None:
+    secrets: list[str | None] = [options.api_key]
+    signal = options.signal
+    label = provider_label(model)
+    try:
+        if signal is not None and signal.aborted:
+            raise _RequestAborted()
+        api_key = resolve_api_key(model, options)
+        secrets.append(api_key)
+        prepared = spec.prepare(model, context, options, api_key)
+        secrets.extend(prepared.secrets)
+        secrets.extend(
+            value for name, value in prepared.headers.items() if name.lower() in _SECRET_HEADERS
+        )
+        payload = _apply_on_payload(options, prepared.payload, model)
+        # What enters a message is made serialisable where it enters (builder, json_stream);
+        # "replace" only guards against a lone surrogate an application put in the transcript.
+        body = json.dumps(payload, ensure_ascii=False).encode("utf-8", "replace")
+        _with_retries(spec, prepared, body, options, builder, label, secrets)
+    except _RequestAborted:
+        builder.fail("aborted", ABORTED_MESSAGE)
+    except ProviderError as exc:
+        if signal is not None and signal.aborted:
+            builder.fail("aborted", ABORTED_MESSAGE)
+        else:
+            builder.fail("error", scrub(str(exc), secrets, _MAX_MESSAGE))
+    except Exception as exc:  # a bug or an unexpected payload: still end the stream
+        if signal is not None and signal.aborted:
+            builder.fail("aborted", ABORTED_MESSAGE)
+        else:
+            text = scrub(f"{type(exc).__name__}: {exc}", secrets, _MAX_MESSAGE)
+            builder.fail("error", f"{label} stream failed: {text}")
+    finally:
+        if not builder.ended:  # a BaseException, or a parser that returned without an end
+            builder.fail("error", f"{label} stream ended without a result")
+
+
+def _with_retries(
+    spec: ApiSpec,
+    prepared: PreparedRequest,
+    body: bytes,
+    options: StreamOptions,
+    builder: MessageBuilder,
+    label: str,
+    secrets: list[str | None],
+) -> None:
+    """The one retry loop: attempts until one succeeds, fails for good, or the signal fires."""
+    signal = options.signal
+    max_retries = max(int(options.max_retries or 0), 0)
+    max_delay = max(float(options.max_retry_delay_ms), 0.0) / 1000.0
+    attempt = 0
+    while True:
+        try:
+            _attempt(spec, prepared, body, options, builder, label, secrets)
+            return
+        except ProviderError as exc:
+            # Nothing reached the consumer yet (a refused connection, a 503, a drop right after
+            # the headers, an "overloaded" error as the first event): it may be sent again.
+            if builder.started or builder.ended or exc.retryable is False:
+                raise
+            if signal is not None and signal.aborted:
+                raise _RequestAborted() from None
+            if attempt >= max_retries:
+                raise
+            asked = exc.retry_after
+            if asked is not None and asked > max_delay:
+                raise ProviderError(
+                    f"{label} asked to retry after {asked:.1f} s"
+                    + (f" (HTTP {exc.status})" if exc.status else "")
+                    + f", more than max_retry_delay_ms allows ({max_delay * 1000:.0f} ms): "
+                    + str(exc),
+                    status=exc.status,
+                    retry_after=asked,
+                    retryable=False,
+                ) from None
+            delay = asked if asked is not None else backoff(options.retry_base_delay_ms, attempt)
+            _wait(signal, min(delay, max_delay))
+            attempt += 1
+
+
+def _wait(signal: Any, seconds: float) -> None:
+    """Wait between attempts; an abort ends the wait at once."""
+    if signal is not None:
+        if signal.wait(max(seconds, 0.0)):
+            raise _RequestAborted()
+    else:
+        threading.Event().wait(max(seconds, 0.0))
+
+
+def _attempt(
+    spec: ApiSpec,
+    prepared: PreparedRequest,
+    body: bytes,
+    options: StreamOptions,
+    builder: MessageBuilder,
+    label: str,
+    secrets: list[str | None],
+) -> None:
+    """One request, from sending to the parser's ``finish``."""
+    with StreamingRequest(
+        url=prepared.url,
+        headers=prepared.headers,
+        body=body,
+        options=options,
+        provider_label=label,
+        secrets=secrets,
+        on_abort_while_connecting=lambda: builder.fail("aborted", ABORTED_MESSAGE),
+    ) as request:
+        request.open()
+        parser = spec.parser(builder)
+        decoder = BodyDecoder(prepared.body_format, label, secrets)
+        for chunk in request.iter_bytes():
+            if request.aborted:
+                raise _RequestAborted()
+            for event, data in decoder.feed(chunk):
+                parser.handle(event, data)
+            builder.flush()  # coalesced tool-argument deltas: as fresh as the last read
+        for event, data in decoder.close():
+            parser.handle(event, data)
+        if request.aborted:
+            raise _RequestAborted()
+        parser.finish()
+
+
+def _apply_on_payload(options: StreamOptions, payload: dict[str, Any], model: Model) -> Any:
+    """Let ``options.on_payload(payload, model)`` (or ``(payload)``) see or replace the body."""
+    hook = options.on_payload
+    if hook is None:
+        return payload
+    replaced = hook(payload, model) if _takes_two_arguments(hook) else hook(payload)
+    return payload if replaced is None else replaced
+
+
+def _takes_two_arguments(fn: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    positional = 0
+    for parameter in parameters:
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return True
+        if parameter.kind in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            positional += 1
+    return positional >= 2
+
+
+class BodyDecoder:
+    """Turns the body's chunks into ``(event name, decoded JSON)`` payloads; ``[DONE]`` gives
+    ``("done", None)``.
+
+    ``"sse-or-json-array"`` sniffs the first non-blank byte: ``[`` means a streamed JSON array
+    (Gemini without ``alt=sse``), anything else server-sent events.
+    """
+
+    def __init__(self, body_format: str, label: str, secrets: list[str | None]) -> None:
+        self._label = label
+        self._secrets = secrets
+        self._sniff = body_format == "sse-or-json-array"
+        self._head = b""
+        self._sse: SSEParser | None = None if self._sniff else SSEParser()
+        self._array: JsonArrayStream | None = None
+
+    def feed(self, chunk: bytes) -> list[tuple[str, Any]]:
+        """The payloads completed by ``chunk``, in order."""
+        if self._sse is None and self._array is None:
+            self._head += chunk
+            stripped = self._head.lstrip()
+            if not stripped:
+                return []
+            chunk, self._head = self._head, b""
+            if stripped.startswith(b"["):
+                self._array = JsonArrayStream()
+            else:
+                self._sse = SSEParser()
+        if self._array is not None:
+            return [("message", self._loads(element)) for element in self._array.feed(chunk)]
+        assert self._sse is not None
+        return self._payloads(self._sse.feed(chunk))
+
+    def close(self) -> list[tuple[str, Any]]:
+        """The body ended: the payloads of a last event that lacked its blank line."""
+        if self._sse is None:
+            return []
+        return self._payloads(self._sse.close())
+
+    def _payloads(self, events: list[Any]) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
+        for sse in events:
+            text = sse.data.strip()
+            if not text:
+                continue
+            if text == "[DONE]":
+                out.append(("done", None))
+            else:
+                out.append((sse.event, self._loads(text)))
+        return out
+
+    def _loads(self, text: str) -> Any:
+        try:
+            return from_json(text)  # a few times faster than json.loads on small payloads
+        except ValueError:
+            pass
+        try:
+            return json.loads(text)  # lone surrogate escapes, which the builder then cleans
+        except ValueError:
+            snippet = scrub(text, self._secrets, _MAX_SNIPPET)
+            raise ProviderError(
+                f"{self._label} sent malformed JSON in its stream: {snippet!r}"
+            ) from None
+
+
+def vendor_error_message(data: Any) -> str:
+    """A readable message from an ``error`` payload found inside a stream."""
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("type") or json.dumps(error)
+        return str(message)
+    return str(error)  # not cut here: the runner redacts keys first, then cuts

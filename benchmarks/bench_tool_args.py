@@ -1,0 +1,166 @@
+"""A huge streamed tool argument through ``Agent.prompt()`` over local HTTP (one command:
+``python benchmarks/bench_tool_args.py``).
+
+A local Chat Completions server streams one tool call whose argument is 1 MB (then 2 MB) of
+JSON text in 16-byte deltas (one SSE event each), then a short text answer after the tool ran.
+Printed: seconds per ``prompt()``, the 2 MB / 1 MB ratio (2.0 is linear), and how many
+``message_update`` events a listener saw for the call (the builder coalesces the deltas of one
+network read into one update, so this is the number of reads, not of deltas).
+
+Targets (issue 8): 1 MB <= 0.5 s, 2 MB <= 2.2x the 1 MB time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agentkit import Agent, AgentTool, AgentToolResult, TextContent  # noqa: E402
+from agentkit.providers import stream_simple  # noqa: E402
+from agentkit.types import Model  # noqa: E402
+
+DELTA = 16
+
+
+def sse(chunks: list[dict[str, Any]]) -> bytes:
+    parts = [f"data: {json.dumps(c, separators=(',', ':'))}\n\n" for c in chunks]
+    return ("".join(parts) + "data: [DONE]\n\n").encode()
+
+
+def tool_call_body(size: int) -> bytes:
+    arguments = json.dumps({"path": "big.txt", "text": "y" * size})
+    chunks: list[dict[str, Any]] = [
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {"index": 0, "id": "c1", "function": {"name": "save", "arguments": ""}}
+                        ]
+                    },
+                }
+            ]
+        }
+    ]
+    for i in range(0, len(arguments), DELTA):
+        piece = arguments[i : i + DELTA]
+        chunks.append(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]},
+                    }
+                ]
+            }
+        )
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    return sse(chunks)
+
+
+TEXT_BODY = sse(
+    [
+        {"choices": [{"index": 0, "delta": {"content": "Saved."}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]
+)
+
+
+class Server:
+    """Answers every other request with the queued tool-call body, the rest with text."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with owner.lock:
+                    body = owner.bodies.pop(0)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i in range(0, len(body), 16384):
+                    piece = body[i : i + 16384]
+                    self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def run_once(server: Server, size: int) -> tuple[float, int, int]:
+    """Seconds for one ``prompt()``, the updates a listener saw, and the argument length."""
+    server.bodies[:] = [tool_call_body(size), TEXT_BODY]
+    received: list[int] = []
+
+    def save(call_id: str, params: dict[str, Any], signal: Any, update: Any) -> AgentToolResult:
+        received.append(len(params["text"]))
+        return AgentToolResult(content=[TextContent(text="saved")])
+
+    model = Model(id="bench", api="openai-completions", provider="local", base_url=server.url)
+    agent = Agent(
+        model=model,
+        stream_fn=stream_simple,
+        tools=[AgentTool("save", "Save a file.", {"type": "object"}, save)],
+    )
+    updates = [0]
+
+    def listen(event: Any) -> None:
+        if event.type == "message_update":
+            updates[0] += 1
+
+    agent.subscribe(listen)
+    start = time.perf_counter()
+    new = agent.prompt("Save it.")
+    elapsed = time.perf_counter() - start
+    assert new[-1].stop_reason == "stop", new[-1].error_message
+    assert received == [size], received
+    return elapsed, updates[0], size
+
+
+def main() -> None:
+    server = Server()
+    try:
+        run_once(server, 100_000)  # warm up: imports, the pooled connection
+        one = min(run_once(server, 1_000_000) for _ in range(3))
+        two = min(run_once(server, 2_000_000) for _ in range(3))
+    finally:
+        server.close()
+    print(f"Tool argument in {DELTA}-byte deltas through Agent.prompt() over local HTTP:")
+    print(f"  1 MB: {one[0] * 1000:7.0f} ms   ({one[1]} message_update events)")
+    print(f"  2 MB: {two[0] * 1000:7.0f} ms   ({two[1]} message_update events)")
+    print(f"  ratio 2 MB / 1 MB: {two[0] / one[0]:.2f} (2.0 = linear; target <= 2.2)")
+
+
+if __name__ == "__main__":
+    main()

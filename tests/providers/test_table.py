@@ -1,0 +1,111 @@
+"""The provider table: one source for labels, key variables, keyless providers, defaults and
+quirks, read by keys, providers, the catalog and the CLI."""
+
+from __future__ import annotations
+
+import pytest
+from replay_server import ReplayServer, Reply, collect, make_model, options
+
+from agentkit import ProviderError
+from agentkit.providers import configured_provider, get_env_api_key, model_from_spec, stream
+from agentkit.providers.keys import ENV_KEYS
+from agentkit.providers.table import PROVIDERS, ModelCompat, provider_compat, provider_label
+from agentkit.types import Context, Model, UserMessage
+
+CTX = Context(messages=[UserMessage(content="hi")])
+
+
+def _clear_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for info in PROVIDERS.values():
+        for name in info.env_keys:
+            monkeypatch.delenv(name, raising=False)
+
+
+def test_google_api_key_is_read_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clear_keys(monkeypatch)
+    monkeypatch.setenv("GOOGLE_API_KEY", "g-key-1234")
+    assert get_env_api_key("google") == "g-key-1234"
+    assert ENV_KEYS["google"] == ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    assert configured_provider() == ("google", "GOOGLE_API_KEY", "gemini-2.5-flash")
+
+
+def test_configured_provider_follows_the_table_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clear_keys(monkeypatch)
+    assert configured_provider() is None
+    monkeypatch.setenv("OPENAI_API_KEY", "o-key-1234")
+    monkeypatch.setenv("GEMINI_API_KEY", "g-key-1234")
+    assert configured_provider() == ("openai", "OPENAI_API_KEY", "gpt-4.1-mini")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "a-key-1234")
+    assert configured_provider() == ("anthropic", "ANTHROPIC_API_KEY", "claude-sonnet-4-5")
+
+
+def test_every_default_model_is_in_the_catalog() -> None:
+    for info in PROVIDERS.values():
+        if info.default_model:
+            assert model_from_spec(info.name).id == info.default_model
+
+
+def test_model_from_spec() -> None:
+    assert model_from_spec("anthropic:claude-sonnet-4-5").api == "anthropic-messages"
+    local = model_from_spec("llamacpp:qwen")
+    assert (local.provider, local.base_url) == ("llamacpp", "http://127.0.0.1:8080/v1")
+    with pytest.raises(KeyError, match="Close matches"):
+        model_from_spec("openai:gpt-4o-mni")
+    with pytest.raises(ValueError, match="provider:model-id"):
+        model_from_spec(":x")
+    with pytest.raises(ValueError, match="names no model"):
+        model_from_spec("groq")
+
+
+def test_labels_and_keyless_providers() -> None:
+    assert provider_label("google") == "Google Gemini"
+    assert provider_label("somebody") == "somebody"
+    assert {n for n, i in PROVIDERS.items() if i.keyless} == {
+        "local",
+        "ollama",
+        "llamacpp",
+        "vllm",
+        "lmstudio",
+    }
+
+
+def test_quirks_layer_table_then_model() -> None:
+    model = Model(id="m", api="openai-completions", provider="deepseek", base_url="https://x/v1")
+    assert provider_compat(model).max_tokens_field == "max_tokens"
+    own = model.model_copy(update={"compat": {"max_tokens_field": "max_completion_tokens"}})
+    assert provider_compat(own).max_tokens_field == "max_completion_tokens"
+    with pytest.raises(ValueError):
+        ModelCompat.model_validate({"suports_store": True})
+
+
+def test_a_missing_key_names_every_variable(
+    server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _clear_keys(monkeypatch)
+    model = make_model("google-generative-ai", "https://generativelanguage.example/v1beta")
+    opts = options()
+    opts.pop("api_key")
+    _, message = collect(stream(model, CTX, opts))
+    assert "GEMINI_API_KEY or GOOGLE_API_KEY" in (message.error_message or "")
+    assert "options" not in (message.error_message or "")
+
+
+def test_provider_error_carries_status_and_retry_after(server: ReplayServer) -> None:
+    from agentkit.providers.http import StreamingRequest
+    from agentkit.types import StreamOptions
+
+    server.enqueue(
+        Reply(b'{"error": {"message": "slow down"}}', status=429, headers={"Retry-After": "7"})
+    )
+    request = StreamingRequest(
+        url=server.url + "/v1/chat/completions",
+        headers={},
+        body=b"{}",
+        options=StreamOptions(),
+        provider_label="OpenAI",
+    )
+    with request, pytest.raises(ProviderError) as caught:
+        request.open()
+    error = caught.value
+    assert (error.status, error.retry_after, error.retryable) == (429, 7.0, True)
+    assert "slow down" in str(error)

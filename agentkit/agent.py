@@ -7,11 +7,12 @@ that thread, one at a time, in event order, after the state was updated for the 
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -304,6 +305,7 @@ class Agent:
         self._listeners: tuple[Listener, ...] = ()
         self._active: Run | None = None
         self._closed = False
+        self._close_callbacks: list[Callable[[], Any]] = []
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -459,10 +461,32 @@ class Agent:
         self.clear_all_queues()
 
     def close(self) -> None:
-        """Abort any active run, wait for it to end, and refuse further runs."""
+        """Abort any active run, wait for it to end, refuse further runs, then call the close
+        callbacks (an MCP server attached to the agent stops here)."""
         self._closed = True
         self.abort()
         self.wait_for_idle()
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for fn in callbacks:
+            fn()
+
+    def add_close_callback(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` when :meth:`close` has ended the agent's last run."""
+        self._close_callbacks.append(fn)
+
+    async def aprompt(self, input: Any, images: Sequence[ImageContent] | None = None) -> list[Any]:
+        """``prompt()`` for asyncio callers: see :func:`agentkit.aio.aprompt`."""
+        from .aio import aprompt
+
+        return await aprompt(self, input, images)
+
+    def astream(
+        self, input: Any, images: Sequence[ImageContent] | None = None
+    ) -> AsyncIterator[AgentEvent]:
+        """``stream()`` for asyncio callers: see :func:`agentkit.aio.astream`."""
+        from .aio import astream
+
+        return astream(self, input, images)
 
     def __enter__(self) -> Agent:
         return self
@@ -498,8 +522,12 @@ class Agent:
             self._state.is_streaming = True
             self._state.streaming_message = None
             self._state.error_message = None
+        # The run sees the caller's contextvars (an OpenTelemetry parent span, say).
         thread = threading.Thread(
-            target=self._work, args=(run, body), name="agentkit-agent", daemon=True
+            target=contextvars.copy_context().run,
+            args=(self._work, run, body),
+            name="agentkit-agent",
+            daemon=True,
         )
         run._thread = thread
         thread.start()

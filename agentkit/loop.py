@@ -8,6 +8,7 @@ thread pumps the pool's progress so that every ``emit`` happens on it, in order.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import importlib
 import queue
@@ -801,7 +802,8 @@ def _run_batch(
     abandoned = False
     try:
         for index in range(len(batch)):
-            futures.append(pool.submit(work, index))
+            # Each call sees the loop thread's contextvars (tracing spans, say).
+            futures.append(pool.submit(contextvars.copy_context().run, work, index))
         remaining = len(batch)
         deadline: float | None = None
         while remaining:

@@ -21,6 +21,7 @@ server = MCPServer("agentkit-test-tools")
 # What the tests ask about after the fact (one process per test, so module state is fine).
 state = {"cancelled": 0, "in_flight": 0}
 barrier_open = anyio.Event()
+cancelled_event = anyio.Event()
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -70,13 +71,16 @@ async def slow(seconds: float, ctx: Context) -> str:
         await anyio.sleep(seconds)
     except anyio.get_cancelled_exc_class():
         state["cancelled"] += 1
+        cancelled_event.set()
         raise
     return "slept"
 
 
 @server.tool()
-def cancelled() -> int:
-    """How many ``slow`` calls were cancelled so far."""
+async def wait_cancelled() -> int:
+    """Wait (up to 20 s) until a ``slow`` call has been cancelled; return how many were."""
+    with anyio.fail_after(20):
+        await cancelled_event.wait()
     return state["cancelled"]
 
 

@@ -57,9 +57,7 @@ def _require_sdk() -> Any:
     try:
         import mcp
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MCPServerError(
-            "agentkit.mcp needs the MCP SDK: pip install 'agentkit[mcp]'"
-        ) from exc
+        raise MCPServerError("agentkit.mcp needs the MCP SDK: pip install 'agentkit[mcp]'") from exc
     return mcp
 
 
@@ -309,6 +307,7 @@ class MCPServer:
         if signal is not None and signal.aborted:
             return error_result(ABORTED_TEXT)
         future = asyncio.run_coroutine_threadsafe(self._call(name, arguments, on_update), loop)
+
         # Cancelling the concurrent future cancels the task on the loop, which makes the SDK
         # send notifications/cancelled for the request.
         def cancel() -> None:
@@ -340,7 +339,9 @@ class MCPServer:
             text = f"{progress:g}" + (f"/{total:g}" if total else "")
             if message:
                 text += f" {message}"
-            on_update(AgentToolResult(content=[TextContent(text=text)], details={"progress": progress}))
+            on_update(
+                AgentToolResult(content=[TextContent(text=text)], details={"progress": progress})
+            )
 
         result = await client.call_tool(
             name,
@@ -512,7 +513,9 @@ def _convert_result(result: Any) -> AgentToolResult:
         elif kind == "resource":
             resource = block.resource
             text = getattr(resource, "text", None)
-            content.append(TextContent(text=text if text is not None else f"[resource {resource.uri}]"))
+            content.append(
+                TextContent(text=text if text is not None else f"[resource {resource.uri}]")
+            )
         else:
             content.append(TextContent(text=json.dumps(block.model_dump(mode="json"))))
     structured = result.structured_content
@@ -526,9 +529,7 @@ def _convert_result(result: Any) -> AgentToolResult:
     )
 
 
-def connect_cli_servers(
-    commands: Sequence[str] = (), urls: Sequence[str] = ()
-) -> list[MCPServer]:
+def connect_cli_servers(commands: Sequence[str] = (), urls: Sequence[str] = ()) -> list[MCPServer]:
     """Start the servers given on the command line (``--mcp`` commands, ``--mcp-url`` URLs).
 
     On a failure, the ones already started are closed and the error is raised.

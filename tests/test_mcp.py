@@ -184,7 +184,9 @@ def test_server_killed_mid_call_gives_error_results_not_a_hang(transport: str) -
 
 def test_tool_list_change_during_a_run_reaches_the_next_turn(server: MCPServer) -> None:
     changed = threading.Event()
-    server.on_tools_changed(lambda tools: changed.set() if any(t.name == "secret" for t in tools) else None)
+    server.on_tools_changed(
+        lambda tools: changed.set() if any(t.name == "secret" for t in tools) else None
+    )
     agent, model = _agent(
         server,
         [

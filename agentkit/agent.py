@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -482,7 +482,7 @@ class Agent:
 
     def astream(
         self, input: Any, images: Sequence[ImageContent] | None = None
-    ) -> AsyncIterator[AgentEvent]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """``stream()`` for asyncio callers: see :func:`agentkit.aio.astream`."""
         from .aio import astream
 

@@ -13,7 +13,9 @@ FastAPI endpoint, ``asyncio.wait_for`` timing out) aborts the run.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import contextlib
+import sys
+from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -42,15 +44,22 @@ def _run_finished(run: Run) -> asyncio.Future[None]:
 
 
 async def _abort_and_wait(run: Run, finished: asyncio.Future[None]) -> None:
-    """Abort ``run`` and wait, without blocking the loop, until it has wound down."""
+    """Abort ``run`` and wait, without blocking the loop, until it has wound down.
+
+    A task that is being cancelled may be cancelled again at each ``await``: asyncio does so
+    when ``cancel()`` is called again, anyio's cancel scopes (Starlette, FastAPI) at every
+    ``await``. An anyio shield keeps the latter from spinning this wait; either way the wait
+    only ends when the run has.
+    """
     run.abort()
-    while not finished.done():
-        try:
-            await asyncio.shield(finished)
-        except asyncio.CancelledError:
-            if finished.done():
-                break  # cancelled again while the run was ending: it ended anyway
-    # The worker thread has only its done callbacks left; joining it now costs nothing.
+    anyio = sys.modules.get("anyio")  # only if the application already uses it
+    shield = anyio.CancelScope(shield=True) if anyio is not None else contextlib.nullcontext()
+    with shield:
+        while not finished.done():
+            try:
+                await asyncio.shield(finished)
+            except asyncio.CancelledError:
+                continue
 
 
 async def aprompt(
@@ -73,7 +82,7 @@ async def aprompt(
 
 async def astream(
     agent: Agent, input: Any, images: Sequence[ImageContent] | None = None
-) -> AsyncIterator[AgentEvent]:
+) -> AsyncGenerator[AgentEvent, None]:
     """Start a run and yield its events as they happen (``Agent.stream`` for asyncio).
 
     Leaving the ``async for`` early (``break``, an exception, cancellation, ``aclose()``)

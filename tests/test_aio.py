@@ -51,9 +51,11 @@ def test_astream_yields_the_events_in_order() -> None:
 
 
 def test_leaving_astream_early_aborts_the_run() -> None:
+    started = threading.Event()
     aborted = threading.Event()
 
     def wait(signal: AbortSignal) -> str:
+        started.set()
         if signal.wait(WAIT):
             aborted.set()
         return "stopped"
@@ -61,13 +63,16 @@ def test_leaving_astream_early_aborts_the_run() -> None:
     agent = _agent([reply(tool_call("wait", id="w")), "never"], [_tool("wait", wait)])
 
     async def leave() -> None:
-        async for event in agent.astream("go"):
+        events = agent.astream("go")
+        async for event in events:
             if event.type == "tool_execution_start":
+                await asyncio.get_running_loop().run_in_executor(None, started.wait, WAIT)
                 break
+        await events.aclose()
+        assert not agent.state.is_streaming  # the run had ended when aclose() returned
 
     asyncio.run(leave())
     assert aborted.is_set()
-    assert not agent.state.is_streaming  # the run had ended when the loop moved on
 
 
 def test_cancelling_the_awaiting_task_aborts_the_run() -> None:

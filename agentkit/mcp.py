@@ -529,10 +529,13 @@ def _convert_result(result: Any) -> AgentToolResult:
     )
 
 
-def connect_cli_servers(commands: Sequence[str] = (), urls: Sequence[str] = ()) -> list[MCPServer]:
-    """Start the servers given on the command line (``--mcp`` commands, ``--mcp-url`` URLs).
+def attach_cli_servers(
+    agent: Agent, commands: Sequence[str] = (), urls: Sequence[str] = ()
+) -> list[MCPServer]:
+    """Start the servers given on the command line (``--mcp`` commands, ``--mcp-url`` URLs)
+    and attach them to ``agent``: their tools join its tools, and they close with it.
 
-    On a failure, the ones already started are closed and the error is raised.
+    On a failure, the ones already started are closed and :class:`MCPServerError` is raised.
     """
     servers: list[MCPServer] = []
     try:
@@ -544,7 +547,9 @@ def connect_cli_servers(commands: Sequence[str] = (), urls: Sequence[str] = ()) 
         for server in servers:
             server.close()
         raise
+    for server in servers:
+        server.attach(agent)
     return servers
 
 
-__all__ = ["MCPServer", "MCPServerError", "connect_cli_servers"]
+__all__ = ["MCPServer", "MCPServerError", "attach_cli_servers"]

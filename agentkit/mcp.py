@@ -69,7 +69,8 @@ class MCPServer:
     subprocess and joins the thread. :attr:`tools` is the current tool list; it follows the
     server's ``tools/list_changed`` notifications. A call made while the run is aborted is
     cancelled on the server (MCP cancellation) and ends at once; a server that crashed gives
-    error results naming it.
+    error results naming it. ``protocol`` is the SDK's connect mode: ``"auto"`` (the 2026-era
+    protocol when the server speaks it, else the initialize handshake) or ``"legacy"``.
     """
 
     def __init__(
@@ -80,11 +81,13 @@ class MCPServer:
         tool_prefix: str = "",
         connect_timeout: float = 30.0,
         call_timeout: float | None = None,
+        protocol: str = "auto",
     ) -> None:
         self.name = name
         self.tool_prefix = tool_prefix
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
+        self.protocol = protocol
         self._target = target
         # Guards _tools, _listeners, _failure and the start/close state across threads.
         self._lock = threading.Lock()
@@ -117,6 +120,7 @@ class MCPServer:
         tool_prefix: str = "",
         connect_timeout: float = 30.0,
         call_timeout: float | None = None,
+        protocol: str = "auto",
     ) -> MCPServer:
         """A server run as a subprocess speaking MCP on its stdin/stdout.
 
@@ -135,6 +139,7 @@ class MCPServer:
             tool_prefix=tool_prefix,
             connect_timeout=connect_timeout,
             call_timeout=call_timeout,
+            protocol=protocol,
         )
 
     @classmethod
@@ -146,6 +151,7 @@ class MCPServer:
         tool_prefix: str = "",
         connect_timeout: float = 30.0,
         call_timeout: float | None = None,
+        protocol: str = "auto",
     ) -> MCPServer:
         """A server reached over MCP's streamable HTTP transport at ``url``."""
         _require_sdk()
@@ -157,6 +163,7 @@ class MCPServer:
             tool_prefix=tool_prefix,
             connect_timeout=connect_timeout,
             call_timeout=call_timeout,
+            protocol=protocol,
         )
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -397,7 +404,9 @@ class MCPServer:
             if self._closed:
                 return
         try:
-            async with mcp.Client(self._target, message_handler=self._on_message) as client:
+            async with mcp.Client(
+                self._target, mode=self.protocol, message_handler=self._on_message
+            ) as client:
                 self._client = client
                 await self._refresh(client)
                 watcher = None

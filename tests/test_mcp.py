@@ -75,6 +75,9 @@ class HttpServerProcess:
 def _connect(transport: str) -> tuple[MCPServer, HttpServerProcess | None]:
     if transport == "stdio":
         return MCPServer.stdio(sys.executable, [SERVER], name="tools").start(), None
+    if transport == "stdio-legacy":  # the initialize handshake and session notifications
+        client = MCPServer.stdio(sys.executable, [SERVER], name="tools", protocol="legacy")
+        return client.start(), None
     process = HttpServerProcess()
     try:
         return MCPServer.http(process.url, name="tools").start(), process
@@ -139,6 +142,10 @@ def test_parallel_batch_runs_the_calls_at_once(server: MCPServer) -> None:
     assert not any(r.is_error for r in results.values())
 
 
+ALL_TRANSPORTS = pytest.mark.parametrize("server", ["stdio", "http", "stdio-legacy"], indirect=True)
+
+
+@ALL_TRANSPORTS
 def test_abort_cancels_the_call_on_the_server_and_ends_it(server: MCPServer) -> None:
     agent, _model = _agent(server, [reply(tool_call("slow", {"seconds": 600}, id="s1"))])
     # The server reports progress once the call is running there; then we abort.
@@ -182,6 +189,7 @@ def test_server_killed_mid_call_gives_error_results_not_a_hang(transport: str) -
             process.stop()
 
 
+@ALL_TRANSPORTS
 def test_tool_list_change_during_a_run_reaches_the_next_turn(server: MCPServer) -> None:
     changed = threading.Event()
     server.on_tools_changed(

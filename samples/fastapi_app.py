@@ -17,52 +17,19 @@ When a client goes away, Starlette cancels the response; that cancellation abort
 from __future__ import annotations
 
 import argparse
-import json
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
 from typing import Any
 
-from _support import last_text, model_spec, real_model, rule_model
+from _support import last_text, real_model
+from _web import current_time, event_payload, sse, web_model
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
-from agentkit import Agent, AgentTool, Model, event_to_dict, tool
+from agentkit import Agent, AgentTool, Model
 from agentkit.events import to_jsonable
 from agentkit.loop import StreamFn
-from agentkit.testing import SCRIPTED_MODEL, Reply, reply, tool_call
-
-
-@tool
-def current_time() -> str:
-    """The server's local date and time."""
-    return datetime.now().strftime("%Y-%m-%d %H:%M")
-
-
-def demo_answer(messages: list[Any]) -> Reply | str:
-    """The offline demo model: look up the time after a question, then answer with it."""
-    last = messages[-1]
-    if last.role == "tool_result":
-        return f"It is {last_text([last])} here. Anything else?"
-    return reply("Let me look at the clock.", tool_call("current_time", {}))
-
-
-def sse(event: str, data: Any) -> str:
-    """One server-sent event."""
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-def payload(event: Any) -> dict[str, Any]:
-    """An agent event as JSON for the browser; text updates carry just their delta."""
-    if event.type == "message_update":
-        update = event.assistant_message_event
-        return {
-            "type": "message_update",
-            "kind": update.type,
-            "delta": getattr(update, "delta", ""),
-        }
-    return event_to_dict(event)
 
 
 def create_app(
@@ -76,13 +43,7 @@ def create_app(
     """Build the app. Given neither ``stream_fn`` nor ``model``, it runs the offline demo model,
     or the real model ``AGENTKIT_MODEL`` names. ``app.state.runs`` maps run ids to their
     agents (the last ``keep_runs``)."""
-    if stream_fn is None and model is None:
-        spec = model_spec()
-        if spec:
-            model, stream_fn = real_model(spec)
-        else:
-            stream_fn = rule_model(demo_answer, delay=0.02)
-    model = model or SCRIPTED_MODEL
+    model, stream_fn = web_model(stream_fn, model)
     agent_tools = list(tools) if tools is not None else [current_time]
     app = FastAPI(title="agentkit + FastAPI")
     runs: OrderedDict[str, Agent] = OrderedDict()  # touched on the event loop only
@@ -123,7 +84,7 @@ def create_app(
             # Leaving this loop in any way (the client left and Starlette cancelled us)
             # aborts the run and waits for it to wind down.
             async for event in agent.astream(prompt):
-                yield sse(event.type, payload(event))
+                yield sse(event.type, event_payload(event))
             last = agent.state.messages[-1]
             yield sse("done", {"id": run_id, "stop_reason": last.stop_reason})
 

@@ -50,52 +50,57 @@ def test_astream_yields_the_events_in_order() -> None:
     assert types == sync_types
 
 
-def test_leaving_astream_early_aborts_the_run() -> None:
-    started = threading.Event()
-    aborted = threading.Event()
+class WaitingTool:
+    """A tool that waits for the run's abort: ``started`` once it runs, ``aborted`` once the
+    abort reached it."""
 
-    def wait(signal: AbortSignal) -> str:
-        started.set()
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.aborted = threading.Event()
+
+    def __call__(self, signal: AbortSignal) -> str:
+        self.started.set()
         if signal.wait(WAIT):
-            aborted.set()
+            self.aborted.set()
         return "stopped"
 
-    agent = _agent([reply(tool_call("wait", id="w")), "never"], [_tool("wait", wait)])
+    def agent(self) -> Agent:
+        return _agent([reply(tool_call("wait", id="w")), "never"], [_tool("wait", self)])
+
+    async def until_started(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.started.wait, WAIT)
+
+
+def test_leaving_astream_early_aborts_the_run() -> None:
+    waiting = WaitingTool()
+    agent = waiting.agent()
 
     async def leave() -> None:
         events = agent.astream("go")
         async for event in events:
             if event.type == "tool_execution_start":
-                await asyncio.get_running_loop().run_in_executor(None, started.wait, WAIT)
+                await waiting.until_started()
                 break
         await events.aclose()
         assert not agent.state.is_streaming  # the run had ended when aclose() returned
 
     asyncio.run(leave())
-    assert aborted.is_set()
+    assert waiting.aborted.is_set()
 
 
 def test_cancelling_the_awaiting_task_aborts_the_run() -> None:
-    started = threading.Event()
-    aborted = threading.Event()
-
-    def wait(signal: AbortSignal) -> str:
-        started.set()
-        if signal.wait(WAIT):
-            aborted.set()
-        return "stopped"
-
-    agent = _agent([reply(tool_call("wait", id="w")), "never"], [_tool("wait", wait)])
+    waiting = WaitingTool()
+    agent = waiting.agent()
 
     async def main() -> None:
         task = asyncio.ensure_future(agent.aprompt("go"))
-        await asyncio.get_running_loop().run_in_executor(None, started.wait, WAIT)
+        await waiting.until_started()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(main())
-    assert aborted.is_set()
+    assert waiting.aborted.is_set()
     assert not agent.state.is_streaming
     assert agent.state.messages[-1].role == "tool_result"  # ended after the aborted batch
 

@@ -3,7 +3,6 @@ client, including one that disconnects mid-run (which must abort the run)."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +15,7 @@ uvicorn = pytest.importorskip("uvicorn")
 import requests  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from fastapi_app import create_app  # noqa: E402
-from sample_helpers import wait_until  # noqa: E402
+from sample_helpers import sse_events, wait_until  # noqa: E402
 
 from agentkit import tool  # noqa: E402
 from agentkit.abort import AbortSignal  # noqa: E402
@@ -44,23 +43,6 @@ def serve() -> Iterator[Callable[[FastAPI], str]]:
     for server, thread in started:
         server.should_exit = True
         thread.join(WAIT)
-
-
-def sse_events(response: requests.Response) -> Iterator[tuple[str, Any]]:
-    """Parse a server-sent event stream as it arrives: ``(event, data)`` pairs."""
-    buffer = ""
-    for chunk in response.iter_content(chunk_size=None, decode_unicode=True):
-        buffer += chunk
-        while "\n\n" in buffer:
-            block, buffer = buffer.split("\n\n", 1)
-            name, data = "message", None
-            for line in block.splitlines():
-                if line.startswith("event: "):
-                    name = line[len("event: ") :]
-                elif line.startswith("data: "):
-                    data = json.loads(line[len("data: ") :])
-            if data is not None:
-                yield name, data
 
 
 def test_stream_a_whole_run(serve: Callable[[FastAPI], str]) -> None:

@@ -24,7 +24,7 @@ import logging
 import shlex
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,14 @@ def _require_sdk() -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise MCPServerError("agentkit.mcp needs the MCP SDK: pip install 'agentkit[mcp]'") from exc
     return mcp
+
+
+@dataclass
+class MCPTool(AgentTool):
+    """An :class:`AgentTool` that calls tool ``remote_name`` on an MCP ``server``."""
+
+    server: MCPServer | None = None
+    remote_name: str = ""
 
 
 class MCPServer:
@@ -257,19 +265,17 @@ class MCPServer:
         ``prepare_next_turn`` that wraps any the agent already has). ``agent.close()`` closes the
         server.
         """
-        owned: list[AgentTool] = self.tools
-        agent.state.tools = [*agent.state.tools, *owned]
         previous = agent.prepare_next_turn
 
         def swap(tools: list[AgentTool]) -> list[AgentTool]:
+            """``tools`` with this server's tools (of any listing) replaced by its current ones."""
             current = self.tools
-            mine = {id(t) for t in owned}
-            return [t for t in tools if id(t) not in mine] + current
+            return [t for t in tools if not (isinstance(t, MCPTool) and t.server is self)] + current
+
+        agent.state.tools = swap(agent.state.tools)
 
         def refresh(_tools: list[AgentTool]) -> None:
-            nonlocal owned
             agent.state.tools = swap(agent.state.tools)
-            owned = self.tools
 
         def prepare_next_turn(turn: TurnContext) -> TurnUpdate | dict[str, Any] | None:
             update = previous(turn) if previous is not None else None
@@ -388,6 +394,7 @@ class MCPServer:
             if pending:
                 loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
         finally:
             with self._lock:
                 self._loop = None
@@ -485,12 +492,14 @@ class MCPServer:
         ) -> AgentToolResult:
             return self.call_tool(remote, params, signal, on_update)
 
-        return AgentTool(
+        return MCPTool(
             name=f"{self.tool_prefix}{remote}",
             description=spec.description or "",
             parameters=dict(schema),
             execute=execute,
             label=spec.title or remote,
+            server=self,
+            remote_name=remote,
         )
 
 
@@ -561,4 +570,4 @@ def attach_cli_servers(
     return servers
 
 
-__all__ = ["MCPServer", "MCPServerError", "attach_cli_servers"]
+__all__ = ["MCPServer", "MCPServerError", "MCPTool", "attach_cli_servers"]

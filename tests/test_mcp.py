@@ -210,6 +210,10 @@ def test_tool_list_change_during_a_run_reaches_the_next_turn(server: MCPServer) 
             assert changed.wait(WAIT)
 
     agent.subscribe(wait_for_change)
+    requested: list[list[str]] = []  # the executable tools of each request
+    agent.prepare_request = lambda request, signal: requested.append(
+        [t.name for t in request.context.tools]
+    )
     with agent:
         messages = agent.prompt("unlock it")
         results = _results(messages)
@@ -223,6 +227,9 @@ def test_tool_list_change_during_a_run_reaches_the_next_turn(server: MCPServer) 
             for added in (m.tools_added or [])
         ]
         assert "secret" in declared
+        assert "secret" not in requested[0] and "secret" in requested[1]
+        for names in [*requested, [t.name for t in agent.state.tools]]:
+            assert len(names) == len(set(names)), names  # replaced, not added twice
         assert "secret" in [t.name for t in agent.state.tools]
 
 

@@ -72,6 +72,12 @@ class _Tracer:
         self._tokens = [0, 0]
 
     def __call__(self, event: Any) -> None:
+        try:
+            self._on_event(event)
+        except Exception:  # tracing must never fail the run it watches
+            run_logger.exception("agentkit tracing: a span could not be recorded")
+
+    def _on_event(self, event: Any) -> None:
         kind = event.type
         if kind == "agent_start":
             self._start_run()
@@ -243,6 +249,12 @@ class _Logger:
         self._run_id = ""
 
     def __call__(self, event: Any) -> None:
+        try:
+            self._on_event(event)
+        except Exception:  # logging must never fail the run it watches
+            self._log.exception("agentkit: a run's log record could not be written")
+
+    def _on_event(self, event: Any) -> None:
         kind = event.type
         log = self._log
         if kind == "agent_start":

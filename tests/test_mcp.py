@@ -266,3 +266,16 @@ def test_a_server_that_cannot_start_raises_a_clear_error() -> None:
 def test_bad_url_is_refused() -> None:
     with pytest.raises(MCPServerError, match="http"):
         MCPServer.http("localhost:1234/mcp")
+
+
+def test_without_the_sdk_the_error_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "from agentkit.mcp import MCPServer, MCPServerError\n"
+        "try:\n"
+        "    MCPServer.stdio('python server.py')\n"
+        "except MCPServerError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'agentkit[mcp]'" in done.stdout

@@ -97,6 +97,7 @@ def test_client_disconnect_during_a_quiet_tool_aborts_the_run(
     model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
     app = create_app(model, model.model, tools=[slow_step])
     base = serve(app)
+    baseline = threading.active_count()
     r = requests.post(f"{base}/runs/stream", json={"prompt": "Work"}, stream=True)
     events = sse_events(r)
     run_id = next(events)[1]["id"]
@@ -112,6 +113,9 @@ def test_client_disconnect_during_a_quiet_tool_aborts_the_run(
     assert (result.role, result.is_error) == ("tool_result", True)
     assert "abort" in result.content[0].text.lower()
     assert len(model.requests) == 1  # an aborted run makes no further request
+    assert wait_until(lambda: threading.active_count() <= baseline, timeout=WAIT), [
+        t.name for t in threading.enumerate()
+    ]
 
 
 def test_client_disconnect_mid_answer_aborts_the_run(serve: Callable[[FastAPI], str]) -> None:

@@ -468,7 +468,10 @@ class Agent:
         self.wait_for_idle()
         callbacks, self._close_callbacks = self._close_callbacks, []
         for fn in callbacks:
-            fn()
+            try:
+                fn()
+            except Exception:
+                logger.exception("agentkit: a close callback raised")
 
     def add_close_callback(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` when :meth:`close` has ended the agent's last run."""

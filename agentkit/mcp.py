@@ -106,6 +106,7 @@ class MCPServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
         self._stop: asyncio.Event | None = None  # set on the loop thread to end the session
+        self._main_task: asyncio.Task[None] | None = None  # holds the session open
         self._ready = threading.Event()  # the first listing is in, or the connection failed
         self._closed = False
         # Bumped each time a tools/list_changed notification starts a refresh; _settled
@@ -202,10 +203,15 @@ class MCPServer:
         """End the session (stopping a subprocess) and join the loop thread; idempotent."""
         with self._lock:
             self._closed = True
-            thread, loop, stop = self._thread, self._loop, self._stop
+            thread, loop, stop, main = self._thread, self._loop, self._stop, self._main_task
         if loop is not None and stop is not None:
+            # A connected session ends gracefully; one still connecting (a server that never
+            # answers the handshake) is cancelled, or the join below would wait for it forever.
+            connected = self._ready.is_set()
             try:
                 loop.call_soon_threadsafe(stop.set)
+                if not connected and main is not None:
+                    loop.call_soon_threadsafe(main.cancel)
             except RuntimeError:  # the loop already ended (the session failed)
                 pass
         if thread is not None and thread is not threading.current_thread():
@@ -408,6 +414,7 @@ class MCPServer:
         stop = asyncio.Event()
         with self._lock:
             self._loop, self._stop = loop, stop
+            self._main_task = asyncio.current_task()
             if self._closed:
                 return
         try:

@@ -263,6 +263,16 @@ def test_a_server_that_cannot_start_raises_a_clear_error() -> None:
     assert bad.call_tool("add", {}).is_error
 
 
+def test_a_server_that_never_answers_times_out_and_is_stopped() -> None:
+    before = set(threading.enumerate())
+    mute = MCPServer.stdio(
+        sys.executable, ["-c", "import sys; sys.stdin.read()"], name="mute", connect_timeout=1
+    )
+    with pytest.raises(MCPServerError, match="'mute' did not answer within 1 s"):
+        mute.start()
+    assert {t for t in threading.enumerate() if t not in before} == set()
+
+
 def test_bad_url_is_refused() -> None:
     with pytest.raises(MCPServerError, match="http"):
         MCPServer.http("localhost:1234/mcp")

@@ -379,6 +379,8 @@ class MCPServer:
 
     def _error_text(self, name: str, exc: BaseException) -> str:
         text = str(exc) or type(exc).__name__
+        if self._closed:
+            return f"MCP server {self.name!r} was closed during {name}"
         if "Connection closed" in text:
             return (
                 f"MCP server {self.name!r} closed the connection during {name} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal as signals
 import socket
 import subprocess
@@ -243,6 +244,17 @@ def test_closing_the_agent_closes_an_attached_server() -> None:
     after = client.call_tool("add", {"a": 1, "b": 2})
     assert after.is_error and after.text.endswith("is closed")
     assert {t for t in threading.enumerate() if t not in before} == set()
+
+
+def test_closing_the_server_mid_call_ends_the_call() -> None:
+    client = MCPServer.stdio(sys.executable, [SERVER], name="tools")
+    agent, _model = _agent(client, [reply(tool_call("slow", {"seconds": 600}, id="s1")), "ok"])
+    agent.subscribe(lambda e: client.close() if e.type == "tool_execution_update" else None)
+    with agent:
+        messages = agent.start("sleep").result(timeout=WAIT)
+    result = _results(messages)["s1"]
+    assert result.is_error
+    assert re.search(r"'tools' (was closed during slow|is closed)", result.content[0].text)
 
 
 def test_works_from_inside_a_running_event_loop() -> None:

@@ -7,6 +7,7 @@ that thread, one at a time, in event order, after the state was updated for the 
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import importlib
@@ -15,7 +16,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Literal, cast
 
@@ -357,6 +358,7 @@ class Agent:
         self._listeners: tuple[Listener, ...] = ()
         self._active: Run | None = None
         self._closed = False
+        self._close_callbacks: list[Callable[[], Any]] = []
 
     # --- options: each defined once, on AgentLoopConfig or StreamOptions ------------------------
 
@@ -538,10 +540,35 @@ class Agent:
         self.clear_all_queues()
 
     def close(self) -> None:
-        """Abort any active run, wait for it to end, and refuse further runs."""
+        """Abort any active run, wait for it to end, refuse further runs, then call the close
+        callbacks (an MCP server attached to the agent stops here)."""
         self._closed = True
         self.abort()
         self.wait_for_idle()
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for fn in callbacks:
+            try:
+                fn()
+            except Exception:
+                logger.exception("agentkit: a close callback raised")
+
+    def add_close_callback(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` when :meth:`close` has ended the agent's last run."""
+        self._close_callbacks.append(fn)
+
+    async def aprompt(self, input: Any, images: Sequence[ImageContent] | None = None) -> list[Any]:
+        """``prompt()`` for asyncio callers: see :func:`agentkit.aio.aprompt`."""
+        from .aio import aprompt
+
+        return await aprompt(self, input, images)
+
+    def astream(
+        self, input: Any, images: Sequence[ImageContent] | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """``stream()`` for asyncio callers: see :func:`agentkit.aio.astream`."""
+        from .aio import astream
+
+        return astream(self, input, images)
 
     def __enter__(self) -> Agent:
         return self
@@ -592,8 +619,12 @@ class Agent:
                 self._state.streaming_message = None
                 self._state.error_message = None
             body = choose()
+            # The run sees the caller's contextvars (an OpenTelemetry parent span, say).
             run._thread = threading.Thread(
-                target=self._work, args=(run, body), name="agentkit-agent", daemon=True
+                target=contextvars.copy_context().run,
+                args=(self._work, run, body),
+                name="agentkit-agent",
+                daemon=True,
             )
             if bind is not None:
                 bind(run)

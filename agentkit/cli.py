@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from .abort import AbortSignal
 from .agent import Agent, Run
+from .errors import AgentError
 from .events import event_to_dict
 from .hooks import BeforeToolCallContext, BeforeToolCallResult, TurnContext
 from .loop import StreamFn
@@ -61,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--yes", "-y", action="store_true", help="approve writes and commands")
     common.add_argument("--json", action="store_true", help="print one JSON event per line")
     common.add_argument("--max-turns", type=int, default=None, help="stop after N turns")
+    common.add_argument(
+        "--mcp", action="append", default=[], metavar="COMMAND",
+        help="add the tools of an MCP server run as COMMAND over stdio (repeatable)",
+    )  # fmt: skip
+    common.add_argument(
+        "--mcp-url", action="append", default=[], metavar="URL",
+        help="add the tools of an MCP server at URL (streamable HTTP; repeatable)",
+    )  # fmt: skip
     parser = argparse.ArgumentParser(
         prog="agentkit", description="Run an LLM agent with workspace tools."
     )
@@ -239,6 +248,13 @@ def _build_agent(
             turns["n"] = 0
 
     agent.subscribe(reset_turns)
+    if args.mcp or args.mcp_url:
+        from .mcp import attach_cli_servers
+
+        try:
+            attach_cli_servers(agent, args.mcp, args.mcp_url)
+        except AgentError as exc:
+            raise CliError(str(exc)) from None
     return agent
 
 

@@ -8,6 +8,7 @@ thread pumps the pool's progress so that every ``emit`` happens on it, in order.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import importlib
 import queue
@@ -730,7 +731,8 @@ def _run_prepared(
     finished_all = False
     try:
         for index in range(len(batch)):
-            pool.submit(work, index)
+            # Each call sees the loop thread's contextvars (tracing spans, say).
+            pool.submit(contextvars.copy_context().run, work, index)
         remaining = len(batch)
         items = _wait_or_give_up(lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace)
         try:

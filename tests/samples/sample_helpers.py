@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,3 +45,21 @@ def thread_baseline() -> Iterator[Callable[[], None]]:
         assert ok, f"threads left behind: {before} before, now {names}"
 
     yield check
+
+
+def sse_events(response: Any) -> Iterator[tuple[str, Any]]:
+    """Parse a server-sent event stream (a streaming ``requests`` response) as it arrives:
+    ``(event, data)`` pairs."""
+    buffer = ""
+    for chunk in response.iter_content(chunk_size=None, decode_unicode=True):
+        buffer += chunk
+        while "\n\n" in buffer:
+            block, buffer = buffer.split("\n\n", 1)
+            name, data = "message", None
+            for line in block.splitlines():
+                if line.startswith("event: "):
+                    name = line[len("event: ") :]
+                elif line.startswith("data: "):
+                    data = json.loads(line[len("data: ") :])
+            if data is not None:
+                yield name, data

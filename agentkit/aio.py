@@ -1,0 +1,120 @@
+"""Async callers: run an :class:`~agentkit.Agent` from asyncio code without blocking the loop.
+
+The agent already runs on a worker thread of its own; these functions only bridge its results
+and events onto the caller's event loop with ``loop.call_soon_threadsafe``, so the loop never
+waits on a lock or a join. Cancelling the awaiting task (a client that disconnects from a
+FastAPI endpoint, ``asyncio.wait_for`` timing out) aborts the run.
+
+    messages = await agent.aprompt("Hello")
+    async for event in agent.astream("Hello"):
+        ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncGenerator, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentkit import Agent, AgentEvent, ImageContent, Run
+
+_END = object()  # queue token: the run is over
+
+
+def _run_finished(run: Run) -> asyncio.Future[None]:
+    """A future on the running loop that completes when ``run`` has ended (listeners included)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(_run: Run) -> None:
+        def set_done() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        try:
+            loop.call_soon_threadsafe(set_done)
+        except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
+            pass
+
+    run.add_done_callback(settle)
+    return done
+
+
+async def _abort_and_wait(run: Run, finished: asyncio.Future[None]) -> None:
+    """Abort ``run`` and wait, without blocking the loop, until it has wound down.
+
+    A task that is being cancelled may be cancelled again at each ``await``: asyncio does so
+    when ``cancel()`` is called again, anyio's cancel scopes (Starlette, FastAPI) at every
+    ``await``. An anyio shield keeps the latter from spinning this wait; either way the wait
+    only ends when the run has.
+    """
+    run.abort()
+    anyio = sys.modules.get("anyio")  # only if the application already uses it
+    shield = anyio.CancelScope(shield=True) if anyio is not None else contextlib.nullcontext()
+    with shield:
+        while not finished.done():
+            try:
+                await asyncio.shield(finished)
+            except asyncio.CancelledError:
+                continue
+
+
+async def aprompt(
+    agent: Agent, input: Any, images: Sequence[ImageContent] | None = None
+) -> list[Any]:
+    """Run ``agent`` on ``input`` and await its new messages (``Agent.prompt`` for asyncio).
+
+    Cancelling the awaiting task aborts the run, waits for it to end, then re-raises
+    ``CancelledError``.
+    """
+    run = agent.start(input, images)
+    finished = _run_finished(run)
+    try:
+        await asyncio.shield(finished)
+    except asyncio.CancelledError:
+        await _abort_and_wait(run, finished)
+        raise
+    return run.result()
+
+
+async def astream(
+    agent: Agent, input: Any, images: Sequence[ImageContent] | None = None
+) -> AsyncGenerator[AgentEvent, None]:
+    """Start a run and yield its events as they happen (``Agent.stream`` for asyncio).
+
+    Leaving the ``async for`` early (``break``, an exception, cancellation, ``aclose()``)
+    aborts the run and waits, without blocking the loop, for it to end.
+    """
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[Any] = asyncio.Queue()
+
+    def forward(item: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(events.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody is iterating any more
+            pass
+
+    unsubscribe = agent.subscribe(forward)
+    try:
+        run = agent.start(input, images)
+    except BaseException:
+        unsubscribe()
+        raise
+    run.add_done_callback(lambda _run: forward(_END))
+    finished = _run_finished(run)
+    try:
+        while True:
+            item = await events.get()
+            if item is _END:
+                break
+            yield item
+    finally:
+        unsubscribe()
+        if not finished.done():
+            await _abort_and_wait(run, finished)
+
+
+__all__ = ["aprompt", "astream"]

@@ -1,0 +1,319 @@
+"""Tracing and logging for agent runs: OpenTelemetry spans after the GenAI semantic conventions
+(install the ``otel`` extra), and stdlib ``logging`` records.
+
+Both are event listeners, so the loop knows nothing about them and an agent without them pays
+nothing. One call turns each on for an agent:
+
+    from agentkit.tracing import enable_tracing, enable_logging
+    enable_tracing(agent)                    # spans: invoke_agent > chat, execute_tool
+    enable_logging(agent)                    # records on the "agentkit.run" logger
+
+Spans: one ``invoke_agent`` per run, a child of whatever span was current where the run was
+started (the run's worker thread inherits the caller's context); one ``chat`` per model request
+(model, token usage, finish reasons, errors); one ``execute_tool`` per tool call. While the run
+goes on, ``invoke_agent`` is the current span of the worker thread and of the tool pool, so spans
+a tool makes (an HTTP client's, say) nest under the run. Prompt and response content is not
+recorded unless ``capture_content=True``. Importing this module imports no OpenTelemetry code;
+``enable_tracing`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentkit import Agent
+
+run_logger = logging.getLogger("agentkit.run")
+
+_FINISH_REASONS = {"tool_use": "tool_call"}
+"""agentkit stop reasons whose GenAI finish-reason spelling differs."""
+
+
+def _dump(value: Any) -> str:
+    """JSON text of messages or a tool's arguments/result, for content attributes."""
+
+    def plain(item: Any) -> Any:
+        dump = getattr(item, "model_dump", None)
+        return dump(mode="json") if dump is not None else str(item)
+
+    return json.dumps(value, default=plain)
+
+
+def _usage(message: Any) -> tuple[int, int]:
+    usage = getattr(message, "usage", None)
+    return (usage.input, usage.output) if usage is not None else (0, 0)
+
+
+class _Tracer:
+    """The listener ``enable_tracing`` subscribes: events in, spans out (worker thread only)."""
+
+    def __init__(
+        self, agent: Agent, tracer: Any, capture_content: bool, agent_name: str | None
+    ) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        self._otel_context, self._trace = context, trace
+        self._kind, self._status, self._code = SpanKind, Status, StatusCode
+        self._agent = agent
+        self._tracer = tracer
+        self._capture = capture_content
+        self._name = agent_name
+        self._run: Any = None  # the invoke_agent span of the active run
+        self._run_token: Any = None
+        self._chat: Any = None
+        self._chat_token: Any = None
+        self._tools: dict[str, Any] = {}  # tool_call_id -> execute_tool span
+        self._tokens = [0, 0]
+
+    def __call__(self, event: Any) -> None:
+        try:
+            self._on_event(event)
+        except Exception:  # tracing must never fail the run it watches
+            run_logger.exception("agentkit tracing: a span could not be recorded")
+
+    def _on_event(self, event: Any) -> None:
+        kind = event.type
+        if kind == "agent_start":
+            self._start_run()
+        elif kind == "turn_start":
+            self._start_chat()
+        elif kind == "message_start" and getattr(event.message, "role", None) == "assistant":
+            if self._chat is None:  # a failure reported without a turn_start
+                self._start_chat()
+            if self._capture:
+                self._chat.set_attribute(
+                    "gen_ai.input.messages", _dump(list(self._agent.state.messages))
+                )
+        elif kind == "message_end" and getattr(event.message, "role", None) == "assistant":
+            self._end_chat(event.message)
+        elif kind == "tool_execution_start":
+            self._start_tool(event)
+        elif kind == "tool_execution_end":
+            self._end_tool(event)
+        elif kind == "agent_end":
+            self._end_run(event.messages)
+
+    # --- spans ---------------------------------------------------------------------------------
+
+    def _model_attributes(self) -> dict[str, Any]:
+        model = self._agent.state.model
+        return {"gen_ai.provider.name": model.provider, "gen_ai.request.model": model.id}
+
+    def _start_run(self) -> None:
+        name = self._name
+        attributes = {"gen_ai.operation.name": "invoke_agent", **self._model_attributes()}
+        if name:
+            attributes["gen_ai.agent.name"] = name
+        if self._agent.session_id:
+            attributes["gen_ai.conversation.id"] = self._agent.session_id
+        self._run = self._tracer.start_span(
+            f"invoke_agent {name}" if name else "invoke_agent",
+            kind=self._kind.INTERNAL,
+            attributes=attributes,
+        )
+        self._tokens = [0, 0]
+        # The worker thread (and, through it, the tool pool) now runs inside the run's span.
+        self._run_token = self._otel_context.attach(self._trace.set_span_in_context(self._run))
+
+    def _parent(self) -> Any:
+        return self._trace.set_span_in_context(self._run) if self._run is not None else None
+
+    def _start_chat(self) -> None:
+        self._finish_chat()  # a request that never answered (should not happen)
+        model = self._agent.state.model
+        self._chat = self._tracer.start_span(
+            f"chat {model.id}",
+            context=self._parent(),
+            kind=self._kind.CLIENT,
+            attributes={"gen_ai.operation.name": "chat", **self._model_attributes()},
+        )
+        self._chat_token = self._otel_context.attach(self._trace.set_span_in_context(self._chat))
+
+    def _end_chat(self, message: Any) -> None:
+        span = self._chat
+        if span is None:
+            return
+        reason = message.stop_reason
+        input_tokens, output_tokens = _usage(message)
+        self._tokens[0] += input_tokens
+        self._tokens[1] += output_tokens
+        span.set_attribute("gen_ai.response.model", message.model)
+        span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+        span.set_attribute("gen_ai.response.finish_reasons", [_FINISH_REASONS.get(reason, reason)])
+        if reason in ("error", "aborted"):
+            span.set_attribute("error.type", "aborted" if reason == "aborted" else "error")
+            span.set_status(self._status(self._code.ERROR, message.error_message or reason))
+        if self._capture:
+            span.set_attribute("gen_ai.output.messages", _dump([message]))
+        self._finish_chat()
+
+    def _finish_chat(self) -> None:
+        if self._chat_token is not None:
+            self._otel_context.detach(self._chat_token)
+            self._chat_token = None
+        if self._chat is not None:
+            self._chat.end()
+            self._chat = None
+
+    def _start_tool(self, event: Any) -> None:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": event.tool_name,
+            "gen_ai.tool.call.id": event.tool_call_id,
+            "gen_ai.tool.type": "function",
+        }
+        if self._capture:
+            attributes["gen_ai.tool.call.arguments"] = _dump(event.args)
+        self._tools[event.tool_call_id] = self._tracer.start_span(
+            f"execute_tool {event.tool_name}",
+            context=self._parent(),
+            kind=self._kind.INTERNAL,
+            attributes=attributes,
+        )
+
+    def _end_tool(self, event: Any) -> None:
+        span = self._tools.pop(event.tool_call_id, None)
+        if span is None:
+            return
+        if event.is_error:
+            text = event.result.text if hasattr(event.result, "text") else str(event.result)
+            aborted = text.startswith("Operation aborted")
+            span.set_attribute("error.type", "aborted" if aborted else "tool_error")
+            span.set_status(self._status(self._code.ERROR, text[:200]))
+        if self._capture:
+            span.set_attribute("gen_ai.tool.call.result", _dump(event.result))
+        span.end()
+
+    def _end_run(self, messages: list[Any]) -> None:
+        self._finish_chat()
+        for span in self._tools.values():  # calls that never reported an end
+            span.end()
+        self._tools.clear()
+        run = self._run
+        if run is None:
+            return
+        run.set_attribute("gen_ai.usage.input_tokens", self._tokens[0])
+        run.set_attribute("gen_ai.usage.output_tokens", self._tokens[1])
+        last = next(
+            (m for m in reversed(messages) if getattr(m, "role", None) == "assistant"), None
+        )
+        signal = self._agent.signal  # still the run's: agent_end comes before the run settles
+        if signal is not None and signal.aborted:
+            run.set_attribute("error.type", "aborted")
+            run.set_status(self._status(self._code.ERROR, "aborted"))
+        elif last is not None and last.stop_reason == "error":
+            run.set_attribute("error.type", "error")
+            run.set_status(self._status(self._code.ERROR, last.error_message or "error"))
+        if self._run_token is not None:
+            self._otel_context.detach(self._run_token)
+            self._run_token = None
+        run.end()
+        self._run = None
+
+
+def enable_tracing(
+    agent: Agent,
+    *,
+    tracer_provider: Any = None,
+    capture_content: bool = False,
+    agent_name: str | None = None,
+) -> Callable[[], None]:
+    """Emit OpenTelemetry spans for ``agent``'s runs; return a function that turns them off.
+
+    ``tracer_provider`` defaults to the global one. ``capture_content=True`` records prompts,
+    responses, tool arguments and results on the spans (off by default: they may be private).
+    Raises ``ImportError`` naming the extra when OpenTelemetry is not installed.
+    """
+    try:
+        from opentelemetry import trace
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "agentkit tracing needs OpenTelemetry: pip install 'agentkit[otel]'"
+        ) from exc
+    tracer = trace.get_tracer("agentkit", tracer_provider=tracer_provider)
+    return agent.subscribe(_Tracer(agent, tracer, capture_content, agent_name))
+
+
+class _Logger:
+    """The listener ``enable_logging`` subscribes: one record per run, turn and tool call."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+        self._run_id = ""
+
+    def __call__(self, event: Any) -> None:
+        try:
+            self._on_event(event)
+        except Exception:  # logging must never fail the run it watches
+            self._log.exception("agentkit: a run's log record could not be written")
+
+    def _on_event(self, event: Any) -> None:
+        kind = event.type
+        log = self._log
+        if kind == "agent_start":
+            self._run_id = uuid.uuid4().hex[:12]
+            log.info("run %s started", self._run_id, extra={"run_id": self._run_id})
+        elif kind == "tool_execution_start":
+            log.info(
+                "tool %s (%s) started",
+                event.tool_name,
+                event.tool_call_id,
+                extra=self._tool(event),
+            )
+        elif kind == "tool_execution_end":
+            level = logging.WARNING if event.is_error else logging.INFO
+            outcome = "failed" if event.is_error else "ok"
+            log.log(
+                level,
+                "tool %s (%s) %s",
+                event.tool_name,
+                event.tool_call_id,
+                outcome,
+                extra={**self._tool(event), "duration_ms": event.duration_ms},
+            )
+        elif kind == "message_end" and getattr(event.message, "role", None) == "assistant":
+            message = event.message
+            extra = {"run_id": self._run_id, "stop_reason": message.stop_reason}
+            if message.stop_reason in ("error", "aborted"):
+                level = logging.INFO if message.stop_reason == "aborted" else logging.ERROR
+                log.log(
+                    level,
+                    "model request %s: %s",
+                    message.stop_reason,
+                    message.error_message,
+                    extra=extra,
+                )
+            else:
+                log.debug("model answered (%s)", message.stop_reason, extra=extra)
+        elif kind == "agent_end":
+            log.info(
+                "run %s ended (%d new messages)",
+                self._run_id,
+                len(event.messages),
+                extra={"run_id": self._run_id},
+            )
+
+    def _tool(self, event: Any) -> dict[str, Any]:
+        return {
+            "run_id": self._run_id,
+            "tool_call_id": event.tool_call_id,
+            "tool_name": event.tool_name,
+        }
+
+
+def enable_logging(agent: Agent, logger: logging.Logger | None = None) -> Callable[[], None]:
+    """Log ``agent``'s runs on ``logger`` (default ``agentkit.run``); return a function that
+    stops it. Records carry ``run_id`` and, for tool calls, ``tool_call_id`` and ``tool_name``
+    in ``extra``: INFO for runs and tool calls, WARNING for a failed tool call, ERROR for a
+    failed model request, DEBUG for each model answer."""
+    return agent.subscribe(_Logger(logger or run_logger))
+
+
+__all__ = ["enable_logging", "enable_tracing"]

@@ -1,0 +1,56 @@
+"""What the web samples share: the demo tool and model, and events as server-sent events."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from _support import last_text, model_spec, real_model, rule_model
+
+from agentkit import Model, event_to_dict, tool
+from agentkit.loop import StreamFn
+from agentkit.testing import SCRIPTED_MODEL, Reply, reply, tool_call
+
+
+@tool
+def current_time() -> str:
+    """The server's local date and time."""
+    return datetime.now().strftime("%Y-%m-%d %H:%M")
+
+
+def demo_answer(messages: list[Any]) -> Reply | str:
+    """The offline demo model: look up the time after a question, then answer with it."""
+    last = messages[-1]
+    if last.role == "tool_result":
+        return f"It is {last_text([last])} here. Anything else?"
+    return reply("Let me look at the clock.", tool_call("current_time", {}))
+
+
+def web_model(stream_fn: StreamFn | None, model: Model | None) -> tuple[Model, StreamFn | None]:
+    """The app's model: the one given; else the real model ``AGENTKIT_MODEL`` names; else the
+    offline demo model (which answers every request, for any number of runs)."""
+    if stream_fn is None and model is None:
+        spec = model_spec()
+        if spec:
+            model, stream_fn = real_model(spec)
+        else:
+            stream_fn = rule_model(demo_answer, delay=0.02)
+    return model or SCRIPTED_MODEL, stream_fn
+
+
+def sse(event: str, data: Any) -> str:
+    """One server-sent event."""
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def event_payload(event: Any) -> dict[str, Any]:
+    """An agent event as JSON for the browser; text updates carry just their delta."""
+    if event.type == "message_update":
+        update = event.assistant_message_event
+        return {
+            "type": "message_update",
+            "kind": update.type,
+            "delta": getattr(update, "delta", ""),
+        }
+    return event_to_dict(event)

@@ -1,0 +1,158 @@
+"""A FastAPI app that streams agent runs as server-sent events (SSE), on asyncio.
+
+Run it: ``python samples/fastapi_app.py [--port 8000] [--model PROVIDER:MODEL_ID]`` (needs
+``pip install 'agentkit[samples]'`` for FastAPI and uvicorn). Endpoints:
+
+- ``GET /runs/stream?prompt=...`` (``EventSource``) or ``POST /runs/stream`` with JSON
+  ``{"prompt": ...}``: start a run and stream its events. The first SSE event, ``run``, carries
+  the run's id; each agent event follows as ``event: <type>``; ``done`` ends the stream.
+- ``POST /ask`` with JSON ``{"prompt": ...}``: run and answer ``{"answer": ...}`` in one go.
+- ``GET /runs/<id>``: the run's status and transcript.
+
+The endpoints are ``async``: ``agent.astream()`` and ``await agent.aprompt()`` relay a run
+that goes on on the agent's own worker thread, so the event loop keeps serving other requests.
+When a client goes away, Starlette cancels the response; that cancellation aborts the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from _support import last_text, real_model
+from _web import current_time, event_payload, sse, web_model
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, StreamingResponse
+
+from agentkit import Agent, AgentTool, Model
+from agentkit.events import to_jsonable
+from agentkit.loop import StreamFn
+
+
+def create_app(
+    stream_fn: StreamFn | None = None,
+    model: Model | None = None,
+    *,
+    tools: Sequence[AgentTool] | None = None,
+    system_prompt: str = "You are a helpful assistant. Use current_time for the time.",
+    keep_runs: int = 100,
+) -> FastAPI:
+    """Build the app. Given neither ``stream_fn`` nor ``model``, it runs the offline demo model,
+    or the real model ``AGENTKIT_MODEL`` names. ``app.state.runs`` maps run ids to their
+    agents (the last ``keep_runs``)."""
+    model, stream_fn = web_model(stream_fn, model)
+    agent_tools = list(tools) if tools is not None else [current_time]
+    app = FastAPI(title="agentkit + FastAPI")
+    runs: OrderedDict[str, Agent] = OrderedDict()  # touched on the event loop only
+    app.state.runs = runs
+
+    def new_agent() -> tuple[str, Agent]:
+        run_id = uuid.uuid4().hex
+        agent = Agent(
+            model=model, stream_fn=stream_fn, tools=agent_tools, system_prompt=system_prompt
+        )
+        runs[run_id] = agent
+        while len(runs) > keep_runs:
+            runs.popitem(last=False)
+        return run_id, agent
+
+    async def prompt_of(request: Request) -> str:
+        prompt = request.query_params.get("prompt", "")
+        if request.method == "POST":
+            try:
+                prompt = (await request.json()).get("prompt", "") or prompt
+            except ValueError:
+                pass
+        if not prompt:
+            raise HTTPException(400, "prompt is required")
+        return str(prompt)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def index() -> str:
+        return INDEX_HTML
+
+    @app.api_route("/runs/stream", methods=["GET", "POST"])
+    async def stream_run(request: Request) -> StreamingResponse:
+        prompt = await prompt_of(request)
+        run_id, agent = new_agent()
+
+        async def relay() -> AsyncIterator[str]:
+            yield sse("run", {"id": run_id})
+            # Leaving this loop in any way (the client left and Starlette cancelled us)
+            # aborts the run and waits for it to wind down.
+            async for event in agent.astream(prompt):
+                yield sse(event.type, event_payload(event))
+            last = agent.state.messages[-1]
+            yield sse("done", {"id": run_id, "stop_reason": last.stop_reason})
+
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(relay(), media_type="text/event-stream", headers=headers)
+
+    @app.post("/ask")
+    async def ask(request: Request) -> dict[str, Any]:
+        prompt = await prompt_of(request)
+        run_id, agent = new_agent()
+        messages = await agent.aprompt(prompt)
+        return {"id": run_id, "answer": last_text(messages)}
+
+    @app.get("/runs/{run_id}")
+    async def show(run_id: str) -> dict[str, Any]:
+        agent = runs.get(run_id)
+        if agent is None:
+            raise HTTPException(404, "no such run")
+        done = not agent.state.is_streaming
+        messages = to_jsonable(agent.state.messages) if done else []
+        return {"id": run_id, "status": "done" if done else "running", "messages": messages}
+
+    return app
+
+
+INDEX_HTML = """<!doctype html>
+<meta charset="utf-8"><title>agentkit + FastAPI</title>
+<form id="ask"><input id="prompt" size="60" value="What time is it?"> <button>Ask</button>
+<button type="button" id="stop">Stop</button></form>
+<pre id="out"></pre>
+<script>
+let source = null;
+const out = document.getElementById("out");
+document.getElementById("ask").onsubmit = (e) => {
+  e.preventDefault();
+  if (source) source.close();
+  out.textContent = "";
+  const prompt = document.getElementById("prompt").value;
+  source = new EventSource("/runs/stream?prompt=" + encodeURIComponent(prompt));
+  source.addEventListener("message_update", (m) => { out.textContent += JSON.parse(m.data).delta; });
+  source.addEventListener("tool_execution_start", (m) => {
+    out.textContent += "\\n[" + JSON.parse(m.data).tool_name + "]\\n";
+  });
+  source.addEventListener("done", (m) => {
+    out.textContent += "\\n(" + JSON.parse(m.data).stop_reason + ")"; source.close();
+  });
+};
+// Closing the stream is how a client stops a run: the server aborts it.
+document.getElementById("stop").onclick = () => { if (source) source.close(); };
+</script>
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve the app with uvicorn on 127.0.0.1."""
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
+    args = parser.parse_args(argv)
+    if args.model:
+        model, stream_fn = real_model(args.model)
+        app = create_app(stream_fn, model)
+    else:
+        app = create_app()
+    uvicorn.run(app, host="127.0.0.1", port=args.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The FastAPI sample on a real uvicorn server on 127.0.0.1, with a streaming ``requests``
+client, including one that disconnects mid-run (which must abort the run)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+
+import requests  # noqa: E402
+from fastapi import FastAPI  # noqa: E402
+from fastapi_app import create_app  # noqa: E402
+from sample_helpers import sse_events, wait_until  # noqa: E402
+
+from agentkit import tool  # noqa: E402
+from agentkit.abort import AbortSignal  # noqa: E402
+from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
+
+WAIT = 10.0
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[FastAPI], str]]:
+    """Start an app on a real uvicorn server (port 0) on a thread; return its base URL."""
+    started: list[tuple[Any, threading.Thread]] = []
+
+    def start(app: FastAPI) -> str:
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, name="test-uvicorn")
+        thread.start()
+        started.append((server, thread))
+        assert wait_until(lambda: server.started, timeout=WAIT), "uvicorn did not start"
+        port = server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, thread in started:
+        server.should_exit = True
+        thread.join(WAIT)
+
+
+def test_stream_a_whole_run(serve: Callable[[FastAPI], str]) -> None:
+    app = create_app()  # the offline demo model: a tool call, then an answer
+    base = serve(app)
+    with requests.post(
+        f"{base}/runs/stream", json={"prompt": "What time is it?"}, stream=True
+    ) as r:
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        events = list(sse_events(r))
+    names = [name for name, _ in events]
+    assert names[:3] == ["run", "agent_start", "turn_start"]
+    assert names[-2:] == ["agent_end", "done"]
+    assert "tool_execution_end" in names
+    text = "".join(
+        d["delta"] for n, d in events if n == "message_update" and d["kind"] == "text_delta"
+    )
+    assert "Let me look at the clock." in text and "It is " in text
+    run_id = events[0][1]["id"]
+    assert events[-1][1] == {"id": run_id, "stop_reason": "stop"}
+    shown = requests.get(f"{base}/runs/{run_id}", timeout=WAIT).json()
+    assert shown["status"] == "done"
+    assert [m["role"] for m in shown["messages"]][-3:] == ["assistant", "tool_result", "assistant"]
+
+
+def test_ask_and_errors(serve: Callable[[FastAPI], str]) -> None:
+    base = serve(create_app())
+    answer = requests.post(f"{base}/ask", json={"prompt": "time?"}, timeout=WAIT).json()
+    assert answer["answer"].startswith("It is ")
+    with requests.get(f"{base}/runs/stream", params={"prompt": "time?"}, stream=True) as r:
+        assert [n for n, _ in sse_events(r)][-1] == "done"
+    assert requests.get(f"{base}/runs/stream", timeout=WAIT).status_code == 400
+    assert requests.get(f"{base}/runs/nope", timeout=WAIT).status_code == 404
+    assert requests.get(f"{base}/", timeout=WAIT).text.startswith("<!doctype html>")
+
+
+def test_client_disconnect_during_a_quiet_tool_aborts_the_run(
+    serve: Callable[[FastAPI], str],
+) -> None:
+    started = threading.Event()
+    noticed = threading.Event()
+
+    @tool
+    def slow_step(signal: AbortSignal) -> str:
+        """A quiet step: no events until the run is aborted."""
+        started.set()
+        if signal.wait(60):
+            noticed.set()
+            signal.throw_if_aborted()
+        return "done"
+
+    model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
+    app = create_app(model, model.model, tools=[slow_step])
+    base = serve(app)
+    baseline = threading.active_count()
+    r = requests.post(f"{base}/runs/stream", json={"prompt": "Work"}, stream=True)
+    events = sse_events(r)
+    run_id = next(events)[1]["id"]
+    for name, _ in events:
+        if name == "tool_execution_start":
+            break
+    assert started.wait(WAIT)
+    r.close()  # the browser tab is closed while the tool works
+    assert noticed.wait(WAIT), "the tool kept running after its client left"
+    agent = app.state.runs[run_id]
+    assert agent.wait_for_idle(WAIT)
+    result = agent.state.messages[-1]
+    assert (result.role, result.is_error) == ("tool_result", True)
+    assert "abort" in result.content[0].text.lower()
+    assert len(model.requests) == 1  # an aborted run makes no further request
+    assert wait_until(lambda: threading.active_count() <= baseline, timeout=WAIT), [
+        t.name for t in threading.enumerate()
+    ]
+
+
+def test_client_disconnect_mid_answer_aborts_the_run(serve: Callable[[FastAPI], str]) -> None:
+    model = ScriptedModel([reply("Streaming on and on. " * 200, hang=True)], delay=0.02)
+    app = create_app(model, model.model)
+    base = serve(app)
+    r = requests.post(f"{base}/runs/stream", json={"prompt": "Talk"}, stream=True)
+    events = sse_events(r)
+    run_id = next(events)[1]["id"]
+    for name, data in events:
+        if name == "message_update" and data["kind"] == "text_delta":
+            break
+    r.close()
+    agent = app.state.runs[run_id]
+    assert wait_until(lambda: not agent.state.is_streaming, timeout=WAIT), "the run kept going"
+    last = agent.state.messages[-1]
+    assert (last.role, last.stop_reason) == ("assistant", "aborted")

@@ -1,0 +1,141 @@
+"""Async callers: ``await agent.aprompt()``, ``async for ... in agent.astream()``, cancellation
+aborting the run, and an event loop that keeps running while the agent works."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from agentkit import Agent, AgentTool, AgentToolResult, TextContent
+from agentkit.abort import AbortSignal
+from agentkit.testing import ScriptedModel, reply, tool_call
+
+WAIT = 10.0
+
+
+def _tool(name: str, run: Any) -> AgentTool:
+    def execute(call_id: str, params: dict[str, Any], signal: AbortSignal, on_update: Any) -> Any:
+        return AgentToolResult(content=[TextContent(text=str(run(signal)))])
+
+    return AgentTool(name, f"The {name} tool.", {"type": "object", "properties": {}}, execute)
+
+
+def _agent(replies: list[Any], tools: list[AgentTool] | None = None) -> Agent:
+    model = ScriptedModel(replies)
+    return Agent(model=model.model, stream_fn=model, tools=tools or [])
+
+
+def test_aprompt_returns_the_new_messages() -> None:
+    agent = _agent([reply(tool_call("echo", id="e")), "done"], [_tool("echo", lambda s: "hi")])
+    messages = asyncio.run(agent.aprompt("go"))
+    assert [m.role for m in messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert messages[-1].content[0].text == "done"
+    assert not agent.state.is_streaming
+
+
+def test_astream_yields_the_events_in_order() -> None:
+    agent = _agent(["hello there"])
+    sync_types: list[str] = []
+    agent.subscribe(lambda e: sync_types.append(e.type))
+
+    async def collect() -> list[str]:
+        return [event.type async for event in agent.astream("hi")]
+
+    types = asyncio.run(collect())
+    assert types[0] == "agent_start" and types[-1] == "agent_end"
+    assert types == sync_types
+
+
+class WaitingTool:
+    """A tool that waits for the run's abort: ``started`` once it runs, ``aborted`` once the
+    abort reached it."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.aborted = threading.Event()
+
+    def __call__(self, signal: AbortSignal) -> str:
+        self.started.set()
+        if signal.wait(WAIT):
+            self.aborted.set()
+        return "stopped"
+
+    def agent(self) -> Agent:
+        return _agent([reply(tool_call("wait", id="w")), "never"], [_tool("wait", self)])
+
+    async def until_started(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.started.wait, WAIT)
+
+
+def test_leaving_astream_early_aborts_the_run() -> None:
+    waiting = WaitingTool()
+    agent = waiting.agent()
+
+    async def leave() -> None:
+        events = agent.astream("go")
+        async for event in events:
+            if event.type == "tool_execution_start":
+                await waiting.until_started()
+                break
+        await events.aclose()
+        assert not agent.state.is_streaming  # the run had ended when aclose() returned
+
+    asyncio.run(leave())
+    assert waiting.aborted.is_set()
+
+
+def test_cancelling_the_awaiting_task_aborts_the_run() -> None:
+    waiting = WaitingTool()
+    agent = waiting.agent()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(agent.aprompt("go"))
+        await waiting.until_started()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert waiting.aborted.is_set()
+    assert not agent.state.is_streaming
+    assert agent.state.messages[-1].role == "tool_result"  # ended after the aborted batch
+
+
+def test_the_event_loop_keeps_ticking_during_a_run() -> None:
+    ticks_wanted = 20
+    ticked = threading.Event()  # set by the heartbeat once it has ticked enough
+
+    def busy(signal: AbortSignal) -> str:
+        # The run only finishes once the heartbeat has been ticking while the run went on.
+        assert ticked.wait(WAIT)
+        return "done"
+
+    agent = _agent([reply(tool_call("busy", id="b")), "finished"], [_tool("busy", busy)])
+
+    async def main() -> tuple[int, float]:
+        gaps: list[float] = []
+        stop = asyncio.Event()
+
+        async def heartbeat() -> None:
+            last = time.monotonic()
+            while not stop.is_set():
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+                if len(gaps) >= ticks_wanted:
+                    ticked.set()
+
+        beat = asyncio.ensure_future(heartbeat())
+        await agent.aprompt("work")
+        stop.set()
+        await beat
+        return len(gaps), max(gaps)
+
+    count, worst = asyncio.run(main())
+    assert count >= ticks_wanted
+    assert worst < 1.0  # 100x the 10 ms period: the loop was never blocked

@@ -1,0 +1,213 @@
+"""agentkit.tracing: the span tree of real runs, read back from the OpenTelemetry SDK's
+in-memory exporter, and the stdlib logging records."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry import trace  # noqa: E402
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
+)
+from opentelemetry.trace import StatusCode  # noqa: E402
+
+from agentkit import Agent, AgentTool, AgentToolResult, TextContent, Usage  # noqa: E402
+from agentkit.abort import AbortSignal  # noqa: E402
+from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
+from agentkit.tracing import enable_logging, enable_tracing  # noqa: E402
+
+WAIT = 10.0
+
+
+def _tool(name: str, run: Any) -> AgentTool:
+    def execute(call_id: str, params: dict[str, Any], signal: AbortSignal, on_update: Any) -> Any:
+        return AgentToolResult(content=[TextContent(text=str(run(signal)))])
+
+    return AgentTool(name, f"The {name} tool.", {"type": "object", "properties": {}}, execute)
+
+
+@pytest.fixture()
+def exporter() -> tuple[InMemorySpanExporter, TracerProvider]:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    return spans, provider
+
+
+def _by_name(spans: list[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
+    named: dict[str, list[ReadableSpan]] = {}
+    for span in spans:
+        named.setdefault(span.name, []).append(span)
+    return named
+
+
+def _parent_id(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+def _agent(replies: list[Any], tools: list[AgentTool]) -> Agent:
+    model = ScriptedModel(replies)
+    return Agent(model=model.model, stream_fn=model, tools=tools)
+
+
+def test_span_tree_of_a_run_with_a_parallel_batch_an_error_and_an_abort(
+    exporter: tuple[InMemorySpanExporter, TracerProvider],
+) -> None:
+    spans, provider = exporter
+    tracer = provider.get_tracer("test")
+    both_running = threading.Barrier(2, timeout=WAIT)  # the batch's calls must overlap
+
+    def lookup(signal: AbortSignal) -> str:
+        both_running.wait()
+        with tracer.start_as_current_span("http lookup"):  # a span the tool's own code makes
+            return "found"
+
+    def broken(signal: AbortSignal) -> str:
+        both_running.wait()
+        raise RuntimeError("disk on fire")
+
+    def wait_for_abort(signal: AbortSignal) -> str:
+        assert signal.wait(WAIT)
+        return "stopped"
+
+    usage = Usage(input=10, output=5, total_tokens=15)
+    agent = _agent(
+        [
+            reply(tool_call("lookup", id="a"), tool_call("broken", id="b"), usage=usage),
+            reply(tool_call("wait_for_abort", id="c"), usage=usage),
+        ],
+        [_tool("lookup", lookup), _tool("broken", broken), _tool("wait_for_abort", wait_for_abort)],
+    )
+    enable_tracing(agent, tracer_provider=provider, agent_name="helper")
+    agent.subscribe(
+        lambda e: (
+            agent.abort()
+            if e.type == "tool_execution_start" and e.tool_name == "wait_for_abort"
+            else None
+        )
+    )
+    with tracer.start_as_current_span("request handler") as outer:
+        agent.prompt("go")
+    agent.close()
+
+    named = _by_name(spans.get_finished_spans())
+    (run,) = named["invoke_agent helper"]
+    assert _parent_id(run) == outer.get_span_context().span_id  # the caller's span, across threads
+    assert run.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert run.attributes["gen_ai.agent.name"] == "helper"
+    assert run.attributes["gen_ai.usage.input_tokens"] == 20
+    assert run.status.status_code is StatusCode.ERROR and run.attributes["error.type"] == "aborted"
+
+    chats = sorted(named["chat scripted"], key=lambda s: s.start_time or 0)
+    assert len(chats) == 2  # the abort came during tools: no third request
+    for chat in chats:
+        assert _parent_id(chat) == run.context.span_id
+        assert chat.kind is trace.SpanKind.CLIENT
+        assert chat.attributes["gen_ai.operation.name"] == "chat"
+        assert chat.attributes["gen_ai.request.model"] == "scripted"
+        assert chat.attributes["gen_ai.usage.input_tokens"] == 10
+        assert chat.attributes["gen_ai.usage.output_tokens"] == 5
+        assert chat.attributes["gen_ai.response.finish_reasons"] == ("tool_call",)
+        assert "gen_ai.input.messages" not in chat.attributes  # content is off by default
+
+    tools = {
+        s.attributes["gen_ai.tool.call.id"]: s
+        for s in spans.get_finished_spans()
+        if s.name.startswith("execute_tool")
+    }
+    assert set(tools) == {"a", "b", "c"}
+    for span in tools.values():
+        assert _parent_id(span) == run.context.span_id
+        assert span.attributes["gen_ai.operation.name"] == "execute_tool"
+        assert "gen_ai.tool.call.arguments" not in span.attributes
+    a, b, c = tools["a"], tools["b"], tools["c"]
+    assert a.status.status_code is StatusCode.UNSET
+    assert b.status.status_code is StatusCode.ERROR and b.attributes["error.type"] == "tool_error"
+    assert "disk on fire" in (b.status.description or "")
+    assert c.attributes["gen_ai.tool.name"] == "wait_for_abort"
+    assert c.status.status_code is StatusCode.ERROR
+    # The parallel batch: both calls ran at once, after the first request and before the second.
+    assert a.start_time < b.end_time and b.start_time < a.end_time  # type: ignore[operator]
+    assert chats[0].end_time <= a.start_time and a.end_time <= chats[1].start_time  # type: ignore[operator]
+    # The tool's own span, made on a pool thread, nests under the run.
+    (inner,) = named["http lookup"]
+    assert _parent_id(inner) == run.context.span_id
+
+
+def test_a_failed_model_request_marks_chat_and_run(
+    exporter: tuple[InMemorySpanExporter, TracerProvider],
+) -> None:
+    spans, provider = exporter
+    agent = _agent([reply("partial", error="rate limited")], [])
+    enable_tracing(agent, tracer_provider=provider)
+    agent.prompt("hi")
+    named = _by_name(spans.get_finished_spans())
+    (chat,) = named["chat scripted"]
+    (run,) = named["invoke_agent"]
+    assert chat.status.status_code is StatusCode.ERROR
+    assert chat.attributes["error.type"] == "error"
+    assert chat.attributes["gen_ai.response.finish_reasons"] == ("error",)
+    assert "rate limited" in (chat.status.description or "")
+    assert run.status.status_code is StatusCode.ERROR
+
+
+def test_content_is_recorded_only_when_switched_on(
+    exporter: tuple[InMemorySpanExporter, TracerProvider],
+) -> None:
+    spans, provider = exporter
+    agent = _agent(
+        [reply(tool_call("lookup", id="a")), "The answer is 42."],
+        [_tool("lookup", lambda signal: "forty-two")],
+    )
+    disable = enable_tracing(agent, tracer_provider=provider, capture_content=True)
+    agent.prompt("What is the answer?")
+    finished = spans.get_finished_spans()
+    chats = [s for s in finished if s.name.startswith("chat")]
+    assert "What is the answer?" in str(chats[0].attributes["gen_ai.input.messages"])
+    assert "The answer is 42." in str(chats[1].attributes["gen_ai.output.messages"])
+    (tool_span,) = [s for s in finished if s.name == "execute_tool lookup"]
+    assert "forty-two" in str(tool_span.attributes["gen_ai.tool.call.result"])
+
+    disable()
+    spans.clear()
+    agent.stream_fn = ScriptedModel(["again"])  # the same agent, now untraced
+    agent.prompt("again")
+    assert spans.get_finished_spans() == ()
+
+
+def test_logging_records_carry_the_run_and_tool_call(caplog: pytest.LogCaptureFixture) -> None:
+    agent = _agent(
+        [reply(tool_call("lookup", id="a"), tool_call("broken", id="b")), "done"],
+        [_tool("lookup", lambda s: "ok"), _tool("broken", lambda s: 1 / 0)],
+    )
+    enable_logging(agent)
+    with caplog.at_level(logging.DEBUG, logger="agentkit.run"):
+        agent.prompt("go")
+    records = [r for r in caplog.records if r.name == "agentkit.run"]
+    run_ids = {getattr(r, "run_id", None) for r in records}
+    assert len(run_ids) == 1 and None not in run_ids
+    tool_records = {(r.tool_call_id, r.levelno) for r in records if hasattr(r, "tool_call_id")}
+    assert ("a", logging.INFO) in tool_records
+    assert ("b", logging.WARNING) in tool_records
+    assert records[0].getMessage().endswith("started") and records[-1].getMessage().startswith(
+        "run "
+    )
+
+
+def test_nothing_is_imported_without_asking() -> None:
+    code = (
+        "import sys, agentkit, agentkit.tracing; from agentkit import Agent\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] in ('opentelemetry', 'mcp')]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

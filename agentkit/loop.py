@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -728,9 +729,10 @@ def _run_prepared(
         max_workers=max(1, min(len(batch), max_workers)), thread_name_prefix="agentkit-tool"
     )
     finished_all = False
+    futures = []
     try:
         for index in range(len(batch)):
-            pool.submit(work, index)
+            futures.append(pool.submit(work, index))
         remaining = len(batch)
         items = _wait_or_give_up(lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace)
         try:
@@ -764,8 +766,12 @@ def _run_prepared(
                 on_end(outcome)
         finished_all = not remaining
     finally:
-        # Wait for the pool only when every call finished; a tool that ignored the abort, or a
-        # run failing mid-batch (an ``on_end`` listener raised), must not hang on a tool.
+        if not finished_all and not signal.aborted:
+            # The run is failing mid-batch (an ``on_end`` listener raised): give the running
+            # tools the grace period to finish, but never hang the failure on them.
+            wait_futures(futures, timeout=grace)
+        # Wait for the pool only when every call finished: a tool that ignored the abort is
+        # left to finish on its own.
         pool.shutdown(wait=finished_all, cancel_futures=True)
     return [o for o in outcomes if o is not None]
 

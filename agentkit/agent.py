@@ -59,6 +59,7 @@ from .types import (
     as_stream_options,
     placeholder_model,
     role_of,
+    to_serialisable,
     to_tool_declaration,
 )
 
@@ -604,8 +605,10 @@ class Agent:
 
         With ``block``, wait for the run's end. ``bind(run)`` hands the run over before its
         worker starts. Whatever interrupts this (a ``KeyboardInterrupt`` at any instant, or
-        ``choose`` raising), the run is either never begun and the claim released, or aborted
-        and waited for; then the exception propagates.
+        ``choose`` raising), a run whose worker has not begun is cancelled and the claim
+        released; one that has begun is aborted and waited for when ``block`` (``prompt()``,
+        ``continue_()``), and otherwise left running for ``agent.abort()`` (``start()``; the
+        stream's own clean-up aborts it for ``stream()``). Then the exception propagates.
         """
         run = Run(AbortController())
         try:
@@ -632,20 +635,21 @@ class Agent:
             if block:
                 run.wait()
         except BaseException:
-            self._abandon(run)
+            self._abandon(run, stop=block)
             raise
         return run
 
-    def _abandon(self, run: Run) -> None:
-        """Undo a start that was interrupted: release an unbegun run, else abort and wait."""
+    def _abandon(self, run: Run, stop: bool) -> None:
+        """Undo a start that was interrupted: release an unbegun run; abort and wait for a
+        begun one if ``stop``."""
         if self._active is not run:
             return  # never claimed (busy or closed)
         if run._cancel_unbegun():
             self._release(run)
             run._settle([], None)
-            return
-        run.abort()
-        _wait_through_interrupts(run)
+        elif stop:
+            run.abort()
+            _wait_through_interrupts(run)
 
     def _release(self, run: Run) -> None:
         with self._lock:
@@ -754,7 +758,10 @@ class Agent:
         never sees a listener's or hook's exception.
         """
         model = self._state.model
-        text = str(exc) or type(exc).__name__
+        try:
+            text = to_serialisable(str(exc)) or type(exc).__name__
+        except Exception:  # an exception whose __str__ fails still gets recorded
+            text = type(exc).__name__
         failure = AssistantMessage(
             content=[TextContent(text="")],
             api=str(getattr(model, "api", "unknown")),

@@ -15,7 +15,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -290,6 +291,29 @@ class _LoopState:
     emit: Emit
     signal: AbortSignal
     stream_fn: StreamFn
+    tool_threads: _ToolThreads = field(default_factory=lambda: _ToolThreads())
+
+
+class _ToolThreads:
+    """The run's tool pool: made at the first batch, reused by the next ones (no thread start
+    per turn), shut down when the run ends."""
+
+    def __init__(self, max_workers: int = 1) -> None:
+        self.max_workers = max(1, max_workers)
+        self.pool: ThreadPoolExecutor | None = None
+        self.clean = True  # False once a tool was given up on or a batch failed midway
+
+    def submit(self, fn: Callable[[int], None], index: int) -> Future[None]:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="agentkit-tool")
+        # Each call sees the loop thread's contextvars (tracing spans, say).
+        return self.pool.submit(contextvars.copy_context().run, fn, index)
+
+    def shutdown(self) -> None:
+        """Wait for the pool's threads when every tool finished; else leave them to finish."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=self.clean, cancel_futures=True)
+            self.pool = None
 
 
 def _apply_update(state: _LoopState, update: TurnUpdate | None) -> None:
@@ -317,7 +341,18 @@ def _run_loop(
     signal: AbortSignal,
     stream_fn: StreamFn,
 ) -> None:
-    state = _LoopState(context, config, new_messages, emit, signal, stream_fn)
+    state = _LoopState(
+        context, config, new_messages, emit, signal, stream_fn, _ToolThreads(config.max_tool_workers)
+    )
+    try:
+        _turns(state)
+    finally:
+        state.tool_threads.shutdown()
+
+
+def _turns(state: _LoopState) -> None:
+    """The turns of a run (SPEC 4.2), until the run ends."""
+    config, emit, signal, new_messages = state.config, state.emit, state.signal, state.new_messages
     last_turn: TurnContext | None = None
     explicit_continuation = False
     pending: list[Any] = _poll(config.get_steering_messages)
@@ -699,7 +734,7 @@ def _run_prepared(
     context: AgentContext,
     signal: AbortSignal,
     after_tool_call: Any,
-    max_workers: int,
+    threads: _ToolThreads,
     grace: float,
     on_update: Callable[[_Prepared, Any], None],
     on_end: Callable[[ToolCallOutcome], None],
@@ -725,14 +760,11 @@ def _run_prepared(
             inbox.put(_Finished(index, result, is_error, duration))
 
     outcomes: list[ToolCallOutcome | None] = [None] * len(batch)
-    pool = ThreadPoolExecutor(
-        max_workers=max(1, min(len(batch), max_workers)), thread_name_prefix="agentkit-tool"
-    )
     finished_all = False
+    futures = []
     try:
         for index in range(len(batch)):
-            # Each call sees the loop thread's contextvars (tracing spans, say).
-            pool.submit(contextvars.copy_context().run, work, index)
+            futures.append(threads.submit(work, index))
         remaining = len(batch)
         items = _wait_or_give_up(lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace)
         try:
@@ -766,9 +798,12 @@ def _run_prepared(
                 on_end(outcome)
         finished_all = not remaining
     finally:
-        # Wait for the pool only when every call finished; a tool that ignored the abort, or a
-        # run failing mid-batch (an ``on_end`` listener raised), must not hang on a tool.
-        pool.shutdown(wait=finished_all, cancel_futures=True)
+        if not finished_all:
+            if not signal.aborted:
+                # The run is failing mid-batch (an ``on_end`` listener raised): give the running
+                # tools the grace period to finish, but never hang the failure on them.
+                wait_futures(futures, timeout=grace)
+            threads.clean = False  # the pool's owner must not wait for a tool given up on
     return [o for o in outcomes if o is not None]
 
 
@@ -794,17 +829,21 @@ def run_tool_call(
     )
     if isinstance(prepared, ToolCallOutcome):
         return prepared
-    return _run_prepared(
-        [prepared],
-        assistant_message=assistant_message,
-        context=context,
-        signal=signal,
-        after_tool_call=after_tool_call,
-        max_workers=1,
-        grace=AgentLoopConfig.tool_abort_grace,
-        on_update=lambda _call, partial: on_update(partial) if on_update is not None else None,
-        on_end=lambda _outcome: None,
-    )[0]
+    threads = _ToolThreads()
+    try:
+        return _run_prepared(
+            [prepared],
+            assistant_message=assistant_message,
+            context=context,
+            signal=signal,
+            after_tool_call=after_tool_call,
+            threads=threads,
+            grace=AgentLoopConfig.tool_abort_grace,
+            on_update=lambda _call, partial: on_update(partial) if on_update is not None else None,
+            on_end=lambda _outcome: None,
+        )[0]
+    finally:
+        threads.shutdown()
 
 
 def _result_message(outcome: ToolCallOutcome) -> ToolResultMessage:
@@ -900,7 +939,7 @@ def _run_group(
             context=state.context,
             signal=state.signal,
             after_tool_call=config.after_tool_call,
-            max_workers=config.max_tool_workers,
+            threads=state.tool_threads,
             grace=config.tool_abort_grace,
             on_update=on_update,
             on_end=lambda outcome: _emit_end(emit, outcome),

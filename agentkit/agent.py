@@ -261,6 +261,7 @@ class Agent:
         max_retries: int | None = None,
         timeout: float | tuple[float, float] | None = None,
         headers: dict[str, str] | None = None,
+        session: Any = None,
     ) -> None:
         self.stream_fn: StreamFn = stream_fn or get_default_stream_fn()
         self.convert_to_llm = convert_to_llm or default_convert_to_llm
@@ -295,6 +296,11 @@ class Agent:
             )
             if first is not None:
                 initial.insert(0, first)
+        # A session (agentkit.sessions.Session) supplies the history and keeps every message.
+        self._session_writer: Any = None
+        if session is not None:
+            self._session_writer = session.attach(initial, self._state.tools)
+            initial = self._session_writer.messages
         self._state.messages = initial
 
         self._steering = PendingMessageQueue(steering_mode)
@@ -610,6 +616,8 @@ class Agent:
     def _process_event(self, run: Run, event: AgentEvent) -> None:
         if self._active is not run:
             raise AgentError("Agent listener invoked outside active run")
+        if self._session_writer is not None and isinstance(event, MessageEndEvent):
+            self._session_writer.message_end(event.message)  # durable before it is announced
         self._reduce(event)
         for listener in self._listeners:
             listener(event)

@@ -79,7 +79,8 @@ class AgentTool:
     ``signal`` (``signal.wait(t)`` instead of ``time.sleep(t)``) and report a failure by raising
     or by returning ``is_error=True``. ``execution_mode="sequential"`` makes any batch containing
     this tool run one call at a time. ``prepare_arguments(raw)`` may reshape raw arguments
-    before they are validated.
+    before they are validated. ``idempotent=True`` says running a call twice does no harm, so a
+    call a crash interrupted may run again when a session resumes (:mod:`agentkit.sessions`).
     """
 
     name: str
@@ -89,6 +90,7 @@ class AgentTool:
     label: str | None = None
     execution_mode: ExecutionMode | None = None
     prepare_arguments: Callable[[Any], Any] | None = None
+    idempotent: bool = False
 
     def declaration(self) -> Tool:
         """The tool as the model sees it: name, description and a deep copy of the schema."""
@@ -384,6 +386,7 @@ def tool(
     label: str | None = None,
     description: str | None = None,
     execution_mode: ExecutionMode | None = None,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], AgentTool]: ...
 
 
@@ -395,6 +398,7 @@ def tool(
     label: str | None = None,
     description: str | None = None,
     execution_mode: ExecutionMode | None = None,
+    idempotent: bool = False,
 ) -> AgentTool | Callable[[Callable[..., Any]], AgentTool]:
     """Turn a typed function into an :class:`AgentTool`.
 
@@ -403,10 +407,13 @@ def tool(
     ``tool_call_id`` are injected. A ``str`` return becomes text, an :class:`AgentToolResult` is
     used as is, anything else is serialised to JSON; raising makes an error result.
     ``async def`` functions work too: each call runs its own event loop on the tool's thread.
+    ``idempotent=True`` marks a tool that may safely run twice (see :class:`AgentTool`).
     """
 
     def build(func: Callable[..., Any]) -> AgentTool:
-        return _tool_from_function(func, name, label, description, execution_mode)
+        made = _tool_from_function(func, name, label, description, execution_mode)
+        made.idempotent = idempotent
+        return made
 
     if fn is not None:
         return build(fn)

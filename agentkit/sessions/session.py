@@ -119,8 +119,10 @@ class Session:
     def attach(self, initial: Sequence[Any], tools: Sequence[AgentTool]) -> SessionWriter:
         """Bind an agent to this session (what ``Agent(session=...)`` calls).
 
-        A new session starts with ``initial`` (the agent's system message). An existing one
-        keeps its own history, and tool calls a crash interrupted are settled first.
+        A new session starts with ``initial`` (the agent's system message), stored. An existing
+        one keeps its own history, and tool calls a crash interrupted are settled first. If its
+        history has no leading system message (:func:`agentkit.celery.submit` makes such
+        sessions), the agent's own system message leads the transcript in memory, unstored.
         """
         messages = self.load()
         if not messages:
@@ -130,7 +132,8 @@ class Session:
         settled = settle_interrupted(messages, tools)
         if settled:
             self.append(*settled)
-        return SessionWriter(self, messages + settled)
+        lead = [m for m in initial[:1] if role_of(messages[0]) != "system"]
+        return SessionWriter(self, lead + messages + settled)
 
     def __repr__(self) -> str:
         return f"Session({self.name!r}, store={self.store.url!r})"

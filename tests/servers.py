@@ -10,6 +10,7 @@ extra, and a suite that silently skipped its stores would prove nothing.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -57,13 +58,10 @@ def redis_server_binary() -> str:
 
 def postgres_bin_dir() -> Path:
     """The PostgreSQL ``bin`` directory shipped by the ``pgserver`` wheel."""
-    try:
-        import pgserver
-    except ImportError as exc:
-        raise RuntimeError(
-            "no PostgreSQL: install the test extra (pip install -e '.[test]')"
-        ) from exc
-    return Path(pgserver.__file__).parent / "pginstall" / "bin"
+    spec = importlib.util.find_spec("pgserver")  # located, not imported: only its files are used
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("no PostgreSQL: install the test extra (pip install -e '.[test]')")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
 class RedisServer:

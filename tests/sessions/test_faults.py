@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentkit import Agent, tool
+from agentkit import Agent, AgentTool, tool
 from agentkit.abort import AbortSignal
 from agentkit.sessions import INTERRUPTED_TEXT, Session, SessionStore
 from agentkit.testing import ScriptedModel, reply, tool_call
@@ -46,7 +46,7 @@ def kill_when_ready(child: subprocess.Popen[str]) -> None:
     assert child.returncode == -signal.SIGKILL
 
 
-def counting_tools() -> tuple[dict[str, int], list[object]]:
+def counting_tools() -> tuple[dict[str, int], list[AgentTool]]:
     runs = {"charge": 0, "lookup": 0}
 
     @tool
@@ -70,7 +70,7 @@ def test_killed_mid_tool_resumes_without_rerunning_it(
     kill_when_ready(start_child(store_url, name, "mid-tool"))
     runs, tools = counting_tools()
     model = ScriptedModel(["Could not charge; please check."])
-    agent = Agent(model=model.model, stream_fn=model, tools=tools,  # type: ignore[arg-type]
+    agent = Agent(model=model.model, stream_fn=model, tools=tools,
                   session=Session(name, open_stores()))  # fmt: skip
     agent.continue_()
     assert runs == {"charge": 0, "lookup": 0}  # never executed twice
@@ -87,7 +87,7 @@ def test_killed_between_messages_reruns_the_idempotent_tool_once(
     kill_when_ready(start_child(store_url, name, "between-messages"))
     runs, tools = counting_tools()
     model = ScriptedModel(["The value is known."])
-    agent = Agent(model=model.model, stream_fn=model, tools=tools,  # type: ignore[arg-type]
+    agent = Agent(model=model.model, stream_fn=model, tools=tools,
                   session=Session(name, open_stores()))  # fmt: skip
     agent.continue_()
     assert runs == {"charge": 0, "lookup": 1}
@@ -104,7 +104,7 @@ def test_killed_mid_message_loses_only_the_partial_message(
     assert [m.role for m in stored] == ["system", "user"]  # the half-streamed answer is gone
     model = ScriptedModel(["A complete answer."])
     _, tools = counting_tools()  # the same tools: the transcript's declarations stay as they are
-    agent = Agent(model=model.model, stream_fn=model, tools=tools,  # type: ignore[arg-type]
+    agent = Agent(model=model.model, stream_fn=model, tools=tools,
                   session=Session(name, open_stores()))  # fmt: skip
     agent.continue_()
     assert [m.role for m in Session(name, open_stores()).load()] == [

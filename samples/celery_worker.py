@@ -17,6 +17,9 @@ The conversation lives in a session (Redis, the broker's own server, unless
   (``acks_late`` + ``reject_on_worker_lost``), another worker resumes it from the session, and
   ``read_report``, marked idempotent, runs again; a tool not so marked would get an
   "interrupted; not re-run" error result instead. Every message is in the session once.
+- The whole worker killed: its task stays unacknowledged until Redis's visibility timeout
+  (``AGENTKIT_CELERY_VISIBILITY_TIMEOUT``, 1 hour by default) passes; then another worker
+  resumes it the same way.
 - A soft time limit aborts the run (``prompt()`` aborts it when the limit's exception arrives).
 """
 
@@ -40,6 +43,10 @@ BROKER = os.environ.get("AGENTKIT_CELERY_BROKER", "redis://127.0.0.1:6379/0")
 SESSIONS = os.environ.get("AGENTKIT_SESSIONS") or BROKER
 READ_SECONDS = float(os.environ.get("AGENTKIT_SAMPLE_READ_SECONDS", "1.0"))
 """How long read_report's (simulated) slow I/O takes."""
+VISIBILITY_TIMEOUT = float(os.environ.get("AGENTKIT_CELERY_VISIBILITY_TIMEOUT", "3600"))
+"""Seconds after which Redis gives a dead worker's unacknowledged task to another worker; keep
+it above your longest run, or a run still going is started a second time (which then fails on
+the session's version check rather than duplicating anything)."""
 
 app = Celery("agentkit_samples", broker=BROKER, backend=BROKER)
 app.conf.update(
@@ -47,6 +54,11 @@ app.conf.update(
     worker_prefetch_multiplier=1,  # agent runs are long: take one at a time
     result_extended=True,
     broker_connection_retry_on_startup=True,
+    broker_transport_options={
+        "visibility_timeout": VISIBILITY_TIMEOUT,
+        "unacked_restore_interval": min(10.0, VISIBILITY_TIMEOUT / 4),  # sweep for lost tasks
+        "unacked_restore_throttle": 1,
+    },
 )
 
 

@@ -22,6 +22,7 @@ from sample_helpers import SAMPLES, wait_until
 from tests.servers import RedisServer
 
 READ_SECONDS = "1.5"  # read_report's simulated I/O: long enough to act while it runs
+VISIBILITY_TIMEOUT = "8"  # a dead worker's task goes to another one after this many seconds
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,7 @@ def sample_env(redis_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTKIT_")}
     env["AGENTKIT_CELERY_BROKER"] = redis_url
     env["AGENTKIT_SAMPLE_READ_SECONDS"] = READ_SECONDS
+    env["AGENTKIT_CELERY_VISIBILITY_TIMEOUT"] = VISIBILITY_TIMEOUT
     return env
 
 
@@ -272,4 +274,33 @@ def test_worker_killed_mid_tool_is_resumed_by_another_worker(
     assert roles(sample, "killed") == ["user", "assistant", "tool_result", "assistant"]
     starts = [e for e in follow(sample, result.id) if e["type"] == "run_start"]
     assert [e["attempt"] for e in starts] == [1, 2]  # the second run was the redelivery
+    assert any(result.id in line and "succeeded" in line for line in second.lines)
+
+
+def test_whole_worker_killed_mid_tool_is_resumed_after_the_visibility_timeout(
+    sample: ModuleType, workers: list[Worker]
+) -> None:
+    """SIGKILL the first worker and its pool while read_report runs: nobody rejects the task,
+    so it stays unacknowledged until the visibility timeout; then the second worker resumes
+    the session. (Runs last: the first worker is gone afterwards.)"""
+    first, second = workers
+    control = sample.app.control
+    control.cancel_consumer("celery", destination=[second.hostname], reply=True)
+    try:
+        result = sample.submit(
+            sample.run_agent, sample.Session("worker-lost", sample.SESSIONS), "Summarise it"
+        )
+        for _event in follow(sample, result.id, until="tool_execution_start"):
+            pass
+        control.add_consumer("celery", destination=[second.hostname], reply=True)
+        for pid in [first.process.pid, *first.pool_children()]:
+            os.kill(pid, signal.SIGKILL)
+        first.process.wait(10)
+        value = result.get(timeout=60)
+    finally:
+        control.add_consumer("celery", destination=[second.hostname], reply=True)
+    assert value["answer"].startswith("Summary: the database ran out of disk")
+    assert roles(sample, "worker-lost") == ["user", "assistant", "tool_result", "assistant"]
+    starts = [e for e in follow(sample, result.id) if e["type"] == "run_start"]
+    assert [e["attempt"] for e in starts] == [1, 2]
     assert any(result.id in line and "succeeded" in line for line in second.lines)

@@ -45,8 +45,8 @@ READ_SECONDS = float(os.environ.get("AGENTKIT_SAMPLE_READ_SECONDS", "1.0"))
 """How long read_report's (simulated) slow I/O takes."""
 VISIBILITY_TIMEOUT = float(os.environ.get("AGENTKIT_CELERY_VISIBILITY_TIMEOUT", "3600"))
 """Seconds after which Redis gives a dead worker's unacknowledged task to another worker; keep
-it above your longest run, or a run still going is started a second time (which then fails on
-the session's version check rather than duplicating anything)."""
+it above your longest run, or a run still going is started a second time (one of the two then
+fails on the session's version check; nothing is duplicated)."""
 
 app = Celery("agentkit_samples", broker=BROKER, backend=BROKER)
 app.conf.update(

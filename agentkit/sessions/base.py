@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from ..errors import AgentError
+from ..events import to_jsonable
 from ..types import Message, role_of
 
 STANDARD_ROLES = frozenset({"system", "user", "assistant", "tool_result"})
@@ -107,15 +108,15 @@ def check_name(name: str) -> str:
 
 
 def encode_message(message: Any) -> str:
-    """A message as one line of JSON (every field, so it loads back equal)."""
+    """A message as one line of JSON. Pydantic messages keep every field, so they load back
+    equal; an application's own message objects are stored as their public attributes and load
+    back as dicts."""
     if isinstance(message, BaseModel):
         data = message.model_dump(mode="json")
-    elif isinstance(message, dict):
-        data = message
+    elif role_of(message) is not None:  # a dict, or an application's own message object
+        data = to_jsonable(message)
     else:
-        raise TypeError(f"cannot store a {type(message).__name__}: use a message or a dict")
-    if role_of(data) is None:
-        raise TypeError("cannot store a message without a 'role'")
+        raise TypeError(f"cannot store a {type(message).__name__} without a 'role'")
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 

@@ -326,3 +326,18 @@ def test_two_agents_on_one_session_the_later_writer_fails_cleanly(
     stored = Session(name, open_stores()).load()
     assert [getattr(m, "content", None) for m in stored][2] == [TextContent(text="from A")]
     assert len(stored) == 4
+
+
+class Note:
+    """An application's own message type (not pydantic)."""
+
+    def __init__(self, text: str) -> None:
+        self.role = "note"
+        self.text = text
+
+
+def test_application_messages_load_back_as_dicts(store: SessionStore, name: str) -> None:
+    Session(name, store).append(Note("remember the milk"))
+    assert Session(name, store).load() == [{"role": "note", "text": "remember the milk"}]
+    with pytest.raises(TypeError, match="without a 'role'"):
+        Session(name, store).append(object())

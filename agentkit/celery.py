@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -74,19 +76,40 @@ class RunChannel:
         self.commands_key = f"{prefix}run:{run_id}:commands"
         self.applied_key = f"{prefix}run:{run_id}:applied"
         self.attempts_key = f"{prefix}run:{run_id}:attempts"
+        self._publisher: _Publisher | None = None
 
     # worker side
 
     def publish(self, event: dict[str, Any]) -> None:
-        """Append an event to the stream; a Redis failure is logged, never raised (the run must
-        not fail because nobody can watch it)."""
+        """Append an event to the stream: handed to the publishing thread while one runs
+        (:meth:`start_publishing`), else sent at once. A Redis failure is logged, never raised:
+        the run must not fail because nobody can watch it."""
+        publisher = self._publisher
+        if publisher is not None:
+            publisher.put(event)
+        else:
+            self._send([event])
+
+    def start_publishing(self) -> None:
+        """Send events from a thread of its own, batching what piles up, so the agent's thread
+        never waits for the network."""
+        self._publisher = _Publisher(self._send)
+
+    def stop_publishing(self) -> None:
+        """Send what is still queued, then stop the publishing thread."""
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            publisher.close()
+
+    def _send(self, events: list[dict[str, Any]]) -> None:
         try:
             pipe = self.client.pipeline(transaction=False)
-            pipe.xadd(self.events_key, {"event": json.dumps(event)})
+            for event in events:
+                pipe.xadd(self.events_key, {"event": json.dumps(event)})
             pipe.expire(self.events_key, EVENTS_TTL)
             pipe.execute()
         except self._redis_errors:
-            logger.warning("agentkit: could not publish a run event", exc_info=True)
+            logger.warning("agentkit: could not publish %d run events", len(events), exc_info=True)
 
     def next_attempt(self) -> int:
         """Count one more attempt at the run (1 for the first delivery, 2 after a redelivery).
@@ -99,26 +122,57 @@ class RunChannel:
         attempt, _ = pipe.execute()
         return int(attempt)
 
-    def serve_commands(self, agent: Agent, stop: threading.Event) -> None:
-        """Apply clients' commands to ``agent`` until ``stop`` is set (on a thread of its own).
+    def serve_commands(self, agent: Agent) -> Callable[[], None]:
+        """Apply clients' commands to ``agent`` on a thread of its own; return the function
+        that stops that thread (and waits for it).
 
         Each command is applied once per run: the id of the last one applied is kept in Redis,
-        so a redelivered task does not steer twice.
+        so a redelivered task does not steer twice. The thread blocks in one ``XREAD`` on the
+        commands and on a wake-up stream of its own, which the stop function writes to.
         """
-        last = self._get(self.applied_key) or "0"
-        while not stop.is_set():
+        wake_key = f"{self.commands_key}:wake:{uuid.uuid4().hex}"
+        stopping = threading.Event()
+        thread = threading.Thread(target=self._serve, args=(agent, wake_key, stopping),
+                                  name="agentkit-run-commands", daemon=True)  # fmt: skip
+        thread.start()
+
+        def stop() -> None:
+            stopping.set()
             try:
-                batches = self.client.xread({self.commands_key: last}, block=250, count=100)
+                self.client.xadd(wake_key, {"wake": "1"})
+            except self._redis_errors:  # the thread sees `stopping` when its XREAD times out
+                pass
+            thread.join()
+
+        return stop
+
+    def _serve(self, agent: Agent, wake_key: str, stopping: threading.Event) -> None:
+        try:
+            last = self._get(self.applied_key) or "0"
+        except self._redis_errors:
+            last = "0"
+        try:
+            while not stopping.is_set():
+                try:
+                    streams = {self.commands_key: last, wake_key: "0"}
+                    batches = self.client.xread(streams, block=1000, count=100)
+                except self._redis_errors:
+                    logger.warning("agentkit: could not read run commands", exc_info=True)
+                    if stopping.wait(1.0):
+                        return
+                    continue
+                for key, entries in batches or []:
+                    if key.decode() == wake_key:
+                        return
+                    for entry_id, fields in entries:
+                        last = entry_id.decode()
+                        self._apply(agent, json.loads(fields[b"command"]))
+                        self.client.set(self.applied_key, last, ex=EVENTS_TTL)
+        finally:
+            try:
+                self.client.delete(wake_key)
             except self._redis_errors:
-                logger.warning("agentkit: could not read run commands", exc_info=True)
-                if stop.wait(1.0):
-                    return
-                continue
-            for _key, entries in batches or []:
-                for entry_id, fields in entries:
-                    last = entry_id.decode()
-                    self._apply(agent, json.loads(fields[b"command"]))
-                    self.client.set(self.applied_key, last, ex=EVENTS_TTL)
+                pass
 
     def _apply(self, agent: Agent, command: dict[str, Any]) -> None:
         kind = command.get("type")
@@ -189,6 +243,41 @@ class RunChannel:
         self.client.close()
 
 
+class _Publisher:
+    """The thread that sends a run's events, in order, in batches of what has piled up."""
+
+    _STOP = object()
+
+    def __init__(self, send: Callable[[list[dict[str, Any]]], None]) -> None:
+        self._send = send
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name="agentkit-run-events", daemon=True)
+        self._thread.start()
+
+    def put(self, event: dict[str, Any]) -> None:
+        self._queue.put(event)
+
+    def close(self) -> None:
+        self._queue.put(self._STOP)  # the last item ever put: everything before it is sent
+        self._thread.join()
+
+    def _work(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < 500 and batch[-1] is not self._STOP:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            done = batch[-1] is self._STOP
+            if done:
+                batch.pop()
+            if batch:
+                self._send(batch)
+            if done:
+                return
+
+
 def sse_events(channel: RunChannel, last_event_id: str | None = None) -> Iterator[str]:
     """A run's events as server-sent event frames, for a Flask or Django streaming response.
 
@@ -215,19 +304,17 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
 
     Safe to call again for the same session after a crash: the agent settles interrupted tool
     calls as it loads, and a session that already ends in a final answer is not run again.
-    Returns ``{"session", "answer", "messages"}`` (the number of messages stored); raises :class:`AgentRunFailed` for a run that
-    ended in an error or was aborted.
+    Returns ``{"session", "answer", "messages"}`` (the number of messages stored); raises
+    :class:`AgentRunFailed` for a run that ended in an error or was aborted.
     """
     agent = build_agent(session)
-    stop = threading.Event()
-    commands: threading.Thread | None = None
+    stop_commands: Callable[[], None] | None = None
     try:
         if channel is not None:
             channel.publish({"type": "run_start", "session": session.name, "attempt": attempt})
+            channel.start_publishing()
             agent.subscribe(lambda event: channel.publish(wire_event(event)))
-            commands = threading.Thread(target=channel.serve_commands, args=(agent, stop),
-                                        name="agentkit-run-commands", daemon=True)  # fmt: skip
-            commands.start()
+            stop_commands = channel.serve_commands(agent)
         aborted = threading.Event()
 
         def note_abort(event: AgentEvent) -> None:  # an abort may end a run on a tool result
@@ -246,14 +333,16 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
         result = _outcome(session, agent.state.messages)
     except BaseException as exc:
         if channel is not None:
+            channel.stop_publishing()
             channel.publish({"type": "run_end", "ok": False, "error": str(exc)})
         raise
     finally:
-        stop.set()
-        if commands is not None:
-            commands.join()
+        if stop_commands is not None:
+            stop_commands()
         agent.close()
-    if channel is not None:
+        if channel is not None:
+            channel.stop_publishing()
+    if channel is not None:  # after every event of the run: the publisher has stopped
         channel.publish({"type": "run_end", "ok": True, "answer": result["answer"]})
     return result
 

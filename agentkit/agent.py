@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .abort import AbortController, AbortSignal
 from .errors import AgentBusyError, AgentError, CannotContinueError
@@ -53,6 +53,9 @@ from .types import (
     placeholder_model,
     role_of,
 )
+
+if TYPE_CHECKING:
+    from .sessions import Session, SessionWriter
 
 logger = logging.getLogger("agentkit")
 
@@ -261,7 +264,7 @@ class Agent:
         max_retries: int | None = None,
         timeout: float | tuple[float, float] | None = None,
         headers: dict[str, str] | None = None,
-        session: Any = None,
+        session: Session | None = None,
     ) -> None:
         self.stream_fn: StreamFn = stream_fn or get_default_stream_fn()
         self.convert_to_llm = convert_to_llm or default_convert_to_llm
@@ -297,7 +300,7 @@ class Agent:
             if first is not None:
                 initial.insert(0, first)
         # A session (agentkit.sessions.Session) supplies the history and keeps every message.
-        self._session_writer: Any = None
+        self._session_writer: SessionWriter | None = None
         if session is not None:
             self._session_writer = session.attach(initial, self._state.tools)
             initial = self._session_writer.messages

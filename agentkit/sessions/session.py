@@ -132,7 +132,7 @@ class Session:
         settled = settle_interrupted(messages, tools)
         if settled:
             self.append(*settled)
-        lead = [m for m in initial[:1] if role_of(messages[0]) != "system"]
+        lead = [m for m in initial[:1] if role_of(m) == "system" != role_of(messages[0])]
         return SessionWriter(self, lead + messages + settled)
 
     def __repr__(self) -> str:

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -246,35 +246,46 @@ def test_command_line_client(redis_url: str, workers: list[Worker]) -> None:
     assert "Summary: the database ran out of disk" in done.stdout
 
 
-def test_worker_killed_mid_tool_is_resumed_by_another_worker(
-    sample: ModuleType, workers: list[Worker]
+def run_killed_on_first_worker(
+    sample: ModuleType, workers: list[Worker], name: str, kill: Callable[[Worker], None]
 ) -> None:
-    """SIGKILL the pool process while read_report runs: the task goes back to the queue, the
-    second worker resumes the session, and every message is in the session exactly once."""
+    """Start a run on the first worker only; once read_report runs, let the second worker
+    consume and ``kill`` the first. Then check the second worker resumed and finished the run
+    with every message in the session exactly once."""
     first, second = workers
     control = sample.app.control
     control.cancel_consumer("celery", destination=[second.hostname], reply=True)
     try:
-        result = sample.submit(
-            sample.run_agent, sample.Session("killed", sample.SESSIONS), "Summarise it"
-        )
+        result = sample.submit(sample.run_agent, sample.Session(name, sample.SESSIONS), "Go")
         for _event in follow(sample, result.id, until="tool_execution_start"):
             pass
-        # From now on only the second worker takes tasks; then the first one's pool dies.
         control.add_consumer("celery", destination=[second.hostname], reply=True)
-        control.cancel_consumer("celery", destination=[first.hostname], reply=True)
-        (child,) = first.pool_children()
-        os.kill(child, signal.SIGKILL)
+        kill(first)
         value = result.get(timeout=60)
     finally:
-        control.add_consumer("celery", destination=[first.hostname], reply=True)
         control.add_consumer("celery", destination=[second.hostname], reply=True)
+        if first.process.poll() is None:
+            control.add_consumer("celery", destination=[first.hostname], reply=True)
     assert result.state == "SUCCESS"
     assert value["answer"].startswith("Summary: the database ran out of disk")
-    assert roles(sample, "killed") == ["user", "assistant", "tool_result", "assistant"]
+    assert roles(sample, name) == ["user", "assistant", "tool_result", "assistant"]
     starts = [e for e in follow(sample, result.id) if e["type"] == "run_start"]
     assert [e["attempt"] for e in starts] == [1, 2]  # the second run was the redelivery
     assert any(result.id in line and "succeeded" in line for line in second.lines)
+
+
+def test_worker_killed_mid_tool_is_resumed_by_another_worker(
+    sample: ModuleType, workers: list[Worker]
+) -> None:
+    """SIGKILL the pool process while read_report runs: its worker puts the task back in the
+    queue (reject_on_worker_lost), and the second worker resumes the session."""
+
+    def kill_pool(first: Worker) -> None:
+        sample.app.control.cancel_consumer("celery", destination=[first.hostname], reply=True)
+        (child,) = first.pool_children()
+        os.kill(child, signal.SIGKILL)
+
+    run_killed_on_first_worker(sample, workers, "pool-lost", kill_pool)
 
 
 def test_whole_worker_killed_mid_tool_is_resumed_after_the_visibility_timeout(
@@ -283,24 +294,10 @@ def test_whole_worker_killed_mid_tool_is_resumed_after_the_visibility_timeout(
     """SIGKILL the first worker and its pool while read_report runs: nobody rejects the task,
     so it stays unacknowledged until the visibility timeout; then the second worker resumes
     the session. (Runs last: the first worker is gone afterwards.)"""
-    first, second = workers
-    control = sample.app.control
-    control.cancel_consumer("celery", destination=[second.hostname], reply=True)
-    try:
-        result = sample.submit(
-            sample.run_agent, sample.Session("worker-lost", sample.SESSIONS), "Summarise it"
-        )
-        for _event in follow(sample, result.id, until="tool_execution_start"):
-            pass
-        control.add_consumer("celery", destination=[second.hostname], reply=True)
+
+    def kill_worker(first: Worker) -> None:
         for pid in [first.process.pid, *first.pool_children()]:
             os.kill(pid, signal.SIGKILL)
         first.process.wait(10)
-        value = result.get(timeout=60)
-    finally:
-        control.add_consumer("celery", destination=[second.hostname], reply=True)
-    assert value["answer"].startswith("Summary: the database ran out of disk")
-    assert roles(sample, "worker-lost") == ["user", "assistant", "tool_result", "assistant"]
-    starts = [e for e in follow(sample, result.id) if e["type"] == "run_start"]
-    assert [e["attempt"] for e in starts] == [1, 2]
-    assert any(result.id in line and "succeeded" in line for line in second.lines)
+
+    run_killed_on_first_worker(sample, workers, "worker-lost", kill_worker)

@@ -341,3 +341,18 @@ def test_application_messages_load_back_as_dicts(store: SessionStore, name: str)
     assert Session(name, store).load() == [{"role": "note", "text": "remember the milk"}]
     with pytest.raises(TypeError, match="without a 'role'"):
         Session(name, store).append(object())
+
+
+def test_a_history_without_a_system_message_is_led_by_the_agents(
+    open_stores: Callable[[], SessionStore], name: str
+) -> None:
+    """A session started by a client (agentkit.celery.submit stores only the prompt) gets the
+    agent's system prompt in memory, from code, each time it is loaded; the store is unchanged."""
+    Session(name, open_stores()).append(UserMessage(content="hi"))
+    model = ScriptedModel(["hello"])
+    agent = Agent(model=model.model, stream_fn=model, system_prompt="be brief",
+                  session=Session(name, open_stores()))  # fmt: skip
+    agent.continue_()
+    sent = model.requests[0].messages
+    assert [m.role for m in sent] == ["system", "user"] and sent[0].content == "be brief"
+    assert [m.role for m in Session(name, open_stores()).load()] == ["user", "assistant"]

@@ -204,6 +204,20 @@ def test_failed_run_is_a_failed_task(sample: ModuleType, workers: list[Worker]) 
     assert type(result.result).__name__ == "AgentRunFailed"
 
 
+def test_soft_time_limit_aborts_the_run(sample: ModuleType, workers: list[Worker]) -> None:
+    session = sample.Session("time-limited", sample.SESSIONS)
+    result = sample.submit(sample.run_agent, session, "Summarise it", soft_time_limit=0.3)
+    with pytest.raises(Exception) as raised:
+        result.get(timeout=30)
+    assert type(raised.value).__name__ == "SoftTimeLimitExceeded"
+    assert result.state == "FAILURE"
+    stored = session.load()
+    assert stored[-1].role == "tool_result" and stored[-1].content[0].text == "Operation aborted"
+    # The workers are fine: the next task runs to the end.
+    again = sample.submit(sample.run_agent, sample.Session("after-limit", sample.SESSIONS), "Go")
+    assert again.get(timeout=30)["answer"]
+
+
 def test_events_relay_through_a_flask_sse_endpoint(
     sample: ModuleType, workers: list[Worker]
 ) -> None:
@@ -261,7 +275,7 @@ def run_killed_on_first_worker(
             pass
         control.add_consumer("celery", destination=[second.hostname], reply=True)
         kill(first)
-        value = result.get(timeout=60)
+        value = result.get(timeout=120)  # the visibility timeout (8 s) and a sweep, 10x over
     finally:
         control.add_consumer("celery", destination=[second.hostname], reply=True)
         if first.process.poll() is None:

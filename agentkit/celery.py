@@ -77,6 +77,8 @@ class RunChannel:
         self.applied_key = f"{prefix}run:{run_id}:applied"
         self.attempts_key = f"{prefix}run:{run_id}:attempts"
         self._publisher: _Publisher | None = None
+        self.abort_requested = False
+        """Whether a client asked this run to abort (possibly before it started)."""
 
     # worker side
 
@@ -123,16 +125,24 @@ class RunChannel:
         return int(attempt)
 
     def serve_commands(self, agent: Agent) -> Callable[[], None]:
-        """Apply clients' commands to ``agent`` on a thread of its own; return the function
-        that stops that thread (and waits for it).
+        """Apply clients' commands to ``agent``: those already waiting at once, on this thread
+        (before the run starts), the rest on a thread of its own. Return the function that stops
+        that thread (and waits for it).
 
         Each command is applied once per run: the id of the last one applied is kept in Redis,
-        so a redelivered task does not steer twice. The thread blocks in one ``XREAD`` on the
-        commands and on a wake-up stream of its own, which the stop function writes to.
+        so a redelivered task does not steer twice. An abort that arrived before the run started
+        sets :attr:`abort_requested`. The thread blocks in one ``XREAD`` on the commands and on
+        a wake-up stream of its own, which the stop function writes to.
         """
+        last = self._get(self.applied_key) or "0"
+        while True:  # what is waiting already
+            batches = self.client.xread({self.commands_key: last}, count=100)
+            if not batches:
+                break
+            last = self._apply_entries(agent, batches[0][1])
         wake_key = f"{self.commands_key}:wake:{uuid.uuid4().hex}"
         stopping = threading.Event()
-        thread = threading.Thread(target=self._serve, args=(agent, wake_key, stopping),
+        thread = threading.Thread(target=self._serve, args=(agent, last, wake_key, stopping),
                                   name="agentkit-run-commands", daemon=True)  # fmt: skip
         thread.start()
 
@@ -146,37 +156,38 @@ class RunChannel:
 
         return stop
 
-    def _serve(self, agent: Agent, wake_key: str, stopping: threading.Event) -> None:
-        try:
-            last = self._get(self.applied_key) or "0"
-        except self._redis_errors:
-            last = "0"
+    def _serve(self, agent: Agent, last: str, wake_key: str, stopping: threading.Event) -> None:
         try:
             while not stopping.is_set():
                 try:
                     streams = {self.commands_key: last, wake_key: "0"}
                     batches = self.client.xread(streams, block=1000, count=100)
+                    for key, entries in batches or []:
+                        if key.decode() == wake_key:
+                            return
+                        last = self._apply_entries(agent, entries)
                 except self._redis_errors:
                     logger.warning("agentkit: could not read run commands", exc_info=True)
                     if stopping.wait(1.0):
                         return
-                    continue
-                for key, entries in batches or []:
-                    if key.decode() == wake_key:
-                        return
-                    for entry_id, fields in entries:
-                        last = entry_id.decode()
-                        self._apply(agent, json.loads(fields[b"command"]))
-                        self.client.set(self.applied_key, last, ex=EVENTS_TTL)
         finally:
             try:
                 self.client.delete(wake_key)
             except self._redis_errors:
                 pass
 
+    def _apply_entries(self, agent: Agent, entries: list[Any]) -> str:
+        last = ""
+        for entry_id, fields in entries:
+            last = entry_id.decode()
+            self._apply(agent, json.loads(fields[b"command"]))
+            self.client.set(self.applied_key, last, ex=EVENTS_TTL)
+        return last
+
     def _apply(self, agent: Agent, command: dict[str, Any]) -> None:
         kind = command.get("type")
         if kind == "abort":
+            self.abort_requested = True
             agent.abort()
         elif kind == "steer":
             agent.steer(str(command["text"]))
@@ -326,6 +337,8 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
         history = [m for m in agent.state.messages if role_of(m) != "system"]
         if not history:
             raise AgentRunFailed(f"session {session.name!r} is empty: there is nothing to run")
+        if channel is not None and channel.abort_requested:
+            raise AgentRunFailed("aborted: a client aborted the run before it started")
         if role_of(history[-1]) != "assistant":
             agent.continue_()
         if aborted.is_set():

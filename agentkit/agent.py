@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .abort import AbortController, AbortSignal
 from .errors import AgentBusyError, AgentError, CannotContinueError
@@ -62,6 +62,9 @@ from .types import (
     to_serialisable,
     to_tool_declaration,
 )
+
+if TYPE_CHECKING:
+    from .sessions import Session, SessionWriter
 
 logger = logging.getLogger("agentkit")
 
@@ -313,6 +316,7 @@ class Agent:
         steering_mode: QueueMode = "one-at-a-time",
         follow_up_mode: QueueMode = "one-at-a-time",
         stream_options: StreamOptions | dict[str, Any] | None = None,
+        session: Session | None = None,
         **options: Any,
     ) -> None:
         """``options`` are loop options (the fields of :class:`AgentLoopConfig`: the hooks,
@@ -350,6 +354,11 @@ class Agent:
             )
             if first is not None:
                 initial.insert(0, first)
+        # A session (agentkit.sessions.Session) supplies the history and keeps every message.
+        self._session_writer: SessionWriter | None = None
+        if session is not None:
+            self._session_writer = session.attach(initial, self._state.tools)
+            initial = self._session_writer.messages
         self._state.messages = initial
 
         self._steering = PendingMessageQueue(steering_mode)
@@ -747,6 +756,8 @@ class Agent:
     def _process_event(self, run: Run, event: AgentEvent) -> None:
         if self._active is not run:
             raise AgentError("Agent listener invoked outside active run")
+        if self._session_writer is not None and isinstance(event, MessageEndEvent):
+            self._session_writer.message_end(event.message)  # durable before it is announced
         self._reduce(event, run.signal.aborted)
         for listener in self._listeners:
             listener(event)

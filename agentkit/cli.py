@@ -23,6 +23,13 @@ from .errors import AgentError
 from .events import event_to_dict
 from .hooks import BeforeToolCallContext, BeforeToolCallResult, TurnContext
 from .loop import StreamFn
+from .sessions import SessionError
+from .sessions.cli import (
+    add_session_options,
+    add_sessions_command,
+    run_sessions_command,
+    session_for,
+)
 from .tools import AgentTool
 from .types import Model, TextContent
 
@@ -76,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", parents=[common], help="run one task and exit")
     run.add_argument("task", help="what the agent should do")
-    commands.add_parser("chat", parents=[common], help="an interactive session")
+    chat = commands.add_parser("chat", parents=[common], help="an interactive session")
+    add_session_options(chat)
+    add_sessions_command(commands)
     return parser
 
 
@@ -92,9 +101,11 @@ def main(
     """Run the command; return its exit status. The keywords are seams for tests and embedding."""
     args = build_parser().parse_args(argv)
     io = _Io(stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr)
+    if args.command == "sessions":
+        return run_sessions_command(args, io.stdout, io.stderr)
     try:
         agent = _build_agent(args, io, stream_fn, model)
-    except CliError as exc:
+    except (CliError, SessionError) as exc:
         io.err(f"agentkit: {exc}")
         return 2
     with agent:
@@ -240,6 +251,7 @@ def _build_agent(
         stream_fn=stream_fn,
         before_tool_call=before_tool_call,
         finish_turn=finish_turn,
+        session=session_for(args),
     )
     agent.subscribe(_JsonPrinter(io) if args.json else _TextPrinter(io))
 

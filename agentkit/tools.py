@@ -346,6 +346,7 @@ def tool(
     label: str | None = None,
     description: str | None = None,
     execution_mode: ExecutionMode | None = None,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], AgentTool]: ...
 
 
@@ -357,6 +358,7 @@ def tool(
     label: str | None = None,
     description: str | None = None,
     execution_mode: ExecutionMode | None = None,
+    idempotent: bool = False,
 ) -> AgentTool | Callable[[Callable[..., Any]], AgentTool]:
     """Turn a typed function into an :class:`AgentTool`.
 
@@ -365,10 +367,13 @@ def tool(
     ``tool_call_id`` are injected. A ``str`` return becomes text, an :class:`AgentToolResult` is
     used as is, anything else is serialised to JSON; raising makes an error result.
     ``async def`` functions work too: each call runs its own event loop on the tool's thread.
+    ``idempotent=True`` marks a tool that may safely run twice (see :class:`AgentTool`).
     """
 
     def build(func: Callable[..., Any]) -> AgentTool:
-        return _tool_from_function(func, name, label, description, execution_mode)
+        made = _tool_from_function(func, name, label, description, execution_mode)
+        made.idempotent = idempotent
+        return made
 
     if fn is not None:
         return build(fn)

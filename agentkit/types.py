@@ -444,7 +444,8 @@ class AgentTool:
     ``signal`` (``signal.wait(t)`` instead of ``time.sleep(t)``) and report a failure by raising
     or by returning ``is_error=True``. ``execution_mode="sequential"`` makes any batch containing
     this tool run one call at a time. ``prepare_arguments(raw)`` may reshape raw arguments
-    before they are validated.
+    before they are validated. ``idempotent=True`` says running a call twice does no harm, so a
+    call a crash interrupted may run again when a session resumes (:mod:`agentkit.sessions`).
     """
 
     name: str
@@ -454,6 +455,7 @@ class AgentTool:
     label: str | None = None
     execution_mode: ExecutionMode | None = None
     prepare_arguments: Callable[[Any], Any] | None = None
+    idempotent: bool = False
 
     def declaration(self) -> Tool:
         """The tool as the model sees it: name, description and a deep copy of the schema."""

@@ -1,61 +1,68 @@
-"""Agents in Celery tasks, with Redis as the broker and the result backend.
+"""Agents on Celery workers with durable sessions: a run survives the death of its worker.
 
 Run it (a Redis server on 127.0.0.1:6379, or set ``AGENTKIT_CELERY_BROKER``)::
 
     cd samples
-    celery -A celery_worker worker --loglevel=INFO          # the worker, in one terminal
-    python celery_worker.py "Summarise the incident report"  # a client, in another
+    celery -A celery_worker worker --loglevel=INFO          # one or more workers
+    python celery_worker.py "Summarise the incident report"  # a client, in another terminal
 
-A task blocks in ``agent.prompt()`` like any other blocking call; the agent runs on a thread of
-its own, so the task works under every pool (prefork, threads, solo). What a task reports:
+The conversation lives in a session (Redis, the broker's own server, unless
+``AGENTKIT_SESSIONS`` names another store); the task only names the session. What happens:
 
-- SUCCESS only for a run that ended normally, with its answer and new messages.
-- FAILURE for a run that ended in an error or was aborted (``AgentRunFailed``): a half-written
-  answer is never reported as success.
-- FAILURE (``WorkerLostError``) when the pool process running it dies mid-run (killed, out of
-  memory): with ``acks_late`` the message is not acknowledged before the task ends, and with
-  ``reject_on_worker_lost`` off it is not re-run either, since an agent's tools may already have
-  had side effects.
-- If the whole worker dies, nobody is left to record a failure: the task stays STARTED or
-  PROGRESS, never SUCCESS, so clients wait with a timeout (``result.get(timeout=...)``).
+- The client appends the prompt to the session, sends the task, and follows the run's events
+  live through a Redis stream, from any process (``RunChannel``); it can steer or abort the run.
+- SUCCESS for a run that ended normally, with its answer. FAILURE (``AgentRunFailed``) for a run
+  that ended in an error or was aborted: a half-written answer is never a success.
+- A pool process killed mid-run (SIGKILL, out of memory): the task goes back to the queue
+  (``acks_late`` + ``reject_on_worker_lost``), another worker resumes it from the session, and
+  ``read_report``, marked idempotent, runs again; a tool not so marked would get an
+  "interrupted; not re-run" error result instead. Every message is in the session once.
+- The whole worker killed: its task stays unacknowledged until Redis's visibility timeout
+  (``AGENTKIT_CELERY_VISIBILITY_TIMEOUT``, 1 hour by default) passes; then another worker
+  resumes it the same way.
 - A soft time limit aborts the run (``prompt()`` aborts it when the limit's exception arrives).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
+import uuid
 from typing import Any
 
 from _support import last_text, model_spec, real_model, rule_model, scripted_delay
-from celery import Celery, Task
+from celery import Celery
 
 from agentkit import Agent, tool
 from agentkit.abort import AbortSignal
-from agentkit.events import to_jsonable
+from agentkit.celery import RunChannel, agent_task, submit
+from agentkit.sessions import Session
 from agentkit.testing import SCRIPTED_MODEL, Reply, reply, tool_call
 
 BROKER = os.environ.get("AGENTKIT_CELERY_BROKER", "redis://127.0.0.1:6379/0")
-READ_SECONDS = 1.0  # how long read_report's (simulated) slow I/O takes
-logger = logging.getLogger(__name__)
+SESSIONS = os.environ.get("AGENTKIT_SESSIONS") or BROKER
+READ_SECONDS = float(os.environ.get("AGENTKIT_SAMPLE_READ_SECONDS", "1.0"))
+"""How long read_report's (simulated) slow I/O takes."""
+VISIBILITY_TIMEOUT = float(os.environ.get("AGENTKIT_CELERY_VISIBILITY_TIMEOUT", "3600"))
+"""Seconds after which Redis gives a dead worker's unacknowledged task to another worker; keep
+it above your longest run, or a run still going is started a second time (one of the two then
+fails on the session's version check; nothing is duplicated)."""
 
 app = Celery("agentkit_samples", broker=BROKER, backend=BROKER)
 app.conf.update(
-    task_acks_late=True,  # acknowledge when the task ends, not when it starts
-    task_reject_on_worker_lost=False,  # a lost worker fails the task instead of re-running it
     task_track_started=True,  # STARTED while the agent runs
     worker_prefetch_multiplier=1,  # agent runs are long: take one at a time
     result_extended=True,
     broker_connection_retry_on_startup=True,
+    broker_transport_options={
+        "visibility_timeout": VISIBILITY_TIMEOUT,
+        "unacked_restore_interval": min(10.0, VISIBILITY_TIMEOUT / 4),  # sweep for lost tasks
+        "unacked_restore_throttle": 1,
+    },
 )
 
 
-class AgentRunFailed(Exception):
-    """The agent's run ended in an error or was aborted."""
-
-
-@tool
+@tool(idempotent=True)  # reading twice does no harm: a resumed run may read again
 def read_report(name: str, signal: AbortSignal) -> str:
     """Read an internal report.
 
@@ -77,8 +84,8 @@ def demo_answer(messages: list[Any]) -> Reply | str:
     return reply("Reading it.", tool_call("read_report", {"name": "incident-42"}))
 
 
-def build_agent() -> Agent:
-    """An agent on the demo model, or on the real model ``AGENTKIT_MODEL`` names."""
+def build_agent(session: Session) -> Agent:
+    """An agent on ``session``, on the demo model or the real model ``AGENTKIT_MODEL`` names."""
     spec = model_spec()
     if spec:
         model, stream_fn = real_model(spec)
@@ -89,32 +96,34 @@ def build_agent() -> Agent:
         stream_fn=stream_fn,
         system_prompt="You summarise internal reports. Use read_report.",
         tools=[read_report],
+        session=session,
     )
 
 
-@app.task(bind=True, name="agentkit_samples.run_agent", soft_time_limit=300, time_limit=330)
-def run_agent(self: Task, prompt: str) -> dict[str, Any]:
-    """Run an agent on ``prompt``; return its answer and new messages (JSON)."""
-    agent = build_agent()
-    task_id = self.request.id  # the request is thread-local: read it on the task's thread
+run_agent = agent_task(
+    app,
+    build_agent,
+    store=SESSIONS,
+    name="agentkit_samples.run_agent",
+    soft_time_limit=300,
+    time_limit=330,
+)
 
-    def progress(event: Any) -> None:  # on the agent's thread: publish what it is doing
-        if event.type == "tool_execution_start":
-            try:
-                self.update_state(task_id=task_id, state="PROGRESS", meta={"tool": event.tool_name})
-            except Exception:  # a listener that raises would fail the run: just log
-                logger.warning("could not publish progress", exc_info=True)
 
-    agent.subscribe(progress)
-    with agent:
-        new_messages = agent.prompt(prompt)
-    last = new_messages[-1]
-    if last.stop_reason in ("error", "aborted"):
-        raise AgentRunFailed(f"{last.stop_reason}: {last.error_message}")
-    return {"answer": last_text([last]), "messages": to_jsonable(new_messages)}
+def ask(prompt: str, session_name: str | None = None) -> str:
+    """Send ``prompt`` to a worker, print the run's progress as it happens, return the answer."""
+    session = Session(session_name or f"sample-{uuid.uuid4().hex[:8]}", SESSIONS)
+    result = submit(run_agent, session, prompt)
+    print(f"session {session.name}, task {result.id}: waiting...")
+    channel = RunChannel(BROKER, result.id)
+    try:
+        for _id, event in channel.follow():
+            if event is not None and event["type"] == "tool_execution_start":
+                print(f"  running {event['tool_name']}...")
+    finally:
+        channel.close()
+    return str(result.get(timeout=120)["answer"])
 
 
 if __name__ == "__main__":
-    result = run_agent.delay(" ".join(sys.argv[1:]) or "Summarise the incident report")
-    print(f"task {result.id} sent; waiting...")
-    print(result.get(timeout=120)["answer"])
+    print(ask(" ".join(sys.argv[1:]) or "Summarise the incident report"))

@@ -1,0 +1,47 @@
+"""Durable runs: sessions, their stores, resuming after a crash.
+
+A :class:`Session` is a named, append-only transcript in a :class:`SessionStore` (SQLite by
+default; Redis and PostgreSQL as extras). ``Agent(session=Session("chat"))`` loads it and
+appends each message as it ends, before listeners hear of it. See docs/sessions.md.
+"""
+
+from .base import (
+    SessionConflictError,
+    SessionError,
+    SessionImportError,
+    SessionInfo,
+    SessionStore,
+    SessionStoreError,
+    decode_message,
+    encode_message,
+)
+from .jsonl import import_jsonl, read_jsonl
+from .session import (
+    INTERRUPTED_TEXT,
+    Session,
+    SessionWriter,
+    interrupted_tool_calls,
+    open_store,
+    settle_interrupted,
+)
+from .sqlite import SqliteStore
+
+__all__ = [
+    "INTERRUPTED_TEXT",
+    "Session",
+    "SessionConflictError",
+    "SessionError",
+    "SessionImportError",
+    "SessionInfo",
+    "SessionStore",
+    "SessionStoreError",
+    "SessionWriter",
+    "SqliteStore",
+    "decode_message",
+    "encode_message",
+    "import_jsonl",
+    "interrupted_tool_calls",
+    "open_store",
+    "read_jsonl",
+    "settle_interrupted",
+]

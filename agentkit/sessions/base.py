@@ -1,0 +1,130 @@
+"""What every session store is: the :class:`SessionStore` contract, its errors, and the codec.
+
+A store keeps, per session name, an append-only list of JSON records (one per message) and a
+version, the number of records. Appends are *optimistic*: the writer says which version it
+appended to, and a store whose session has moved on raises :class:`SessionConflictError` without
+writing anything. Every append of several records is atomic: all of them or none.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+
+from ..errors import AgentError
+from ..events import to_jsonable
+from ..types import Message, role_of
+
+STANDARD_ROLES = frozenset({"system", "user", "assistant", "tool_result"})
+_MESSAGE = TypeAdapter(Message)
+
+
+class SessionError(AgentError):
+    """Base of the session errors."""
+
+
+class SessionConflictError(SessionError):
+    """Another writer appended to the session since this writer last read it; nothing was
+    written. Reload the session (``Session.load()``) to see what the other writer added."""
+
+    def __init__(self, name: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"session {name!r} was changed by another writer: this writer expected version "
+            f"{expected}, the store has version {actual}; nothing was written (reload the "
+            "session and retry)"
+        )
+        self.name, self.expected, self.actual = name, expected, actual
+
+
+class SessionStoreError(SessionError):
+    """The store could not be reached or failed; what it had committed before is kept."""
+
+
+class SessionImportError(SessionError):
+    """A JSONL import was rejected; ``line`` is the 1-based line at fault. Nothing was imported."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}; nothing was imported")
+        self.line = line
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One session as :meth:`SessionStore.list` reports it."""
+
+    name: str
+    messages: int
+    updated_ms: int
+
+
+class SessionStore(ABC):
+    """A place sessions live: SQLite (the default), Redis or PostgreSQL.
+
+    Records are opaque JSON text to a store; :func:`encode_message` and :func:`decode_message`
+    turn messages into records and back. Methods may be called from any thread.
+    """
+
+    url: str = ""
+
+    @abstractmethod
+    def load(self, name: str) -> tuple[list[str], int]:
+        """The session's records and its version (``([], 0)`` for a session never written)."""
+
+    @abstractmethod
+    def append(self, name: str, records: Sequence[str], expected_version: int) -> int:
+        """Append ``records`` atomically if the session is at ``expected_version``; return the
+        new version. Raises :class:`SessionConflictError` (nothing written) otherwise."""
+
+    @abstractmethod
+    def list(self) -> list[SessionInfo]:
+        """Every session with at least one message, by name."""
+
+    @abstractmethod
+    def delete(self, name: str) -> bool:
+        """Remove the session; return whether it existed."""
+
+    def close(self) -> None:  # noqa: B027 - a store without resources needs no close
+        """Release the store's connections."""
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_name(name: str) -> str:
+    """A session name: 1 to 200 printable characters without whitespace at either end."""
+    if not isinstance(name, str) or not name or len(name) > 200 or name != name.strip():
+        raise ValueError(f"invalid session name {name!r}: use 1-200 characters, no outer spaces")
+    if not name.isprintable():
+        raise ValueError(f"invalid session name {name!r}: only printable characters")
+    return name
+
+
+def encode_message(message: Any) -> str:
+    """A message as one line of JSON. Pydantic messages keep every field, so they load back
+    equal; an application's own message objects are stored as their public attributes and load
+    back as dicts."""
+    if isinstance(message, BaseModel):
+        data = message.model_dump(mode="json")
+    elif role_of(message) is not None:  # a dict, or an application's own message object
+        data = to_jsonable(message)
+    else:
+        raise TypeError(f"cannot store a {type(message).__name__} without a 'role'")
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def decode_message(record: str | dict[str, Any]) -> Any:
+    """A stored record as a message: a pydantic message for the standard roles, else a dict."""
+    data = json.loads(record) if isinstance(record, str) else record
+    if not isinstance(data, dict) or role_of(data) is None:
+        raise ValueError("a message must be a JSON object with a string 'role'")
+    if data["role"] in STANDARD_ROLES:
+        return _MESSAGE.validate_python(data)
+    return data

@@ -1,0 +1,140 @@
+"""The default session store: one SQLite file in WAL mode (the standard library, no server).
+
+Several processes may share the file. An append runs in one ``BEGIN IMMEDIATE`` transaction
+(check the version, insert the records, bump the version), so two writers never interleave and
+the later one gets :class:`SessionConflictError`. ``synchronous=FULL`` makes a committed append
+survive a crash of the process or the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .base import SessionConflictError, SessionInfo, SessionStore, SessionStoreError, check_name
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS agentkit_sessions (
+    name TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agentkit_messages (
+    session TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (session, seq)
+);
+"""
+
+
+class SqliteStore(SessionStore):
+    """Sessions in the SQLite file at ``path`` (created with its directory if missing)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+        self.path = Path(path).expanduser()
+        self.url = f"sqlite:///{self.path}"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Guards _db: one connection, shared by the threads that use this store.
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(SCHEMA)
+        except sqlite3.Error as exc:
+            raise SessionStoreError(f"cannot open the session file {self.path}: {exc}") from exc
+
+    def load(self, name: str) -> tuple[list[str], int]:
+        with self._lock, self._errors():
+            self._db.execute("BEGIN")  # one snapshot for both reads
+            try:
+                row = self._db.execute(
+                    "SELECT version FROM agentkit_sessions WHERE name = ?", (name,)
+                ).fetchone()
+                records = [
+                    r[0]
+                    for r in self._db.execute(
+                        "SELECT record FROM agentkit_messages WHERE session = ? ORDER BY seq",
+                        (name,),
+                    )
+                ]
+            finally:
+                self._db.execute("COMMIT")
+        return records, (row[0] if row else 0)
+
+    def append(self, name: str, records: Sequence[str], expected_version: int) -> int:
+        check_name(name)
+        with self._lock, self._errors():
+            self._db.execute("BEGIN IMMEDIATE")  # the write lock, before reading the version
+            try:
+                row = self._db.execute(
+                    "SELECT version FROM agentkit_sessions WHERE name = ?", (name,)
+                ).fetchone()
+                version = row[0] if row else 0
+                if version != expected_version:
+                    raise SessionConflictError(name, expected_version, version)
+                self._db.executemany(
+                    "INSERT INTO agentkit_messages (session, seq, record) VALUES (?, ?, ?)",
+                    [(name, version + i, record) for i, record in enumerate(records)],
+                )
+                new_version = version + len(records)
+                self._db.execute(
+                    "INSERT INTO agentkit_sessions (name, version, updated_ms) VALUES (?, ?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET version = excluded.version, "
+                    "updated_ms = excluded.updated_ms",
+                    (name, new_version, int(time.time() * 1000)),
+                )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return new_version
+
+    def list(self) -> list[SessionInfo]:
+        with self._lock, self._errors():
+            rows = self._db.execute(
+                "SELECT name, version, updated_ms FROM agentkit_sessions WHERE version > 0 "
+                "ORDER BY name"
+            ).fetchall()
+        return [SessionInfo(name, version, updated) for name, version, updated in rows]
+
+    def delete(self, name: str) -> bool:
+        with self._lock, self._errors():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("DELETE FROM agentkit_messages WHERE session = ?", (name,))
+                gone = self._db.execute("DELETE FROM agentkit_sessions WHERE name = ?", (name,))
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return gone.rowcount > 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _errors(self) -> _Translate:
+        return _Translate(self.path)
+
+
+class _Translate:
+    """Turns sqlite3's errors into :class:`SessionStoreError` naming the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:  # fmt: skip
+        if exc is not None and isinstance(exc, sqlite3.Error):
+            raise SessionStoreError(f"session file {self.path}: {exc}") from exc

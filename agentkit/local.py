@@ -474,6 +474,8 @@ _running: set[LocalModel] = set()
 """Servers started and not yet stopped; atexit stops them."""
 _shared: LocalModel | None = None
 """The server behind get_local_model()."""
+_shared_spec: tuple[int, Path | None] = (CONTEXT_WINDOW, None)
+"""The context size and model file (None: the verified default) _shared was started with."""
 _shared_start_lock = threading.Lock()
 """Held while the shared server starts, so concurrent callers start only one."""
 
@@ -635,24 +637,18 @@ def get_local_server(
     ``n_ctx`` and ``model_path`` (another GGUF file, loaded without a hash check) choose the
     server; asking for different ones stops the shared server and starts a matching one.
     """
-    global _shared
-    wanted_ctx = n_ctx or CONTEXT_WINDOW
-    wanted_path = Path(model_path).resolve() if model_path is not None else None
+    global _shared, _shared_spec
+    wanted = (n_ctx or CONTEXT_WINDOW, Path(model_path).resolve() if model_path else None)
     with _shared_start_lock:
         with _registry_lock:
-            shared = _shared
+            shared, spec = _shared, _shared_spec
         if shared is not None and shared.running:
-            same_path = wanted_path is None or shared.model_path.resolve() == wanted_path
-            if (
-                shared.n_ctx == wanted_ctx
-                and same_path
-                and (wanted_path is not None or shared.model_path.name == GGUF_FILENAME)
-            ):
+            if spec == wanted:
                 return shared
             shared.stop()
-        shared = start_local_model(n_ctx=wanted_ctx, model_path=wanted_path)
+        shared = start_local_model(n_ctx=wanted[0], model_path=wanted[1])
         with _registry_lock:
-            _shared = shared
+            _shared, _shared_spec = shared, wanted
         return shared
 
 

@@ -601,7 +601,7 @@ def start_local_model(
         slot_dir = slot_dir / "kv"
         try:
             slot_dir.mkdir(parents=True, exist_ok=True)
-            params.slot_save_path = str(slot_dir)
+            params.slot_save_path = str(slot_dir) + os.sep  # llama.cpp appends the name
         except OSError:
             slot_dir = None  # caching is an optimisation: run without it
     try:

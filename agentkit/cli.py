@@ -529,6 +529,8 @@ def user_message(text: str) -> str:
             reason = "the connection timed out"
         text = f"cannot reach {pool.group(2)}:{pool.group(3)} ({reason})"
     text = re.sub(r"<[\w.]*_?Pool[^>]*>", "the connection", text)
+    if _PARSE_FAILURE.search(text):
+        text = "the model wrote a reply (a tool call, most likely) that could not be read"
     if _OVERFLOW.search(text):
         text += (
             " -- the conversation no longer fits the model's context: give a shorter task or "
@@ -684,16 +686,54 @@ def _clip(text: str, limit: int) -> str:
 # --- run and chat -----------------------------------------------------------------------------
 
 
+PARSE_RETRIES = 2
+"""How often a reply the server could not parse (a malformed tool call) is sampled again."""
+RESAMPLE_TEMPERATURE = 0.7
+"""The temperature of a re-sample: at temperature 0 the model would repeat the same reply."""
+
+
 def _run_once(agent: Agent, task: str, io: _Io) -> int:
-    """One run; exit status 0 when it ended normally, 1 on an error, 130 when interrupted."""
+    """One run; exit status 0 when it ended normally, 1 on an error, 130 when interrupted.
+
+    A reply that failed to parse is dropped and sampled again (up to :data:`PARSE_RETRIES`
+    times, at :data:`RESAMPLE_TEMPERATURE`), so a small model's malformed tool call does not
+    end the task."""
     try:
         messages = agent.prompt(task)
+        for _ in range(PARSE_RETRIES):
+            last = messages[-1] if messages else None
+            if not _unparsed_reply(last) or agent.state.messages[-1] is not last:
+                break
+            io.err("agentkit: sampling the model's reply again")
+            agent.state.messages = agent.state.messages[:-1]
+            previous = agent.temperature
+            agent.temperature = RESAMPLE_TEMPERATURE
+            try:
+                messages = agent.continue_()
+            finally:
+                agent.temperature = previous
     except KeyboardInterrupt:
         _abort_quietly(agent)
         io.err("agentkit: interrupted; the run was aborted")
         return EXIT_INTERRUPTED
     last = messages[-1] if messages else None
     return 1 if getattr(last, "stop_reason", None) in ("error", "aborted") else 0
+
+
+_PARSE_FAILURE = re.compile(
+    r"peg-native|\bpeg\b|failed to parse|parse (error|failure)|does not match the expected|"
+    r"invalid tool call",
+    re.IGNORECASE,
+)
+
+
+def _unparsed_reply(message: Any) -> bool:
+    """Whether ``message`` is an assistant reply that ended because it could not be parsed."""
+    return bool(
+        getattr(message, "role", None) == "assistant"
+        and getattr(message, "stop_reason", None) == "error"
+        and _PARSE_FAILURE.search(getattr(message, "error_message", None) or "")
+    )
 
 
 def _chat(agent: Agent, io: _Io, after_run: Callable[[], None] | None = None) -> int:

@@ -515,3 +515,31 @@ def test_the_small_model_gets_repaired_arguments_and_a_note(workspace: Path) -> 
     text = result.content[0].text
     assert "dropped unknown key 'type'" in text and "converted limit" in text
     assert "remember the milk" in result.content[1].text
+
+
+PEG_ERROR = (
+    "Failed to parse input at pos 42: {\"name\": \"read_file\", \"arguments\": {\"path\": "
+    "does not match the expected peg-native format"
+)
+
+
+def test_an_unparsable_reply_is_sampled_again_without_parser_jargon(workspace: Path) -> None:
+    code, out, err, model = run_cli(
+        ["run", "read notes", "--workspace", str(workspace)],
+        [reply("", error=PEG_ERROR), "It says remember the milk."],
+    )
+    assert code == 0, err
+    assert "sampling the model's reply again" in err
+    assert "peg" not in err and "pos 42" not in err
+    assert "could not be read" in err
+    assert out.splitlines()[-1] == "It says remember the milk."
+    assert len(model.requests) == 2
+    assert all(m.role != "assistant" for m in model.requests[1].messages)  # the bad one dropped
+
+
+def test_parse_retries_are_bounded(workspace: Path) -> None:
+    code, _, err, model = run_cli(
+        ["run", "read notes", "--workspace", str(workspace)],
+        [reply("", error=PEG_ERROR)] * 3 + ["never"],
+    )
+    assert code == 1 and len(model.requests) == 1 + cli.PARSE_RETRIES

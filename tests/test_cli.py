@@ -518,7 +518,7 @@ def test_the_small_model_gets_repaired_arguments_and_a_note(workspace: Path) -> 
 
 
 PEG_ERROR = (
-    "Failed to parse input at pos 42: {\"name\": \"read_file\", \"arguments\": {\"path\": "
+    'Failed to parse input at pos 42: {"name": "read_file", "arguments": {"path": '
     "does not match the expected peg-native format"
 )
 

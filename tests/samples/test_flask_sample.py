@@ -201,3 +201,23 @@ def test_client_disconnect_during_a_quiet_tool_aborts_it(serve: Callable[[Flask]
     assert wait_until(lambda: threading.active_count() <= baseline, timeout=5), [
         t.name for t in threading.enumerate()
     ]
+
+
+def test_the_default_heartbeat_notices_a_disconnect_within_seconds(
+    serve: Callable[[Flask], str],
+) -> None:
+    """With the app's default heartbeat, a client that leaves during a quiet 30 s tool is
+    noticed in a couple of seconds, not after the tool."""
+    model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
+    app = create_app(model, model.model, tools=[slow_step])
+    base = serve(app)
+    r = requests.post(f"{base}/runs/stream", json={"prompt": "Work"}, stream=True)
+    events = sse_events(r)
+    run_id = next(events)[1]["id"]
+    for name, _ in events:
+        if name == "tool_execution_start":
+            break
+    r.close()
+    entry = runs_of(app).get(run_id)
+    assert entry.run.wait(15), "the quiet tool kept running after its client left"
+    assert entry.run.signal.aborted

@@ -543,3 +543,64 @@ def test_parse_retries_are_bounded(workspace: Path) -> None:
         [reply("", error=PEG_ERROR)] * 3 + ["never"],
     )
     assert code == 1 and len(model.requests) == 1 + cli.PARSE_RETRIES
+
+
+class TtyStream(io.StringIO):
+    """An output stream that says it is a terminal and signals each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wrote = threading.Event()
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        self.wrote.set()
+        return written
+
+
+def test_a_spinner_shows_work_before_the_first_token(workspace: Path) -> None:
+    err = TtyStream()
+    gate = threading.Event()
+    model = ScriptedModel(["The answer."])
+    original = model.stream_fn
+
+    def slow_start(*args: Any) -> Any:
+        assert gate.wait(10)  # the model "reads its prompt" until the spinner has shown
+        return original(*args)
+
+    def release() -> None:
+        while "working..." not in err.getvalue():
+            err.wrote.clear()
+            if not err.wrote.wait(10):
+                break
+        gate.set()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    out = io.StringIO()
+    code = cli.main(
+        ["run", "x", "--workspace", str(workspace)],
+        stream_fn=slow_start,
+        model=model.model,
+        stdout=out,
+        stderr=err,
+    )
+    releaser.join()
+    assert code == 0
+    assert "working... 0 s" in err.getvalue()
+    assert err.getvalue().endswith("\r\x1b[K")  # the spinner line is cleared before the answer
+    assert out.getvalue() == "The answer.\n"
+
+
+def test_json_reports_progress_and_the_time_to_first_token(workspace: Path) -> None:
+    code, out, _, _ = run_cli(["run", "x", "--json", "--workspace", str(workspace)], ["Hi"])
+    assert code == 0
+    events = [json.loads(line) for line in out.splitlines()]
+    progress = [e for e in events if e["type"] == "progress"]
+    assert progress[0]["phase"] == "waiting" and progress[-1]["phase"] == "first_event"
+    assert isinstance(progress[-1]["waited_s"], float)
+    kinds = [e["type"] for e in events]
+    assert kinds.index("progress") < kinds.index("message_update")

@@ -186,6 +186,31 @@ class Watched(io.StringIO):
         return written
 
 
+def run_chat(
+    workspace: Path,
+    drive: Any,
+    stream_fn: Any,
+    model: ScriptedModel,
+    stdin: Any,
+    out: Any,
+    err: Any,
+) -> int:
+    """``agentkit chat`` with ``drive`` typing into its stdin from another thread."""
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        return cli.main(
+            ["chat", "--workspace", str(workspace)],
+            stream_fn=stream_fn,
+            model=model.model,
+            stdin=stdin,
+            stdout=out,
+            stderr=err,
+        )
+    finally:
+        driver.join(5)
+
+
 def test_chat_ctrl_c_aborts_the_run_not_the_session(workspace: Path) -> None:
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals are delivered to the main thread only")
@@ -214,17 +239,7 @@ def test_chat_ctrl_c_aborts_the_run_not_the_session(workspace: Path) -> None:
         writer.write("second task\n")
         writer.close()  # end of input: the chat finishes the task, then leaves
 
-    driver = threading.Thread(target=drive)
-    driver.start()
-    code = cli.main(
-        ["chat", "--workspace", str(workspace)],
-        stream_fn=watched,
-        model=model.model,
-        stdin=stdin,
-        stdout=out,
-        stderr=err,
-    )
-    driver.join(5)
+    code = run_chat(workspace, drive, watched, model, stdin, out, err)
     assert code == 0
     assert "second answer" in out.getvalue()
     assert len(model.requests) == 2
@@ -261,18 +276,8 @@ def test_chat_steers_a_running_task(workspace: Path) -> None:
         release.set()
         writer.close()
 
-    driver = threading.Thread(target=drive)
-    driver.start()
     out = io.StringIO()
-    code = cli.main(
-        ["chat", "--workspace", str(workspace)],
-        stream_fn=watched,
-        model=model.model,
-        stdin=stdin,
-        stdout=out,
-        stderr=err,
-    )
-    driver.join(5)
+    code = run_chat(workspace, drive, watched, model, stdin, out, err)
     assert code == 0
     second = model.requests[1].messages
     assert [m.role for m in second][-2:] == ["tool_result", "user"]
@@ -485,17 +490,7 @@ def test_chat_approval_answers_belong_to_their_question(workspace: Path) -> None
         writer.write("n\n")
         writer.close()
 
-    driver = threading.Thread(target=drive)
-    driver.start()
-    code = cli.main(
-        ["chat", "--workspace", str(workspace)],
-        stream_fn=watched,
-        model=model.model,
-        stdin=stdin,
-        stdout=out,
-        stderr=err,
-    )
-    driver.join(5)
+    code = run_chat(workspace, drive, watched, model, stdin, out, err)
     assert code == 0
     assert (workspace / "a.txt").read_text() == "a"
     assert not (workspace / "b.txt").exists()

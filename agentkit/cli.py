@@ -332,6 +332,8 @@ def _local_model(path: str | None, ctx_size: int | None, io: _Io) -> Model:
     from . import local
 
     io.err("agentkit: starting the local model...")
+    if io.json:
+        io.out(json_line({"type": "progress", "phase": "model_start"}))
     options: dict[str, Any] = {}
     if ctx_size is not None:
         options["n_ctx"] = ctx_size

@@ -594,6 +594,9 @@ def start_local_model(
     params.cpuparams_batch.n_threads = threads
     params.sampling.temp = 0.0
     params.verbosity = 0
+    # The server notices a cancelled request between batches: a smaller batch bounds the CPU a
+    # request keeps using after its client left (Ctrl-C in chat) to about one batch.
+    params.n_batch = 512
     params.warmup = False  # an empty warm-up decode costs start-up time and buys nothing here
     slot_dir: Path | None = None
     if prefix_cache:

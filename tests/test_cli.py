@@ -599,3 +599,28 @@ def test_json_reports_progress_and_the_time_to_first_token(workspace: Path) -> N
     assert isinstance(progress[-1]["waited_s"], float)
     kinds = [e["type"] for e in events]
     assert kinds.index("progress") < kinds.index("message_update")
+
+
+def test_json_says_the_local_model_is_starting(
+    monkeypatch: pytest.MonkeyPatch, workspace: Path
+) -> None:
+    from agentkit import local
+
+    for _, env, _ in cli.DEFAULT_MODELS:
+        monkeypatch.delenv(env, raising=False)
+    weights = workspace.parent / "m.gguf"
+    weights.write_bytes(b"GGUF")
+    server = local.LocalModel(object(), "http://127.0.0.1:9", weights, 4096, slot_dir=None)
+    monkeypatch.setattr(local, "get_local_server", lambda **kw: server)
+    model = ScriptedModel(["Hi"], model=server.model)
+    out = io.StringIO()
+    code = cli.main(
+        ["run", "x", "--json", "--workspace", str(workspace)],
+        stream_fn=model,
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    server.stop()
+    assert code == 0
+    first = json.loads(out.getvalue().splitlines()[0])
+    assert first == {"type": "progress", "phase": "model_start"}

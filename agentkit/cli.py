@@ -349,7 +349,8 @@ def _local_model(path: str | None, ctx_size: int | None, io: _Io) -> Model:
 
 # The embedded model has a 4,096-token context: keep what one tool call returns small.
 SMALL_CONTEXT = 8192
-SMALL_CONTEXT_LIMITS = {"max_read_chars": 6000, "max_output_chars": 4000}
+SMALL_READ_CHARS = 6000
+SMALL_OUTPUT_CHARS = 4000
 
 
 def _check_tools(spec: str) -> None:
@@ -374,7 +375,12 @@ def _select_tools(spec: str, workspace: Path, model: Model) -> list[AgentTool]:
 
     _check_tools(spec)
     small = 0 < model.context_window <= SMALL_CONTEXT
-    tools = workspace_tools(workspace, **(SMALL_CONTEXT_LIMITS if small else {}))
+    if small:
+        tools = workspace_tools(
+            workspace, max_read_chars=SMALL_READ_CHARS, max_output_chars=SMALL_OUTPUT_CHARS
+        )
+    else:
+        tools = workspace_tools(workspace)
     if small:
         tools = compact_tools(tools)
     tools = [with_argument_repair(t) for t in tools]
@@ -389,7 +395,7 @@ def _select_tools(spec: str, workspace: Path, model: Model) -> list[AgentTool]:
 def _build_agent(
     args: argparse.Namespace, io: _Io, stream_fn: StreamFn | None, model: Model | None
 ) -> Agent:
-    from .cli_tools import MUTATING_TOOLS, UNCONFINED_TOOLS
+    from .cli_tools import MUTATING_TOOLS, is_sandboxed
 
     io.json = args.json
     workspace = Path(args.workspace).resolve()
@@ -400,16 +406,21 @@ def _build_agent(
         raise CliError("--ctx-size applies to the local model only (--model local)")
     tools = _select_tools(args.tools, workspace, chosen)
     approve = args.yes
+    warnings = {
+        t.name: (
+            " (sandboxed: read-only system, no network)"
+            if is_sandboxed(t)
+            else " (not sandboxed: it runs with your permissions)"
+        )
+        for t in tools
+        if t.name == "run_command"
+    }
     small = 0 < chosen.context_window <= SMALL_CONTEXT
 
     def before_tool_call(ctx: BeforeToolCallContext, signal: AbortSignal) -> Any:
         if approve or ctx.tool_call.name not in MUTATING_TOOLS:
             return None
-        warning = (
-            " (not sandboxed: it runs with your permissions)"
-            if ctx.tool_call.name in UNCONFINED_TOOLS
-            else ""
-        )
+        warning = warnings.get(ctx.tool_call.name, "")
         shown = json.dumps(ctx.args, ensure_ascii=False, default=str)
         question = f"Allow {ctx.tool_call.name} {shown}?{warning} [y/N] "
         answer = _ask(io, visible(question), signal)

@@ -6,8 +6,10 @@ walked one component at a time without following symlinks out of that folder (``
 ``O_NOFOLLOW``), so a path outside, or a link swapped in mid-call, is refused. Writes go to a
 temporary file renamed into place. The tools named in :data:`MUTATING_TOOLS` change the
 workspace or run programs, so the CLI asks before running them (from its ``before_tool_call``
-hook). ``run_command`` is NOT confined: the command runs with the user's own permissions and
-can read, change or send anything the user can; only its working folder is the workspace.
+hook). ``run_command`` runs in a bubblewrap sandbox when one is available (the system
+read-only, the home folder hidden, only the workspace writable, no network); without one it is
+NOT confined: the command runs with the user's own permissions and can read, change or send
+anything the user can. Its description, and the CLI's question, say which.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import re
 import secrets
 import selectors
+import shutil
 import signal as signals
 import stat
 import subprocess
@@ -36,9 +39,6 @@ from .tools import AgentTool, AgentToolResult, OnUpdate, tool
 
 MUTATING_TOOLS: frozenset[str] = frozenset({"write_file", "edit_file", "run_command"})
 """Tools that change the workspace or run a program: the CLI asks before each call."""
-
-UNCONFINED_TOOLS: frozenset[str] = frozenset({"run_command"})
-"""Tools not confined to the workspace: a command runs with the user's own permissions."""
 
 TOOL_NAMES: tuple[str, ...] = (
     "read_file",
@@ -324,6 +324,7 @@ def workspace_tools(
     *,
     max_read_chars: int = READ_MAX_CHARS,
     max_output_chars: int = COMMAND_OUTPUT_HEAD + COMMAND_OUTPUT_TAIL,
+    sandbox: bool | None = None,
 ) -> list[AgentTool]:
     """The CLI's built-in tools, confined to the folder ``root``.
 
@@ -332,11 +333,22 @@ def workspace_tools(
     ``max_read_chars`` bounds the text one ``read_file`` call returns and ``max_output_chars``
     the command output ``run_command`` keeps (a third from the start, the rest from the end):
     lower them for a model with a small context window.
+
+    ``sandbox`` says how ``run_command`` runs: ``None`` (the default) in a bubblewrap sandbox
+    when :func:`sandbox_available` (a read-only system, the workspace writable, no network),
+    else unconfined; ``True`` requires the sandbox (:class:`WorkspaceError` without one);
+    ``False`` never uses it. The tool's description says which it is.
     """
     if max_read_chars < 1 or max_output_chars < 3:
         raise ValueError("max_read_chars and max_output_chars must be positive")
     ws = Workspace(root)
     output_head = max_output_chars // 3
+    if sandbox and not sandbox_available():
+        raise WorkspaceError(
+            "no sandbox for run_command: install bubblewrap (Debian: apt install bubblewrap) "
+            "or allow unconfined commands"
+        )
+    sandboxed = sandbox_available() if sandbox is None else sandbox
 
     @tool(label="Read file")
     def read_file(
@@ -497,7 +509,7 @@ def workspace_tools(
     ) -> AgentToolResult:
         """Run a shell command in the workspace root and return its exit code and output.
 
-        Not sandboxed: it runs with the user's permissions. The command is killed (with every process it started) when the timeout passes or the
+        The command is killed (with every process it started) when the timeout passes or the
         run is aborted. Long output keeps its beginning and its end.
 
         Args:
@@ -507,9 +519,64 @@ def workspace_tools(
         if not 0 < timeout <= COMMAND_MAX_TIMEOUT:
             raise WorkspaceError(f"timeout must be more than 0 and at most {COMMAND_MAX_TIMEOUT:g}")
         head, tail = output_head, max_output_chars - output_head
-        return _run_command(ws.root, command, timeout, signal, on_update, head, tail)
+        argv = _sandboxed(ws.root, command) if sandboxed else ["/bin/sh", "-c", command]
+        return _run_command(ws.root, argv, timeout, signal, on_update, head, tail)
 
+    note = SANDBOX_NOTE if sandboxed else UNCONFINED_NOTE
+    run_command = dataclasses.replace(
+        run_command, description=f"{run_command.description}\n\n{note}"
+    )
     return [read_file, write_file, edit_file, list_folder, search_text, run_command]
+
+
+SANDBOX_NOTE = "Sandboxed: the system is read-only, only the workspace is writable, no network."
+"""What ``run_command``'s description and the CLI's question say when it runs in bubblewrap."""
+UNCONFINED_NOTE = "Not sandboxed: it runs with the user's own permissions."
+"""What they say when no sandbox is available."""
+
+
+def is_sandboxed(tool: AgentTool) -> bool:
+    """Whether ``tool`` (a ``run_command`` from :func:`workspace_tools`) runs in the sandbox."""
+    return SANDBOX_NOTE in tool.description
+
+
+_sandbox_probe: list[bool] = []
+"""The cached answer of :func:`sandbox_available` (empty until asked)."""
+
+
+def sandbox_available() -> bool:
+    """Whether bubblewrap (``bwrap``) is installed and can make a sandbox here (user namespaces
+    may be disabled); probed once per process."""
+    if not _sandbox_probe:
+        works = False
+        if shutil.which("bwrap") is not None:
+            try:
+                done = subprocess.run(
+                    _sandboxed(Path("/"), "true"),
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=20,
+                )
+                works = done.returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                works = False
+        _sandbox_probe.append(works)
+    return _sandbox_probe[0]
+
+
+def _sandboxed(workspace: Path, command: str) -> list[str]:
+    """The bubblewrap command line that runs ``command`` with the system read-only, the home
+    folder and /tmp empty, only ``workspace`` writable, no network. It stays in our process
+    group's session, so a kill of the group reaches everything the command started."""
+    home = os.path.expanduser("~")
+    root = str(workspace)
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    if home not in ("/", "") and os.path.isdir(home):
+        argv += ["--tmpfs", home]
+    if root != "/":
+        argv += ["--bind", root, root]
+    argv += ["--unshare-net", "--die-with-parent", "--chdir", root]
+    return [*argv, "/bin/sh", "-c", command]
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -831,21 +898,21 @@ def _read_available(fd: int, buffer: _OutputBuffer) -> bool:
 
 def _run_command(
     cwd: Path,
-    command: str,
+    argv: list[str],
     timeout: float,
     signal: AbortSignal | None,
     on_update: Callable[[Any], None] | None,
     head: int,
     tail: int,
 ) -> AgentToolResult:
-    """Run ``command`` through the shell, on this thread, within ``timeout`` and ``signal``."""
-    if not command.strip():
+    """Run ``argv`` (a shell command line, maybe in the sandbox) on this thread, within
+    ``timeout`` and ``signal``."""
+    if not argv[-1].strip():
         raise WorkspaceError("command is empty")
     if signal is not None:
         signal.throw_if_aborted()
     process = subprocess.Popen(
-        command,
-        shell=True,
+        argv,
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -942,7 +1009,7 @@ _COMPACT: dict[str, tuple[str, dict[str, str | None]]] = {
         },
     ),
     "run_command": (
-        "Run a shell command in the workspace folder (not sandboxed).",
+        "Run a shell command in the workspace folder.",
         {"command": None, "timeout": "seconds"},
     ),
 }
@@ -959,6 +1026,9 @@ def compact_tools(tools: list[AgentTool]) -> list[AgentTool]:
             compacted.append(original)
             continue
         description, notes = short
+        if original.name == "run_command":
+            sandboxed = is_sandboxed(original)
+            description += " " + (SANDBOX_NOTE if sandboxed else UNCONFINED_NOTE)
         parameters = json.loads(json.dumps(original.parameters))
         for name, schema in parameters.get("properties", {}).items():
             schema.pop("description", None)

@@ -624,3 +624,25 @@ def test_json_says_the_local_model_is_starting(
     assert code == 0
     first = json.loads(out.getvalue().splitlines()[0])
     assert first == {"type": "progress", "phase": "model_start"}
+
+
+@pytest.mark.parametrize(
+    ("sandboxed", "says"),
+    [
+        (False, "(not sandboxed: it runs with your permissions) [y/N]"),
+        (True, "(sandboxed: read-only system, no network) [y/N]"),
+    ],
+)
+def test_the_command_question_says_whether_it_is_sandboxed(
+    monkeypatch: pytest.MonkeyPatch, workspace: Path, sandboxed: bool, says: str
+) -> None:
+    from agentkit import cli_tools
+
+    monkeypatch.setattr(cli_tools, "_sandbox_probe", [sandboxed])
+    code, out, _, _ = run_cli(
+        ["run", "list", "--workspace", str(workspace)],
+        [reply(tool_call("run_command", {"command": "ls"})), "Not run."],
+        stdin=Terminal("n\n"),
+    )
+    assert code == 0
+    assert f'Allow run_command {{"command": "ls"}}? {says}' in out

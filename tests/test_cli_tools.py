@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agentkit import cli_tools
 from agentkit.abort import AbortController
 from agentkit.cli_tools import MUTATING_TOOLS, WorkspaceError, workspace_tools
 from agentkit.errors import AbortError
@@ -483,3 +484,47 @@ def test_undecodable_file_names_are_listed_as_encodable_text(ws: Path) -> None:
     assert "caf\\xe9.txt" in listing
     listing.encode("utf-8")  # no lone surrogate
     json.dumps(listing, ensure_ascii=False).encode("utf-8")
+
+
+# --- run_command: sandboxed when bubblewrap can, honest when it cannot ---------------------------
+
+needs_sandbox = pytest.mark.skipif(
+    not cli_tools.sandbox_available(), reason="bubblewrap (bwrap) is not available here"
+)
+
+
+@needs_sandbox
+def test_a_sandboxed_command_writes_only_the_workspace_and_has_no_network(ws: Path) -> None:
+    import socket
+
+    (run_command,) = [t for t in workspace_tools(ws, sandbox=True) if t.name == "run_command"]
+    assert cli_tools.is_sandboxed(run_command) and "no network" in run_command.description
+    signal = AbortController().signal
+    wrote = run_command.execute(
+        "c", {"command": "echo hi > inside.txt; touch ../outside.txt; touch $HOME/x"}, signal, print
+    )
+    assert (ws / "inside.txt").read_text() == "hi\n"
+    assert not (ws.parent / "outside.txt").exists()
+    assert not (Path.home() / "x").exists()
+    assert wrote.details["exit_code"] == 0  # /tmp and home are throwaway folders inside
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        probe = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"
+        reached = run_command.execute("c", {"command": f"bash -c '{probe}'"}, signal, print)
+    assert reached.is_error and "connected" not in reached.text
+
+
+def test_without_a_sandbox_run_command_says_it_is_not_confined(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_tools, "_sandbox_probe", [False])
+    by_name = {t.name: t for t in workspace_tools(ws)}
+    assert "Not sandboxed" in by_name["run_command"].description
+    assert not cli_tools.is_sandboxed(by_name["run_command"])
+    compact = {t.name: t for t in cli_tools.compact_tools(list(by_name.values()))}
+    assert "Not sandboxed" in compact["run_command"].description
+    assert call(ws, "run_command", command="echo $((6 * 7))").text == "Exit code 0\n42"
+    with pytest.raises(WorkspaceError, match="install bubblewrap"):
+        workspace_tools(ws, sandbox=True)

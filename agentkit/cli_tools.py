@@ -2,24 +2,36 @@
 folder, search text, and run a shell command.
 
 :func:`workspace_tools` builds them for one workspace folder. Every path a tool is given is
-resolved (symlinks followed) and refused unless it lies inside that folder. The tools named in
-:data:`MUTATING_TOOLS` change the workspace or run programs, so the CLI asks before running them
-(from its ``before_tool_call`` hook); note that a shell command itself is not confined.
+walked one component at a time without following symlinks out of that folder (``openat`` with
+``O_NOFOLLOW``), so a path outside, or a link swapped in mid-call, is refused. Writes go to a
+temporary file renamed into place. The tools named in :data:`MUTATING_TOOLS` change the
+workspace or run programs, so the CLI asks before running them (from its ``before_tool_call``
+hook). ``run_command`` runs in a bubblewrap sandbox when one is available (the system
+read-only, the home folder hidden, only the workspace writable, no network); without one it is
+NOT confined: the command runs with the user's own permissions and can read, change or send
+anything the user can. Its description, and the CLI's question, say which.
 """
 
 from __future__ import annotations
 
 import codecs
+import contextlib
+import dataclasses
+import json
 import os
 import re
+import secrets
 import selectors
+import shutil
 import signal as signals
+import stat
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
 
 from .abort import AbortSignal
 from .errors import AbortError, AgentError
@@ -27,6 +39,16 @@ from .tools import AgentTool, AgentToolResult, OnUpdate, tool
 
 MUTATING_TOOLS: frozenset[str] = frozenset({"write_file", "edit_file", "run_command"})
 """Tools that change the workspace or run a program: the CLI asks before each call."""
+
+TOOL_NAMES: tuple[str, ...] = (
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_folder",
+    "search_text",
+    "run_command",
+)
+"""The names of the built-in tools, in the order :func:`workspace_tools` returns them."""
 
 READ_MAX_LINES = 2000
 """Default and largest number of lines ``read_file`` returns at once."""
@@ -36,6 +58,12 @@ LIST_MAX_ENTRIES = 1000
 SEARCH_MAX_RESULTS = 500
 SEARCH_MAX_FILE_BYTES = 2_000_000
 SEARCH_LINE_CHARS = 300
+SEARCH_MAX_TOTAL_CHARS = 50_000_000
+"""Text one regular-expression search hands its worker at most."""
+SEARCH_TIMEOUT = 20.0
+"""Seconds a regular-expression search may take before its worker is killed."""
+EDIT_MAX_BYTES = 10_000_000
+"""The largest file ``edit_file`` changes."""
 SEARCH_SKIP_DIRS = frozenset(
     {
         ".git",
@@ -65,34 +93,38 @@ class WorkspaceError(AgentError):
     """A workspace tool was asked for something it must not or cannot do."""
 
 
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _O_NOFOLLOW | _O_CLOEXEC
+_MAX_LINKS = 40
+"""Symlinks one path may pass through before it is refused (a loop, say)."""
+
+
 class Workspace:
-    """The folder the tools work in, and the check that keeps every path inside it."""
+    """The folder the tools work in, and the walk that keeps every path inside it.
+
+    Paths are opened one component at a time, each relative to the descriptor of the folder
+    before it and without following symlinks (``O_NOFOLLOW``). A symlink is read and its target
+    walked the same way, so a link that leads out is refused, and a link swapped in after a
+    check cannot be followed: the check and the use are one step.
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         resolved = Path(root).resolve()
         if not resolved.is_dir():
             raise WorkspaceError(f"The workspace {root} is not a folder")
         self.root = resolved
+        self._aliases = {str(resolved), os.path.abspath(root)}
 
     def resolve(self, path: str) -> Path:
         """The real path of ``path`` (relative to the root, or absolute), symlinks followed.
 
-        Raises :class:`WorkspaceError` when it lies outside the workspace.
+        Raises :class:`WorkspaceError` when it lies outside the workspace. Informational only:
+        the tools open paths with :meth:`open_file`, :meth:`open_folder` and :meth:`locate`.
         """
-        if not path or "\0" in path:
-            raise WorkspaceError("A path must be a non-empty string without NUL characters")
-        candidate = Path(path)
-        if not candidate.is_absolute():
-            candidate = self.root / candidate
-        try:
-            resolved = candidate.resolve()
-        except (OSError, RuntimeError) as exc:  # a symlink loop, say
-            raise WorkspaceError(f"Cannot resolve {path}: {exc}") from exc
-        if resolved != self.root and self.root not in resolved.parents:
-            raise WorkspaceError(
-                f"{path} is outside the workspace {self.root}; only paths inside it are allowed"
-            )
-        return resolved
+        parent, name, shown = self.locate(path)
+        os.close(parent)
+        return self.root if shown == "." else self.root / shown
 
     def display(self, path: Path) -> str:
         """``path`` relative to the root, as shown to the model (``.`` for the root)."""
@@ -101,12 +133,198 @@ class Workspace:
         except ValueError:
             return str(path)
 
+    def _outside(self, path: str) -> WorkspaceError:
+        return WorkspaceError(
+            f"{path} is outside the workspace {self.root}; only paths inside it are allowed"
+        )
+
+    def _relative_parts(self, path: str, original: str) -> list[str]:
+        """The components of ``path`` relative to the root; an absolute path must lie inside."""
+        if not os.path.isabs(path):
+            return path.split("/")
+        normal = os.path.normpath(path)
+        for alias in self._aliases:
+            if normal == alias:
+                return []
+            if normal.startswith(alias.rstrip("/") + "/"):
+                return normal[len(alias.rstrip("/")) + 1 :].split("/")
+        try:  # the root reached through another name (/tmp -> /private/tmp, say)
+            real = os.path.realpath(os.path.dirname(normal))
+        except (OSError, ValueError):
+            raise self._outside(original) from None
+        for alias in self._aliases:
+            if real == alias or real.startswith(alias.rstrip("/") + "/"):
+                rest = real[len(alias.rstrip("/")) :].strip("/")
+                return [*rest.split("/"), os.path.basename(normal)]
+        raise self._outside(original)
+
+    def locate(self, path: str, *, make_folders: bool = False) -> tuple[int, str, str]:
+        """Walk ``path`` safely: (descriptor of its folder, its name there, its shown path).
+
+        Symlinks on the way and at the end are followed only while they stay inside. The name
+        is ``""`` when the path is the root itself. The caller closes the descriptor and opens
+        the name with ``O_NOFOLLOW`` relative to it. ``make_folders`` creates missing folders.
+        """
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise WorkspaceError("A path must be a non-empty string without NUL characters")
+        pending = self._relative_parts(path, path)
+        fds = [os.open(self.root, _O_DIR)]
+        names: list[str] = []
+        links = 0
+        try:
+            while pending:
+                part = pending.pop(0)
+                if part in ("", "."):
+                    continue
+                if part == "..":
+                    if not names:
+                        raise self._outside(path)
+                    os.close(fds.pop())
+                    names.pop()
+                    continue
+                target = _read_link(part, fds[-1])
+                if target is not None:
+                    links += 1
+                    if links > _MAX_LINKS:
+                        raise WorkspaceError(f"Cannot resolve {path}: too many symbolic links")
+                    if os.path.isabs(target):
+                        while len(fds) > 1:
+                            os.close(fds.pop())
+                        names.clear()
+                        pending = self._relative_parts(target, path) + pending
+                    else:
+                        pending = target.split("/") + pending
+                    continue
+                if not pending:
+                    shown = "/".join([*names, part])
+                    return os.dup(fds[-1]), part, shown
+                fds.append(self._open_step(part, fds[-1], "/".join([*names, part]), make_folders))
+                names.append(part)
+            return os.dup(fds[-1]), "", "/".join(names) or "."
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    @staticmethod
+    def _open_step(part: str, parent: int, shown: str, make_folders: bool) -> int:
+        try:
+            return os.open(part, _O_DIR, dir_fd=parent)
+        except FileNotFoundError:
+            if not make_folders:
+                raise WorkspaceError(f"{shown} does not exist") from None
+        except NotADirectoryError:
+            raise WorkspaceError(f"{shown} is not a folder") from None
+        except OSError as exc:  # ELOOP: a symlink swapped in after the check
+            raise WorkspaceError(f"Cannot open {shown}: {exc.strerror}") from None
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(part, dir_fd=parent)
+        return os.open(part, _O_DIR, dir_fd=parent)
+
+    def open_folder(self, path: str) -> tuple[int, str]:
+        """A descriptor of the folder ``path`` (the caller closes it) and its shown path."""
+        parent, name, shown = self.locate(path)
+        try:
+            if not name:
+                return os.dup(parent), shown
+            try:
+                return os.open(name, _O_DIR, dir_fd=parent), shown
+            except FileNotFoundError:
+                raise WorkspaceError(f"{path} does not exist") from None
+            except OSError:
+                raise WorkspaceError(f"{path} is not a folder") from None
+        finally:
+            os.close(parent)
+
+    def open_file(self, path: str) -> tuple[int, str]:
+        """A read-only descriptor of the regular file ``path`` and its shown path."""
+        parent, name, shown = self.locate(path)
+        try:
+            if not name:
+                raise WorkspaceError(f"{shown} is a folder; use list_folder")
+            return _open_regular(name, parent, shown), shown
+        finally:
+            os.close(parent)
+
+    def write_bytes(self, path: str, data: bytes) -> tuple[str, bool]:
+        """Replace or create the file ``path`` atomically (a temporary file renamed over it,
+        keeping the old file's mode); return its shown path and whether it existed."""
+        parent, name, shown = self.locate(path, make_folders=True)
+        try:
+            if not name:
+                raise WorkspaceError(f"{path} is a folder, not a file")
+            return shown, _replace_file(parent, name, shown, data)
+        finally:
+            os.close(parent)
+
+
+def _read_link(name: str, parent: int) -> str | None:
+    """The target of the symlink ``name`` in ``parent``, or None when it is not a symlink."""
+    try:
+        return os.readlink(name, dir_fd=parent)
+    except OSError:  # EINVAL (not a link) or ENOENT (missing): the next open says which
+        return None
+
+
+def _open_regular(name: str, parent: int, shown: str) -> int:
+    """Open ``name`` read-only without following a symlink or blocking on a FIFO."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=parent)
+    except FileNotFoundError:
+        raise WorkspaceError(f"{shown} does not exist") from None
+    except IsADirectoryError:
+        raise WorkspaceError(f"{shown} is a folder; use list_folder") from None
+    except OSError as exc:
+        raise WorkspaceError(f"Cannot open {shown}: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise WorkspaceError(f"{shown} is a folder; use list_folder")
+        raise WorkspaceError(f"{shown} is not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _replace_file(parent: int, name: str, shown: str, data: bytes) -> bool:
+    """Write ``data`` to a temporary file beside ``name`` and rename it over ``name``; an
+    interrupted write leaves the old file whole. Returns whether the file existed."""
+    try:
+        old = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        old = None
+    if old is not None and stat.S_ISDIR(old.st_mode):
+        raise WorkspaceError(f"{shown} is a folder, not a file")
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        raise WorkspaceError(f"{shown} is not a regular file")
+    temp = f".{name[:200]}.{secrets.token_hex(4)}.agentkit-tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
+    fd = os.open(temp, flags, 0o666, dir_fd=parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            if old is not None:
+                os.fchmod(out.fileno(), stat.S_IMODE(old.st_mode))
+            os.fsync(out.fileno())
+        os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=parent)
+        raise
+    return old is not None
+
+
+def printable_name(name: str) -> str:
+    """A file name as text that always encodes: undecodable bytes shown as ``\\xNN``."""
+    return os.fsencode(name).decode("utf-8", errors="backslashreplace")
+
 
 def workspace_tools(
     root: str | os.PathLike[str],
     *,
     max_read_chars: int = READ_MAX_CHARS,
     max_output_chars: int = COMMAND_OUTPUT_HEAD + COMMAND_OUTPUT_TAIL,
+    sandbox: bool | None = None,
 ) -> list[AgentTool]:
     """The CLI's built-in tools, confined to the folder ``root``.
 
@@ -115,11 +333,22 @@ def workspace_tools(
     ``max_read_chars`` bounds the text one ``read_file`` call returns and ``max_output_chars``
     the command output ``run_command`` keeps (a third from the start, the rest from the end):
     lower them for a model with a small context window.
+
+    ``sandbox`` says how ``run_command`` runs: ``None`` (the default) in a bubblewrap sandbox
+    when :func:`sandbox_available` (a read-only system, the workspace writable, no network),
+    else unconfined; ``True`` requires the sandbox (:class:`WorkspaceError` without one);
+    ``False`` never uses it. The tool's description says which it is.
     """
     if max_read_chars < 1 or max_output_chars < 3:
         raise ValueError("max_read_chars and max_output_chars must be positive")
     ws = Workspace(root)
     output_head = max_output_chars // 3
+    if sandbox and not sandbox_available():
+        raise WorkspaceError(
+            "no sandbox for run_command: install bubblewrap (Debian: apt install bubblewrap) "
+            "or allow unconfined commands"
+        )
+    sandboxed = sandbox_available() if sandbox is None else sandbox
 
     @tool(label="Read file")
     def read_file(
@@ -136,8 +365,9 @@ def workspace_tools(
         """
         _check_range("offset", offset, 1, None)
         _check_range("limit", limit, 1, READ_MAX_LINES)
-        target = ws.resolve(path)
-        chosen, total = _read_lines(target, ws.display(target), offset, limit, max_read_chars)
+        fd, shown = ws.open_file(path)
+        with os.fdopen(fd, "rb") as f:
+            chosen, total = _read_lines(f, shown, offset, limit, max_read_chars)
         if total and offset > total:
             raise WorkspaceError(f"{path} has {total} lines; offset {offset} is past its end")
         last = offset - 1 + len(chosen)
@@ -148,7 +378,7 @@ def workspace_tools(
                 f"call read_file with offset={last + 1} for more]"
             )
         details = {
-            "path": ws.display(target),
+            "path": shown,
             "offset": offset,
             "lines": len(chosen),
             "total_lines": total,
@@ -163,14 +393,8 @@ def workspace_tools(
             path: The file, relative to the workspace root.
             content: The complete new content of the file.
         """
-        target = ws.resolve(path)
-        if target.is_dir():
-            raise WorkspaceError(f"{path} is a folder, not a file")
-        existed = target.exists()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        data = content.encode("utf-8")
-        target.write_bytes(data)
-        shown = ws.display(target)
+        data = content.encode("utf-8", errors="surrogateescape")
+        shown, existed = ws.write_bytes(path, data)
         verb = "Overwrote" if existed else "Created"
         return AgentToolResult(
             content=f"{verb} {shown} ({len(data)} bytes)",
@@ -192,11 +416,11 @@ def workspace_tools(
             new_text: The text to put in its place.
             replace_all: Replace every occurrence instead of requiring exactly one.
         """
-        target = ws.resolve(path)
-        shown = ws.display(target)
         if not old_text:
             raise WorkspaceError("old_text must not be empty; use write_file to create a file")
-        text = _read_text(target, shown)
+        fd, shown = ws.open_file(path)
+        with os.fdopen(fd, "rb") as f:
+            text = _read_text(f, shown)
         count = text.count(old_text)
         if count == 0:
             raise WorkspaceError(
@@ -209,7 +433,7 @@ def workspace_tools(
             )
         first_line = text[: text.index(old_text)].count("\n") + 1
         updated = text.replace(old_text, new_text)
-        target.write_bytes(updated.encode("utf-8"))
+        ws.write_bytes(shown, updated.encode("utf-8"))
         plural = "occurrence" if count == 1 else "occurrences"
         return AgentToolResult(
             content=f"Replaced {count} {plural} in {shown} (first at line {first_line})",
@@ -223,17 +447,17 @@ def workspace_tools(
         Args:
             path: The folder, relative to the workspace root.
         """
-        target = ws.resolve(path)
-        if not target.is_dir():
-            raise WorkspaceError(f"{path} is not a folder")
-        entries = sorted(os.scandir(target), key=lambda e: e.name)
-        names = [_entry_name(e) for e in entries[:LIST_MAX_ENTRIES]]
+        fd, shown = ws.open_folder(path)
+        try:
+            with os.scandir(fd) as scan:
+                entries = sorted(scan, key=lambda e: e.name)
+            names = [_entry_name(e) for e in entries[:LIST_MAX_ENTRIES]]
+        finally:
+            os.close(fd)
         body = "\n".join(names) if names else "(empty folder)"
         if len(entries) > LIST_MAX_ENTRIES:
             body += f"\n[{len(entries) - LIST_MAX_ENTRIES} more entries not shown]"
-        return AgentToolResult(
-            content=body, details={"path": ws.display(target), "entries": len(entries)}
-        )
+        return AgentToolResult(content=body, details={"path": shown, "entries": len(entries)})
 
     @tool(label="Search text")
     def search_text(
@@ -257,27 +481,17 @@ def workspace_tools(
             max_results: Stop after this many matching lines (up to 500).
         """
         _check_range("max_results", max_results, 1, SEARCH_MAX_RESULTS)
+        flags = re.IGNORECASE if ignore_case else 0
         try:
-            regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+            re.compile(pattern, flags)
         except re.error as exc:
             raise WorkspaceError(f"Invalid regular expression {pattern!r}: {exc}") from exc
-        target = ws.resolve(path)
-        if not target.exists():
-            raise WorkspaceError(f"{path} does not exist")
-        matches: list[str] = []
-        files = 0
-        truncated = False
-        for file in _walk_files(ws, target, glob):
-            if signal is not None:
-                signal.throw_if_aborted()
-            files += 1
-            for number, line in _matching_lines(file, regex):
-                if len(matches) >= max_results:
-                    truncated = True
-                    break
-                matches.append(f"{ws.display(file)}:{number}: {line[:SEARCH_LINE_CHARS]}")
-            if truncated:
-                break
+        texts = _search_texts(ws, path, glob, signal)
+        if _is_literal(pattern):
+            found, files, truncated = _search_literal(texts, pattern, ignore_case, max_results)
+        else:
+            found, files, truncated = _search_regex(texts, pattern, flags, max_results, signal)
+        matches = [f"{shown}:{number}: {line[:SEARCH_LINE_CHARS]}" for shown, number, line in found]
         body = "\n".join(matches) if matches else f"No matches for {pattern!r}"
         if truncated:
             body += f"\n[stopped at {max_results} matches; narrow the search for more]"
@@ -305,9 +519,64 @@ def workspace_tools(
         if not 0 < timeout <= COMMAND_MAX_TIMEOUT:
             raise WorkspaceError(f"timeout must be more than 0 and at most {COMMAND_MAX_TIMEOUT:g}")
         head, tail = output_head, max_output_chars - output_head
-        return _run_command(ws.root, command, timeout, signal, on_update, head, tail)
+        argv = _sandboxed(ws.root, command) if sandboxed else ["/bin/sh", "-c", command]
+        return _run_command(ws.root, argv, timeout, signal, on_update, head, tail)
 
+    note = SANDBOX_NOTE if sandboxed else UNCONFINED_NOTE
+    run_command = dataclasses.replace(
+        run_command, description=f"{run_command.description}\n\n{note}"
+    )
     return [read_file, write_file, edit_file, list_folder, search_text, run_command]
+
+
+SANDBOX_NOTE = "Sandboxed: the system is read-only, only the workspace is writable, no network."
+"""What ``run_command``'s description and the CLI's question say when it runs in bubblewrap."""
+UNCONFINED_NOTE = "Not sandboxed: it runs with the user's own permissions."
+"""What they say when no sandbox is available."""
+
+
+def is_sandboxed(tool: AgentTool) -> bool:
+    """Whether ``tool`` (a ``run_command`` from :func:`workspace_tools`) runs in the sandbox."""
+    return SANDBOX_NOTE in tool.description
+
+
+_sandbox_probe: list[bool] = []
+"""The cached answer of :func:`sandbox_available` (empty until asked)."""
+
+
+def sandbox_available() -> bool:
+    """Whether bubblewrap (``bwrap``) is installed and can make a sandbox here (user namespaces
+    may be disabled); probed once per process."""
+    if not _sandbox_probe:
+        works = False
+        if shutil.which("bwrap") is not None:
+            try:
+                done = subprocess.run(
+                    _sandboxed(Path("/"), "true"),
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=20,
+                )
+                works = done.returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                works = False
+        _sandbox_probe.append(works)
+    return _sandbox_probe[0]
+
+
+def _sandboxed(workspace: Path, command: str) -> list[str]:
+    """The bubblewrap command line that runs ``command`` with the system read-only, the home
+    folder and /tmp empty, only ``workspace`` writable, no network. It stays in our process
+    group's session, so a kill of the group reaches everything the command started."""
+    home = os.path.expanduser("~")
+    root = str(workspace)
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    if home not in ("/", "") and os.path.isdir(home):
+        argv += ["--tmpfs", home]
+    if root != "/":
+        argv += ["--bind", root, root]
+    argv += ["--unshare-net", "--die-with-parent", "--chdir", root]
+    return [*argv, "/bin/sh", "-c", command]
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -319,19 +588,11 @@ def _check_range(name: str, value: int, low: int, high: int | None) -> None:
         raise WorkspaceError(f"{name} must be {bound}, not {value}")
 
 
-def _check_file(path: Path, shown: str) -> None:
-    if path.is_dir():
-        raise WorkspaceError(f"{shown} is a folder; use list_folder")
-    if not path.exists():
-        raise WorkspaceError(f"{shown} does not exist")
-    if not path.is_file():
-        raise WorkspaceError(f"{shown} is not a regular file")
-
-
-def _read_text(path: Path, shown: str) -> str:
-    """A workspace file's text; refuses folders, missing files and binary or non-UTF-8 data."""
-    _check_file(path, shown)
-    data = path.read_bytes()
+def _read_text(f: BinaryIO, shown: str) -> str:
+    """A workspace file's text; refuses binary, non-UTF-8 and too large files."""
+    data = f.read(EDIT_MAX_BYTES + 1)
+    if len(data) > EDIT_MAX_BYTES:
+        raise WorkspaceError(f"{shown} is larger than {EDIT_MAX_BYTES} bytes; too large to edit")
     if b"\0" in data[:8192]:
         raise WorkspaceError(f"{shown} is a binary file")
     try:
@@ -343,73 +604,225 @@ def _read_text(path: Path, shown: str) -> str:
 
 
 def _read_lines(
-    path: Path, shown: str, offset: int, limit: int, max_chars: int
+    f: BinaryIO, shown: str, offset: int, limit: int, max_chars: int
 ) -> tuple[list[str], int]:
     """Up to ``limit`` lines from line ``offset`` on (at most ``max_chars`` of text), and the
-    file's line count; streams the file so a huge one costs time, not memory."""
-    _check_file(path, shown)
+    file's line count. Reads in blocks and keeps at most ``max_chars`` of any one line, so a
+    huge file, even one without a newline, costs time, not memory."""
+    head = f.read(8192)
+    if b"\0" in head:
+        raise WorkspaceError(f"{shown} is a binary file")
+    keep = max_chars * 4  # bytes: enough for max_chars characters of UTF-8
     chosen: list[str] = []
     size = 0
     total = 0
     full = False
-    with path.open("rb") as f:
-        if b"\0" in f.read(8192):
-            raise WorkspaceError(f"{shown} is a binary file")
-        f.seek(0)
-        for total, raw in enumerate(f, start=1):
-            if total < offset or full:
-                continue
-            line = raw.decode("utf-8", errors="replace")[:max_chars]
-            if len(chosen) >= limit or (chosen and size + len(line) > max_chars):
-                full = True
-                continue
-            chosen.append(line)
-            size += len(line)
+    line = bytearray()
+    cut = False
+    started = False
+
+    def take() -> None:
+        nonlocal size, full
+        if total < offset or full:
+            return
+        text = line.decode("utf-8", errors="replace")
+        if cut or len(text) > max_chars:
+            text = text[:max_chars].rstrip("\n") + " [line cut: too long]\n"
+        if len(chosen) >= limit or (chosen and size + len(text) > max_chars):
+            full = True
+            return
+        chosen.append(text)
+        size += len(text)
+
+    block = head
+    while block:
+        start = 0
+        while start < len(block):
+            newline = block.find(b"\n", start)
+            stop = len(block) if newline < 0 else newline + 1
+            started = True
+            room = keep - len(line)
+            if room > 0 and total + 1 >= offset and not full:
+                line += block[start : min(stop, start + room)]
+            if stop - start > room:
+                cut = True
+            start = stop
+            if newline >= 0:
+                total += 1
+                take()
+                line, cut, started = bytearray(), False, False
+        block = f.read(65536)
+    if started:
+        total += 1
+        take()
     return chosen, total
 
 
 def _entry_name(entry: os.DirEntry[str]) -> str:
+    name = printable_name(entry.name)
     if entry.is_symlink():
-        return entry.name + "@"
+        return name + "@"
     if entry.is_dir():
-        return entry.name + "/"
-    return entry.name
+        return name + "/"
+    return name
 
 
-def _walk_files(ws: Workspace, target: Path, glob: str | None) -> Iterator[Path]:
-    """Files under ``target`` in a stable order, staying inside the workspace."""
-    if target.is_file():
-        if glob is None or target.match(glob):
-            yield target
-        return
-    for folder, dirs, files in os.walk(target, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if d not in SEARCH_SKIP_DIRS)
-        for name in sorted(files):
-            path = Path(folder) / name
-            if glob is not None and not path.match(glob):
-                continue
-            if path.is_symlink():
-                try:
-                    path = ws.resolve(str(path))
-                except WorkspaceError:
-                    continue
-            if path.is_file():
-                yield path
-
-
-def _matching_lines(path: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
+def _search_texts(
+    ws: Workspace, path: str, glob: str | None, signal: AbortSignal | None
+) -> Iterator[tuple[str, str]]:
+    """(shown path, text) of the text files under ``path``, in a stable order, each opened
+    without following symlinks out of the workspace."""
+    parent, name, shown = ws.locate(path)
     try:
-        if path.stat().st_size > SEARCH_MAX_FILE_BYTES:
-            return
-        data = path.read_bytes()
-    except OSError:
-        return
-    if b"\0" in data[:8192]:
-        return
-    text = data.decode("utf-8", errors="replace")
+        if name:
+            try:
+                st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                raise WorkspaceError(f"{path} does not exist") from None
+            if not stat.S_ISDIR(st.st_mode):
+                if glob is None or PurePosixPath(shown).match(glob):
+                    text = _search_text_of(name, parent)
+                    if text is not None:
+                        yield shown, text
+                return
+    finally:
+        os.close(parent)
+    top, top_shown = ws.open_folder(path)
+    prefix = "" if top_shown == "." else top_shown + "/"
+    try:
+        for folder, dirs, files, folder_fd in os.fwalk(".", dir_fd=top):
+            dirs[:] = sorted(d for d in dirs if d not in SEARCH_SKIP_DIRS)
+            where = "" if folder == "." else folder[2:] + "/"
+            for file in sorted(files):
+                if signal is not None:
+                    signal.throw_if_aborted()
+                shown_file = prefix + where + printable_name(file)
+                if glob is not None and not PurePosixPath(shown_file).match(glob):
+                    continue
+                target = _read_link(file, folder_fd)
+                if target is None:
+                    text = _search_text_of(file, folder_fd)
+                else:  # a link: follow it only while it stays inside
+                    try:
+                        fd, _ = ws.open_file(prefix + where + file)
+                    except WorkspaceError:
+                        continue
+                    text = _text_of_fd(fd)
+                if text is not None:
+                    yield shown_file, text
+    finally:
+        os.close(top)
+
+
+def _search_text_of(name: str, parent: int) -> str | None:
+    try:
+        fd = _open_regular(name, parent, name)
+    except WorkspaceError:
+        return None
+    return _text_of_fd(fd)
+
+
+def _text_of_fd(fd: int) -> str | None:
+    """The text of a searchable file (not binary, not too large), or None."""
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(SEARCH_MAX_FILE_BYTES + 1)
+    if len(data) > SEARCH_MAX_FILE_BYTES or b"\0" in data[:8192]:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+_REGEX_SPECIALS = frozenset(".^$*+?{}[]\\|()")
+
+
+def _is_literal(pattern: str) -> bool:
+    """Whether ``pattern`` has no regular-expression syntax (searched in-process, quickly)."""
+    return not _REGEX_SPECIALS.intersection(pattern)
+
+
+Found = list[tuple[str, int, str]]
+
+
+def _search_literal(
+    texts: Iterator[tuple[str, str]], pattern: str, ignore_case: bool, max_results: int
+) -> tuple[Found, int, bool]:
+    needle = pattern.casefold() if ignore_case else pattern
+    found: Found = []
+    files = 0
+    for shown, text in texts:
+        files += 1
+        for number, line in enumerate(text.splitlines(), start=1):
+            if needle in (line.casefold() if ignore_case else line):
+                if len(found) >= max_results:
+                    return found, files, True
+                found.append((shown, number, line))
+    return found, files, False
+
+
+_REGEX_WORKER = """
+import json, re, sys
+job = json.load(sys.stdin)
+rx = re.compile(job["pattern"], job["flags"])
+found, files, truncated = [], 0, False
+for shown, text in job["files"]:
+    files += 1
     for number, line in enumerate(text.splitlines(), start=1):
-        if regex.search(line):
-            yield number, line
+        if rx.search(line):
+            if len(found) >= job["max"]:
+                truncated = True
+                break
+            found.append([shown, number, line[:LINE_CHARS]])
+    if truncated:
+        break
+json.dump({"found": found, "files": files, "truncated": truncated}, sys.stdout)
+""".replace("LINE_CHARS", str(SEARCH_LINE_CHARS))
+
+
+def _search_regex(
+    texts: Iterator[tuple[str, str]],
+    pattern: str,
+    flags: int,
+    max_results: int,
+    signal: AbortSignal | None,
+) -> tuple[Found, int, bool]:
+    """Match a regular expression in a child process: a catastrophic pattern holds that
+    process, not ours, and the abort signal or :data:`SEARCH_TIMEOUT` kills it."""
+    files: list[tuple[str, str]] = []
+    size = 0
+    for shown, text in texts:
+        files.append((shown, text))
+        size += len(text)
+        if size > SEARCH_MAX_TOTAL_CHARS:
+            break
+    job = json.dumps({"pattern": pattern, "flags": flags, "max": max_results, "files": files})
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _REGEX_WORKER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    remove = signal.add_callback(process.kill) if signal is not None else None
+    try:
+        out, err = process.communicate(job.encode("utf-8"), timeout=SEARCH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise WorkspaceError(
+            f"The regular expression {pattern!r} took more than {SEARCH_TIMEOUT:g} s and was "
+            "stopped; use a simpler pattern or plain text"
+        ) from None
+    finally:
+        if remove is not None:
+            remove()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if signal is not None:
+        signal.throw_if_aborted()
+    if process.returncode != 0:
+        raise WorkspaceError(f"The search failed: {err.decode('utf-8', 'replace')[-300:]}")
+    result = json.loads(out)
+    found = [(str(s), int(n), str(t)) for s, n, t in result["found"]]
+    return found, int(result["files"]), bool(result["truncated"]) or size > SEARCH_MAX_TOTAL_CHARS
 
 
 class _OutputBuffer:
@@ -485,21 +898,21 @@ def _read_available(fd: int, buffer: _OutputBuffer) -> bool:
 
 def _run_command(
     cwd: Path,
-    command: str,
+    argv: list[str],
     timeout: float,
     signal: AbortSignal | None,
     on_update: Callable[[Any], None] | None,
     head: int,
     tail: int,
 ) -> AgentToolResult:
-    """Run ``command`` through the shell, on this thread, within ``timeout`` and ``signal``."""
-    if not command.strip():
+    """Run ``argv`` (a shell command line, maybe in the sandbox) on this thread, within
+    ``timeout`` and ``signal``."""
+    if not argv[-1].strip():
         raise WorkspaceError("command is empty")
     if signal is not None:
         signal.throw_if_aborted()
     process = subprocess.Popen(
-        command,
-        shell=True,
+        argv,
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -565,3 +978,64 @@ def _run_command(
         details={"exit_code": code, "duration_ms": int(elapsed * 1000)},
         is_error=code != 0,
     )
+
+
+# --- compact declarations ---------------------------------------------------------------------
+
+_COMPACT: dict[str, tuple[str, dict[str, str | None]]] = {
+    "read_file": (
+        "Read a text file.",
+        {"path": None, "offset": "first line (1-based)", "limit": "max lines"},
+    ),
+    "write_file": ("Create or overwrite a file.", {"path": None, "content": "whole new text"}),
+    "edit_file": (
+        "Replace exact text in a file.",
+        {
+            "path": None,
+            "old_text": "text to find, exactly",
+            "new_text": "replacement",
+            "replace_all": "replace every occurrence",
+        },
+    ),
+    "list_folder": ("List a folder.", {"path": None}),
+    "search_text": (
+        "Find lines matching a regular expression in files.",
+        {
+            "pattern": None,
+            "path": "file or folder",
+            "glob": "file name pattern, e.g. *.py",
+            "ignore_case": None,
+            "max_results": None,
+        },
+    ),
+    "run_command": (
+        "Run a shell command in the workspace folder.",
+        {"command": None, "timeout": "seconds"},
+    ),
+}
+
+
+def compact_tools(tools: list[AgentTool]) -> list[AgentTool]:
+    """The built-in tools with short declarations (about half the tokens), for a model with a
+    small context: a prompt the model must read on every run costs time on a small machine.
+    Tools this module did not make are returned unchanged."""
+    compacted: list[AgentTool] = []
+    for original in tools:
+        short = _COMPACT.get(original.name)
+        if short is None:
+            compacted.append(original)
+            continue
+        description, notes = short
+        if original.name == "run_command":
+            sandboxed = is_sandboxed(original)
+            description += " " + (SANDBOX_NOTE if sandboxed else UNCONFINED_NOTE)
+        parameters = json.loads(json.dumps(original.parameters))
+        for name, schema in parameters.get("properties", {}).items():
+            schema.pop("description", None)
+            schema.pop("title", None)
+            if notes.get(name):
+                schema["description"] = notes[name]
+        compacted.append(
+            dataclasses.replace(original, description=description, parameters=parameters)
+        )
+    return compacted

@@ -24,6 +24,7 @@ import importlib.metadata
 import importlib.resources
 import json
 import os
+import re
 import socket
 import tempfile
 import threading
@@ -69,6 +70,7 @@ INSTALL_HINT = (
 )
 
 _CHUNK = 8 * 1024 * 1024
+_KEY = re.compile(r"^[0-9a-f]{16,64}(\.\d+\.tmp)?$")
 _STAMP_SUFFIX = ".verified.json"
 
 
@@ -328,7 +330,9 @@ class LocalModel:
     of a ``with`` block, or interpreter exit.
     """
 
-    def __init__(self, server: Any, url: str, model_path: Path, n_ctx: int) -> None:
+    def __init__(
+        self, server: Any, url: str, model_path: Path, n_ctx: int, slot_dir: Path | None = None
+    ) -> None:
         # Guards _server: stop() may race with itself (atexit, another thread).
         self._lock = threading.Lock()
         self._server: Any = server
@@ -336,6 +340,8 @@ class LocalModel:
         """The server's root URL, ``http://127.0.0.1:PORT``."""
         self.model_path = model_path
         self.n_ctx = n_ctx
+        self.slot_dir = slot_dir
+        """Where saved KV caches live (None: prefix caching is off)."""
         host_port = self.url.split("://", 1)[-1]
         host, _, port = host_port.rpartition(":")
         self.host = host
@@ -367,6 +373,67 @@ class LocalModel:
     def anthropic_messages_model(self) -> Model:
         """The server as an ``anthropic-messages`` model (base URL is the host root)."""
         return self.model_for("anthropic-messages")
+
+    def _slot_action(self, action: str, key: str, timeout: float) -> bool:
+        if not self.running or self.slot_dir is None or not _KEY.match(key):
+            return False
+        with requests.Session() as session:
+            session.trust_env = False
+            try:
+                response = session.post(
+                    f"{self.url}/slots/0?action={action}",
+                    json={"filename": f"{key}.kv"},
+                    timeout=timeout,
+                )
+            except requests.RequestException:
+                return False
+        return response.status_code == 200
+
+    def has_saved_prefix(self, key: str) -> bool:
+        """Whether the KV cache saved under ``key`` exists (see :meth:`save_prefix`)."""
+        return (
+            self.slot_dir is not None
+            and _KEY.match(key) is not None
+            and (self.slot_dir / f"{key}.kv").is_file()
+        )
+
+    def restore_prefix(self, key: str, timeout: float = 30.0) -> bool:
+        """Load the KV cache saved under ``key`` into the server's slot, so a request that
+        starts with the same tokens (system prompt and tool declarations) skips reading them
+        again. False when there is none or the server refused it (nothing changes then)."""
+        return self.has_saved_prefix(key) and self._slot_action("restore", key, timeout)
+
+    def save_prefix(self, key: str, timeout: float = 30.0) -> bool:
+        """Save the slot's KV cache under ``key`` (call it when the server is idle, after a
+        request whose prompt began with the prefix ``key`` stands for). The file is written
+        to a temporary name and renamed, so a concurrent reader never sees half of it."""
+        if self.slot_dir is None or not _KEY.match(key):
+            return False
+        temp = f"{key}.{os.getpid()}.tmp"
+        if not self._slot_action("save", temp, timeout):
+            return False
+        try:
+            os.replace(self.slot_dir / f"{temp}.kv", self.slot_dir / f"{key}.kv")
+        except OSError:
+            return False
+        return True
+
+    def prefix_key(self, *texts: str) -> str:
+        """A cache key for a prompt prefix: the model file, the template, the context size and
+        ``texts`` (the system prompt and the tool declarations, say)."""
+        digest = hashlib.sha256()
+        st = self.model_path.stat()
+        for part in (
+            str(self.model_path.resolve()),
+            str(st.st_size),
+            str(st.st_mtime_ns),
+            chat_template(),
+            str(self.n_ctx),
+            XLLAMACPP_VERSION,
+            *texts,
+        ):
+            digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
+        return digest.hexdigest()[:40]
 
     def health(self, timeout: float = 2.0) -> bool:
         """Whether the server answers ``/health`` with 200 right now."""
@@ -407,6 +474,8 @@ _running: set[LocalModel] = set()
 """Servers started and not yet stopped; atexit stops them."""
 _shared: LocalModel | None = None
 """The server behind get_local_model()."""
+_shared_spec: tuple[int, Path | None] = (CONTEXT_WINDOW, None)
+"""The context size and model file (None: the verified default) _shared was started with."""
 _shared_start_lock = threading.Lock()
 """Held while the shared server starts, so concurrent callers start only one."""
 
@@ -481,13 +550,15 @@ def start_local_model(
     cache_directory: str | os.PathLike[str] | None = None,
     startup_timeout: float = 60.0,
     signal: AbortSignal | None = None,
+    prefix_cache: bool = True,
 ) -> LocalModel:
     """Start the embedded server in this process and return it once ``/health`` answers.
 
     ``port=0`` picks a free port. ``model_path`` loads that GGUF file as is (no hash check);
     otherwise the verified weights come from :func:`prepare_weights` (``parts`` and
     ``cache_directory`` pass through). ``startup_timeout`` bounds the health wait and ``signal``
-    aborts it (and the first-time join). Raises :class:`LocalModelError` (or a subclass) with
+    aborts it (and the first-time join). ``prefix_cache`` enables :meth:`LocalModel.save_prefix`
+    and :meth:`LocalModel.restore_prefix` (files under ``cache_dir()/kv``). Raises :class:`LocalModelError` (or a subclass) with
     what to do when the extra is missing, the weights are wrong, the port is taken, or the
     server does not start.
     """
@@ -523,6 +594,19 @@ def start_local_model(
     params.cpuparams_batch.n_threads = threads
     params.sampling.temp = 0.0
     params.verbosity = 0
+    # The server notices a cancelled request between batches: a smaller batch bounds the CPU a
+    # request keeps using after its client left (Ctrl-C in chat) to about one batch.
+    params.n_batch = 512
+    params.warmup = False  # an empty warm-up decode costs start-up time and buys nothing here
+    slot_dir: Path | None = None
+    if prefix_cache:
+        slot_dir = Path(cache_directory) if cache_directory is not None else cache_dir()
+        slot_dir = slot_dir / "kv"
+        try:
+            slot_dir.mkdir(parents=True, exist_ok=True)
+            params.slot_save_path = str(slot_dir) + os.sep  # llama.cpp appends the name
+        except OSError:
+            slot_dir = None  # caching is an optimisation: run without it
     try:
         server = runtime.Server(params)  # loads the model and listens (1 to 2 s, holds the GIL)
     except RuntimeError as exc:
@@ -537,7 +621,7 @@ def start_local_model(
             f"file is a GGUF model (delete {where} to rebuild it) and that about 700 MB of "
             "memory is free"
         ) from exc
-    local = LocalModel(server, str(server.listening_address), path, n_ctx)
+    local = LocalModel(server, str(server.listening_address), path, n_ctx, slot_dir)
     with _registry_lock:
         _running.add(local)
     try:
@@ -548,23 +632,38 @@ def start_local_model(
     return local
 
 
-def get_local_server() -> LocalModel:
-    """The process's shared embedded server, started on first use (thread-safe)."""
-    global _shared
+def get_local_server(
+    *, n_ctx: int | None = None, model_path: str | os.PathLike[str] | None = None
+) -> LocalModel:
+    """The process's shared embedded server, started on first use (thread-safe).
+
+    ``n_ctx`` and ``model_path`` (another GGUF file, loaded without a hash check) choose the
+    server; asking for different ones stops the shared server and starts a matching one.
+    """
+    global _shared, _shared_spec
+    wanted = (n_ctx or CONTEXT_WINDOW, Path(model_path).resolve() if model_path else None)
     with _shared_start_lock:
         with _registry_lock:
-            shared = _shared
+            shared, spec = _shared, _shared_spec
         if shared is not None and shared.running:
-            return shared
-        shared = start_local_model()
+            if spec == wanted:
+                return shared
+            shared.stop()
+        shared = start_local_model(n_ctx=wanted[0], model_path=wanted[1])
         with _registry_lock:
-            _shared = shared
+            _shared, _shared_spec = shared, wanted
         return shared
 
 
-def get_local_model(api: LocalApi = "openai-completions") -> Model:
-    """A :class:`Model` for the shared embedded server (started lazily): the CLI's default."""
-    return get_local_server().model_for(api)
+def get_local_model(
+    api: LocalApi = "openai-completions",
+    *,
+    n_ctx: int | None = None,
+    model_path: str | os.PathLike[str] | None = None,
+) -> Model:
+    """A :class:`Model` for the shared embedded server (started lazily): the CLI's default.
+    ``n_ctx`` and ``model_path`` pass to :func:`get_local_server`."""
+    return get_local_server(n_ctx=n_ctx, model_path=model_path).model_for(api)
 
 
 def stop_local_servers() -> None:

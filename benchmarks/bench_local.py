@@ -7,6 +7,9 @@ Measures, on this machine:
 - generation speed: tokens per second (the server's own timings and wall-clock);
 - a tool-call turn: a streamed ``/v1/chat/completions`` request with a ``get_weather`` tool,
   time to the first tool-call delta and to the end of the stream;
+- the CLI's fixed prompt prefix (system prompt and tool declarations): its tokens with the full
+  and with the compact declarations, the time to read it, and the time to restore its saved KV
+  cache instead (``LocalModel.save_prefix``/``restore_prefix``);
 - with ``--install``, the time to install the ``local`` extra into a fresh virtualenv from
   ``requirements-local.txt`` with ``--require-hashes`` (this also checks the pinned hashes).
 
@@ -179,21 +182,98 @@ def measure_tool_turns(server: local.LocalModel, runs: int = 3) -> dict[str, Any
     }
 
 
+def _cli_prefix(compact: bool) -> tuple[str, list[dict[str, Any]]]:
+    """The system prompt and the tool declarations ``agentkit run`` sends the embedded model."""
+    from agentkit.cli import SMALL_MODEL_SYSTEM_PROMPT
+    from agentkit.cli_tools import compact_tools, workspace_tools
+
+    tools = workspace_tools(ROOT)
+    if compact:
+        tools = compact_tools(tools)
+    declared = [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
+    return SMALL_MODEL_SYSTEM_PROMPT, declared
+
+
+def _prefix_request(
+    server: local.LocalModel, system: str, tools: list[dict[str, Any]], cache_prompt: bool
+) -> dict[str, Any]:
+    body = {
+        "model": server.model.id,
+        "max_tokens": 1,
+        "cache_prompt": cache_prompt,
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "Read the file notes.txt and tell me what it says."},
+        ],
+        "tools": tools,
+    }
+    with session() as s:
+        started = time.perf_counter()
+        answer = s.post(server.base_url + "/chat/completions", json=body, timeout=600).json()
+        answer["wall_s"] = time.perf_counter() - started
+    return answer
+
+
+def measure_prefix(server: local.LocalModel) -> dict[str, Any]:
+    """The CLI's prompt prefix: tokens full vs compact, read time vs restore time."""
+    results: dict[str, Any] = {}
+    system, full = _cli_prefix(compact=False)
+    _, compact = _cli_prefix(compact=True)
+    results["prompt_tokens_full_tools"] = _prefix_request(server, system, full, False)["timings"][
+        "prompt_n"
+    ]
+    cold = _prefix_request(server, system, compact, False)
+    results["prompt_tokens_compact_tools"] = cold["timings"]["prompt_n"]
+    results["prompt_read_s"] = cold["timings"]["prompt_ms"] / 1000
+    key = server.prefix_key(system, json.dumps(compact, sort_keys=True), str(time.time()))
+    try:
+        server.save_prefix(key)
+        _prefix_request(server, "Something else entirely.", [], False)  # evict it
+        started = time.perf_counter()
+        server.restore_prefix(key)
+        results["prefix_restore_s"] = time.perf_counter() - started
+        warm = _prefix_request(server, system, compact, True)
+        results["prompt_tokens_after_restore"] = warm["timings"]["prompt_n"]
+        results["prompt_read_after_restore_s"] = warm["timings"]["prompt_ms"] / 1000
+        results["prefix_speedup"] = results["prompt_read_s"] / (
+            results["prefix_restore_s"] + results["prompt_read_after_restore_s"]
+        )
+    finally:
+        if server.slot_dir is not None:
+            (server.slot_dir / f"{key}.kv").unlink(missing_ok=True)
+    return results
+
+
 def main() -> None:
     """Run the measurements and print them."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--install", action="store_true", help="also time installing the extra")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--prefix-only", action="store_true", help="only the prompt-prefix measurements"
+    )
     args = parser.parse_args()
 
     results: dict[str, Any] = {}
     if args.install:
         results["install_extra_s"] = measure_install()
+    if args.prefix_only:
+        with local.start_local_model() as server:
+            results.update(measure_prefix(server))
+        print(json.dumps(results, indent=2))
+        return
     with tempfile.TemporaryDirectory(prefix="agentkit-bench-cache-") as cache:
         results.update(measure_starts(Path(cache)))
         with local.start_local_model(cache_directory=cache) as server:
             results.update(measure_generation(server))
             results.update(measure_tool_turns(server))
+            results.update(measure_prefix(server))
     if args.json:
         print(json.dumps(results, indent=2))
         return

@@ -101,3 +101,11 @@ def last_text(messages: Sequence[Any]) -> str:
         if content:
             return "".join(getattr(block, "text", "") for block in content)
     return ""
+
+
+def exit_status(messages: Sequence[Any], *, abort_expected: bool = False) -> int:
+    """A sample's exit status: 1 when its run ended in an error (or was aborted, unless the
+    sample aborts it on purpose), else 0."""
+    failed = ("error",) if abort_expected else ("error", "aborted")
+    last = messages[-1] if messages else None
+    return 1 if getattr(last, "stop_reason", None) in failed else 0

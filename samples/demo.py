@@ -6,6 +6,7 @@ as the slowest), and another thread steers the agent while the tools are running
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -33,7 +34,8 @@ model = ScriptedModel(
             tool_call("fetch_price", {"city": "Lisbon"}),
             tool_call("fetch_price", {"city": "Vienna"}),
         ),
-        "Lisbon is the cheapest of the three, and it is by the sea.",
+        "Paris is the cheapest at 135 EUR/night; Lisbon and Vienna both cost 142. Of the "
+        "three, only Lisbon is by the sea.",
     ]
 )
 
@@ -67,3 +69,6 @@ started = time.monotonic()
 agent.prompt("Which city is cheapest: Paris, Lisbon or Vienna?")
 print(f"done in {time.monotonic() - started:.2f}s (three 0.5 s tools ran in parallel)")
 print(f"{len(agent.state.messages)} messages in the transcript")
+last = agent.state.messages[-1]
+if last.stop_reason in ("error", "aborted"):
+    sys.exit(f"the run ended with {last.stop_reason}: {last.error_message}")

@@ -87,6 +87,15 @@ class RunRegistry:
             return self._runs.get(run_id)
 
 
+def _stop_reason(entry: RunEntry) -> str | None:
+    """How the run ended: the last reply's stop reason, or ``aborted`` when an abort ended it
+    in a tool batch (the transcript then ends with a tool result, which has none)."""
+    if entry.run.signal.aborted:
+        return "aborted"
+    messages = entry.agent.state.messages
+    return getattr(messages[-1], "stop_reason", None) if messages else None
+
+
 def _sse(event: str, data: Any) -> str:
     """One server-sent event."""
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
@@ -110,12 +119,13 @@ def create_app(
     *,
     tools: Sequence[AgentTool] | None = None,
     system_prompt: str = "You are a helpful assistant. Use current_time for the time.",
-    heartbeat: float = 15.0,
+    heartbeat: float = 1.0,
     keep_runs: int = 100,
 ) -> Flask:
     """Build the app. Given neither ``stream_fn`` nor ``model``, it runs the offline demo model,
     or the real model ``AGENTKIT_MODEL`` names; given only ``model``, the default stream function.
-    ``heartbeat`` is how often (seconds) a quiet stream checks that its client is still there."""
+    ``heartbeat`` is how often (seconds) a quiet stream checks that its client is still there:
+    a client that leaves while a tool is silent is noticed within about that time."""
     if stream_fn is None and model is None:
         spec = model_spec()
         if spec:  # a real model: the providers' default stream function serves it
@@ -157,8 +167,7 @@ def create_app(
                     yield ": heartbeat\n\n"  # a write that fails once the client is gone
                     continue
                 if item is _END:
-                    last = agent.state.messages[-1]
-                    yield _sse("done", {"id": entry.id, "stop_reason": last.stop_reason})
+                    yield _sse("done", {"id": entry.id, "stop_reason": _stop_reason(entry)})
                     return
                 yield _sse(item["type"], item)
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from _support import choose_model, last_text
+from _support import choose_model, exit_status, last_text
 
 from agentkit import Agent, tool
 from agentkit.abort import AbortSignal
@@ -49,6 +49,8 @@ class Timing:
     wall: float
     slowest: float
     total: float
+    status: int = 0
+    """The exit status: 1 when the run ended in an error or was aborted."""
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> Timing:
@@ -86,8 +88,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> Timing:
     )
     last = agent.state.messages[-1]
     print(last_text([last]) or f"[{last.stop_reason}: {last.error_message}]", file=out)
+    timing.status = exit_status(agent.state.messages)
     return timing
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main().status)

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from _support import choose_model
+from _support import choose_model, exit_status
 
 from agentkit import Agent, tool
 from agentkit.testing import reply, tool_call
@@ -86,4 +86,4 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> list[An
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main()))

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from _support import choose_model, last_text
+from _support import choose_model, exit_status, last_text
 
 from agentkit import Agent, tool
 from agentkit.abort import AbortSignal
@@ -113,4 +113,4 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> list[An
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main(), abort_expected=True))

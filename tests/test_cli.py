@@ -158,7 +158,7 @@ def test_default_model_is_the_embedded_one_without_keys(monkeypatch: pytest.Monk
     for _, env, _ in cli.DEFAULT_MODELS:
         monkeypatch.delenv(env, raising=False)
     fake = Model(id="qwen", api="openai-completions", provider="local", base_url="http://x/v1")
-    monkeypatch.setattr(local, "get_local_model", lambda: fake)
+    monkeypatch.setattr(local, "get_local_server", lambda **kw: type("S", (), {"model": fake})())
     err = io.StringIO()
     chosen = cli.resolve_model(None, None, cli._Io(io.StringIO(), io.StringIO(), err))
     assert chosen is fake
@@ -184,6 +184,31 @@ class Watched(io.StringIO):
         if self.marker in self.getvalue():
             self.seen.set()
         return written
+
+
+def run_chat(
+    workspace: Path,
+    drive: Any,
+    stream_fn: Any,
+    model: ScriptedModel,
+    stdin: Any,
+    out: Any,
+    err: Any,
+) -> int:
+    """``agentkit chat`` with ``drive`` typing into its stdin from another thread."""
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        return cli.main(
+            ["chat", "--workspace", str(workspace)],
+            stream_fn=stream_fn,
+            model=model.model,
+            stdin=stdin,
+            stdout=out,
+            stderr=err,
+        )
+    finally:
+        driver.join(5)
 
 
 def test_chat_ctrl_c_aborts_the_run_not_the_session(workspace: Path) -> None:
@@ -214,17 +239,7 @@ def test_chat_ctrl_c_aborts_the_run_not_the_session(workspace: Path) -> None:
         writer.write("second task\n")
         writer.close()  # end of input: the chat finishes the task, then leaves
 
-    driver = threading.Thread(target=drive)
-    driver.start()
-    code = cli.main(
-        ["chat", "--workspace", str(workspace)],
-        stream_fn=watched,
-        model=model.model,
-        stdin=stdin,
-        stdout=out,
-        stderr=err,
-    )
-    driver.join(5)
+    code = run_chat(workspace, drive, watched, model, stdin, out, err)
     assert code == 0
     assert "second answer" in out.getvalue()
     assert len(model.requests) == 2
@@ -261,20 +276,375 @@ def test_chat_steers_a_running_task(workspace: Path) -> None:
         release.set()
         writer.close()
 
-    driver = threading.Thread(target=drive)
-    driver.start()
     out = io.StringIO()
-    code = cli.main(
-        ["chat", "--workspace", str(workspace)],
-        stream_fn=watched,
-        model=model.model,
-        stdin=stdin,
-        stdout=out,
-        stderr=err,
-    )
-    driver.join(5)
+    code = run_chat(workspace, drive, watched, model, stdin, out, err)
     assert code == 0
     second = model.requests[1].messages
     assert [m.role for m in second][-2:] == ["tool_result", "user"]
     assert second[-1].content[0].text == "use metric units"
     assert "steered answer" in out.getvalue()
+
+
+# --- what users expect of a command (issue 12) --------------------------------------------------
+
+
+def test_version_and_bare_command(capsys: pytest.CaptureFixture[str]) -> None:
+    import agentkit
+
+    assert agentkit.__version__ == "0.1.0"
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"agentkit {agentkit.__version__}"
+    out = io.StringIO()
+    assert cli.main([], stdout=out) == 0
+    assert "usage: agentkit" in out.getvalue() and "run" in out.getvalue()
+
+
+def no_model_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the model was started")
+
+    monkeypatch.setattr(cli, "resolve_model", refuse)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "   "], "the task is empty"),
+        (["run", "x", "--tools", "read_file,nope"], "unknown tool(s) nope"),
+        (["run", "x", "--tools", ","], "--tools is empty"),
+        (["run", "x", "--ctx-size", "100"], "--ctx-size must be at least 512"),
+        (["run", "@/nonexistent/task.txt"], "cannot read the task from /nonexistent/task.txt"),
+    ],
+)
+def test_bad_arguments_are_refused_before_the_model_starts(
+    monkeypatch: pytest.MonkeyPatch, workspace: Path, args: list[str], message: str
+) -> None:
+    no_model_start(monkeypatch)
+    err = io.StringIO()
+    code = cli.main([*args, "--workspace", str(workspace)], stderr=err, stdin=io.StringIO(""))
+    assert code == 2 and message in err.getvalue()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_max_turns_is_checked_by_the_parser(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    no_model_start(monkeypatch)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["run", "x", "--max-turns", value])
+    assert exited.value.code == 2 and "--max-turns" in capsys.readouterr().err
+
+
+def test_the_task_comes_from_stdin_or_a_file(workspace: Path, tmp_path: Path) -> None:
+    big = "Summarise this: " + "word " * 40_000  # more than argv's 128 KB per argument
+    model = ScriptedModel(["from stdin", "from a file"])
+    for spec, stdin in (("-", io.StringIO(big)), (f"@{tmp_path / 'task.txt'}", None)):
+        (tmp_path / "task.txt").write_text(big, encoding="utf-8")
+        code = cli.main(
+            ["run", spec, "--workspace", str(workspace)],
+            stream_fn=model,
+            model=model.model,
+            stdin=stdin or io.StringIO(""),
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
+        assert code == 0
+    assert [r.messages[-1].content[0].text for r in model.requests] == [big, big]
+
+
+def test_a_hosted_default_is_announced(monkeypatch: pytest.MonkeyPatch) -> None:
+    for _, env, _ in cli.DEFAULT_MODELS:
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    err = io.StringIO()
+    chosen = cli.resolve_model(None, None, cli._Io(io.StringIO(), io.StringIO(), err))
+    assert chosen.provider == "openai"
+    assert "OPENAI_API_KEY is set; using openai:gpt-4.1-mini" in err.getvalue()
+    assert "sk-test" not in err.getvalue()
+
+
+def test_ctx_size_is_for_the_local_model_only(
+    monkeypatch: pytest.MonkeyPatch, workspace: Path
+) -> None:
+    err = io.StringIO()
+    code = cli.main(
+        ["run", "x", "--model", "openai:gpt-4.1-mini", "--ctx-size", "8192"],
+        stderr=err,
+    )
+    assert code == 2 and "--ctx-size applies to the local model only" in err.getvalue()
+
+
+def test_errors_carry_no_library_internals() -> None:
+    raw = (
+        "HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with url: /v1/chat "
+        "(Caused by NewConnectionError('<agentkit.providers.http._Pool object at 0x7f>: "
+        "Failed to establish a new connection: [Errno 111] Connection refused'))"
+    )
+    assert cli.user_message(raw) == "cannot reach 127.0.0.1:9 (the connection was refused)"
+    key = "No API key for provider 'openai': set OPENAI_API_KEY or pass api_key in the options"
+    assert cli.user_message(key) == "No API key for provider 'openai': set OPENAI_API_KEY"
+    overflow = cli.user_message("the request exceeds the available context size")
+    assert "--ctx-size" in overflow and "shorter task" in overflow
+
+
+def test_a_context_overflow_says_what_to_do(workspace: Path) -> None:
+    code, _, err, _ = run_cli(
+        ["run", "x", "--workspace", str(workspace)],
+        [reply("", error="request (5000 tokens) exceeds the available context size (4096)")],
+    )
+    assert code == 1 and "pass a larger --ctx-size" in err
+
+
+def test_escape_sequences_are_shown_escaped(workspace: Path) -> None:
+    (workspace / "evil.txt").write_text("\x1b]52;c;aGk=\x07clipboard\n")
+    code, out, _, _ = run_cli(
+        ["run", "x", "--workspace", str(workspace)],
+        [reply(tool_call("read_file", {"path": "evil.txt"})), "hidden: \x1b[8msecret\x9b2J"],
+    )
+    assert code == 0
+    assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
+    assert "\\x1b]52;c;aGk=\\x07clipboard" in out
+    assert "hidden: \\x1b[8msecret\\x9b2J" in out
+
+
+def test_json_lines_always_encode(workspace: Path) -> None:
+    code, out, _, _ = run_cli(
+        ["run", "x", "--json", "--workspace", str(workspace)], ["caf\udce9 \x9b \u2028"]
+    )
+    assert code == 0
+    out.encode("utf-8")
+    deltas = [json.loads(line) for line in out.splitlines()]
+    text = "".join(d.get("delta", "") for d in deltas if d["type"] == "message_update")
+    assert text == "caf\udce9 \x9b \u2028"
+
+
+def test_chat_json_is_pure_jsonl(workspace: Path) -> None:
+    model = ScriptedModel(["first answer"])
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(
+        ["chat", "--json", "--workspace", str(workspace)],
+        stream_fn=model,
+        model=model.model,
+        stdin=io.StringIO("hello\n"),
+        stdout=out,
+        stderr=err,
+    )
+    assert code == 0
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert events and events[-1]["type"] == "agent_end"
+    assert "agentkit chat" in err.getvalue()
+
+
+class Counting(io.StringIO):
+    """An output stream that counts how often ``marker`` has been written."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+        self.changed = threading.Condition()
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        with self.changed:
+            self.changed.notify_all()
+        return written
+
+    def wait_for(self, count: int, timeout: float = 5) -> bool:
+        with self.changed:
+            return self.changed.wait_for(
+                lambda: self.getvalue().count(self.marker) >= count, timeout
+            )
+
+
+def test_chat_approval_answers_belong_to_their_question(workspace: Path) -> None:
+    """'y' typed twice answers the first question only: the second question, shown later,
+    is not approved by the line typed before it appeared."""
+    read_fd, write_fd = os.pipe()
+    stdin = os.fdopen(read_fd, "r")
+    writer = os.fdopen(write_fd, "w")
+    out = Counting("Allow write_file")
+    err = Counting("steering: y")
+    model = ScriptedModel(
+        [
+            reply(tool_call("write_file", {"path": "a.txt", "content": "a"})),
+            reply(tool_call("write_file", {"path": "b.txt", "content": "b"})),
+            "done",
+        ]
+    )
+    original = model.stream_fn
+
+    def watched(*args: Any) -> Any:
+        if len(model.requests) == 1:  # the second request: let the stray "y" arrive first
+            err.wait_for(1, timeout=2)
+        return original(*args)
+
+    def drive() -> None:
+        writer.write("write two files\n")
+        writer.flush()
+        assert out.wait_for(1)
+        writer.write("y\ny\n")
+        writer.flush()
+        assert out.wait_for(2)
+        writer.write("n\n")
+        writer.close()
+
+    code = run_chat(workspace, drive, watched, model, stdin, out, err)
+    assert code == 0
+    assert (workspace / "a.txt").read_text() == "a"
+    assert not (workspace / "b.txt").exists()
+
+
+def test_the_small_model_gets_repaired_arguments_and_a_note(workspace: Path) -> None:
+    code, out, _, model = run_cli(
+        ["run", "read", "--workspace", str(workspace)],
+        [
+            reply(tool_call("read_file", {"path": "notes.txt", "type": "string", "limit": "5"})),
+            "It says remember the milk.",
+        ],
+    )
+    assert code == 0
+    result = last_tool_result(model)
+    assert not result.is_error
+    text = result.content[0].text
+    assert "dropped unknown key 'type'" in text and "converted limit" in text
+    assert "remember the milk" in result.content[1].text
+
+
+PEG_ERROR = (
+    'Failed to parse input at pos 42: {"name": "read_file", "arguments": {"path": '
+    "does not match the expected peg-native format"
+)
+
+
+def test_an_unparsable_reply_is_sampled_again_without_parser_jargon(workspace: Path) -> None:
+    code, out, err, model = run_cli(
+        ["run", "read notes", "--workspace", str(workspace)],
+        [reply("", error=PEG_ERROR), "It says remember the milk."],
+    )
+    assert code == 0, err
+    assert "the model's reply could not be read; asking again" in err
+    assert "peg" not in err and "pos 42" not in err
+    assert out.splitlines()[-1] == "It says remember the milk."
+    assert len(model.requests) == 2
+    retried = model.requests[1].messages
+    assert all(m.role != "assistant" for m in retried)  # the bad reply is dropped
+    assert retried[-1].content[0].text == cli.CALL_FORMAT_NOTE  # and the model is told why
+
+
+def test_parse_retries_are_bounded(workspace: Path) -> None:
+    code, _, err, model = run_cli(
+        ["run", "read notes", "--workspace", str(workspace)],
+        [reply("", error=PEG_ERROR)] * 3 + ["never"],
+    )
+    assert code == 1 and len(model.requests) == 1 + cli.PARSE_RETRIES
+    assert "could not be read" in err and "peg" not in err
+
+
+class TtyStream(io.StringIO):
+    """An output stream that says it is a terminal and signals each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wrote = threading.Event()
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        self.wrote.set()
+        return written
+
+
+def test_a_spinner_shows_work_before_the_first_token(workspace: Path) -> None:
+    err = TtyStream()
+    gate = threading.Event()
+    model = ScriptedModel(["The answer."])
+    original = model.stream_fn
+
+    def slow_start(*args: Any) -> Any:
+        assert gate.wait(10)  # the model "reads its prompt" until the spinner has shown
+        return original(*args)
+
+    def release() -> None:
+        while "working..." not in err.getvalue():
+            err.wrote.clear()
+            if not err.wrote.wait(10):
+                break
+        gate.set()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    out = io.StringIO()
+    code = cli.main(
+        ["run", "x", "--workspace", str(workspace)],
+        stream_fn=slow_start,
+        model=model.model,
+        stdout=out,
+        stderr=err,
+    )
+    releaser.join()
+    assert code == 0
+    assert "working... 0 s" in err.getvalue()
+    assert err.getvalue().endswith("\r\x1b[K")  # the spinner line is cleared before the answer
+    assert out.getvalue() == "The answer.\n"
+
+
+def test_json_reports_progress_and_the_time_to_first_token(workspace: Path) -> None:
+    code, out, _, _ = run_cli(["run", "x", "--json", "--workspace", str(workspace)], ["Hi"])
+    assert code == 0
+    events = [json.loads(line) for line in out.splitlines()]
+    progress = [e for e in events if e["type"] == "progress"]
+    assert progress[0]["phase"] == "waiting" and progress[-1]["phase"] == "first_event"
+    assert isinstance(progress[-1]["waited_s"], float)
+    kinds = [e["type"] for e in events]
+    assert kinds.index("progress") < kinds.index("message_update")
+
+
+def test_json_says_the_local_model_is_starting(
+    monkeypatch: pytest.MonkeyPatch, workspace: Path
+) -> None:
+    from agentkit import local
+
+    for _, env, _ in cli.DEFAULT_MODELS:
+        monkeypatch.delenv(env, raising=False)
+    weights = workspace.parent / "m.gguf"
+    weights.write_bytes(b"GGUF")
+    server = local.LocalModel(object(), "http://127.0.0.1:9", weights, 4096, slot_dir=None)
+    monkeypatch.setattr(local, "get_local_server", lambda **kw: server)
+    model = ScriptedModel(["Hi"], model=server.model)
+    out = io.StringIO()
+    code = cli.main(
+        ["run", "x", "--json", "--workspace", str(workspace)],
+        stream_fn=model,
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    server.stop()
+    assert code == 0
+    first = json.loads(out.getvalue().splitlines()[0])
+    assert first == {"type": "progress", "phase": "model_start"}
+
+
+@pytest.mark.parametrize(
+    ("sandboxed", "says"),
+    [
+        (False, "(not sandboxed: it runs with your permissions) [y/N]"),
+        (True, "(sandboxed: read-only system, no network) [y/N]"),
+    ],
+)
+def test_the_command_question_says_whether_it_is_sandboxed(
+    monkeypatch: pytest.MonkeyPatch, workspace: Path, sandboxed: bool, says: str
+) -> None:
+    from agentkit import cli_tools
+
+    monkeypatch.setattr(cli_tools, "_sandbox_probe", [sandboxed])
+    code, out, _, _ = run_cli(
+        ["run", "list", "--workspace", str(workspace)],
+        [reply(tool_call("run_command", {"command": "ls"})), "Not run."],
+        stdin=Terminal("n\n"),
+    )
+    assert code == 0
+    assert f'Allow run_command {{"command": "ls"}}? {says}' in out

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agentkit import cli_tools
 from agentkit.abort import AbortController
 from agentkit.cli_tools import MUTATING_TOOLS, WorkspaceError, workspace_tools
 from agentkit.errors import AbortError
@@ -356,3 +359,172 @@ def test_run_command_validates_its_arguments(ws: Path) -> None:
     with pytest.raises(AbortError):
         call(ws, "run_command", command="touch ran", signal=controller.signal)
     assert not (ws / "ran").exists()
+
+
+# --- hardening (issue 13) ---------------------------------------------------------------------
+
+
+def test_a_symlink_swapped_in_during_calls_never_escapes(ws: Path) -> None:
+    """A folder swapped for a link that leads out while the tools run: every read returns the
+    inside text or an error, and no write lands outside."""
+    (ws / "real").mkdir()
+    (ws / "real" / "secret.txt").write_text("inside\n")
+    (ws / "link").symlink_to(ws.parent)
+    flipper = (
+        "import os, sys\n"
+        "os.chdir(sys.argv[1])\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    for name in ('real', 'link'):\n"
+        "        os.rename(name, 'sub')\n"
+        "        os.rename('sub', name)\n"
+    )
+    # Another process flips the link, so swaps land at any instant of a call.
+    child = subprocess.Popen([sys.executable, "-c", flipper, str(ws)], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+    by_name = tools(ws)
+    signal = AbortController().signal
+    try:
+        texts = []
+        for _ in range(500):
+            try:
+                read = by_name["read_file"].execute("r", {"path": "sub/secret.txt"}, signal, print)
+                texts.append(read.text)
+            except WorkspaceError:
+                pass
+            try:
+                by_name["write_file"].execute(
+                    "w", {"path": "sub/made.txt", "content": "x"}, signal, print
+                )
+            except (WorkspaceError, OSError):
+                pass
+    finally:
+        child.kill()
+        child.wait()
+    assert all("secret" not in t for t in texts)
+    assert not (ws.parent / "made.txt").exists()
+    assert (ws.parent / "secret.txt").read_text() == "top secret\n"
+
+
+def test_writes_replace_the_file_atomically_and_keep_its_mode(ws: Path) -> None:
+    script = ws / "run.sh"
+    script.write_text("echo one\n")
+    script.chmod(0o750)
+    before = script.stat().st_ino
+    call(ws, "edit_file", path="run.sh", old_text="one", new_text="two")
+    assert script.read_text() == "echo two\n"
+    assert script.stat().st_ino != before  # a new file renamed over the old one
+    assert script.stat().st_mode & 0o777 == 0o750
+    call(ws, "write_file", path="run.sh", content="echo three\n")
+    assert script.stat().st_mode & 0o777 == 0o750
+    assert sorted(p.name for p in ws.iterdir()) == ["notes.txt", "run.sh", "src"]
+
+
+def test_an_interrupted_write_leaves_the_old_file_whole(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def crash(fd: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(KeyboardInterrupt):
+        call(ws, "write_file", path="notes.txt", content="half")
+    assert (ws / "notes.txt").read_text().startswith("line 1\n")
+    assert sorted(p.name for p in ws.iterdir()) == ["notes.txt", "src"]  # no temp file left
+
+
+def test_read_file_bounds_memory_on_a_file_without_newlines(ws: Path) -> None:
+    import tracemalloc
+
+    with (ws / "min.js").open("wb") as f:
+        for _ in range(40):
+            f.write(b"x" * 1_000_000)
+    tracemalloc.start()
+    try:
+        result = call(ws, "read_file", path="min.js")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.details["total_lines"] == 1
+    assert "[line cut: too long]" in result.text and len(result.text) < 61_000
+    assert peak < 5_000_000, peak  # the whole line would be 40 MB
+
+
+def test_a_catastrophic_regex_is_abortable(ws: Path) -> None:
+    (ws / "evil.txt").write_text("a" * 40 + "b\n")
+    controller = AbortController()
+    outcome: list[BaseException] = []
+
+    def search() -> None:
+        try:
+            call(ws, "search_text", signal=controller.signal, pattern="(a+)+$")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=search)
+    thread.start()
+    threading.Timer(0.5, controller.abort).start()
+    thread.join(30)
+    assert not thread.is_alive(), "the search ignored the abort"
+    assert outcome and isinstance(outcome[0], AbortError)
+
+
+def test_plain_text_search_needs_no_regex_syntax(ws: Path) -> None:
+    (ws / "calc.txt").write_text("total = price * (1 + tax)\n")
+    found = call(ws, "search_text", pattern="PRICE", ignore_case=True)
+    assert found.text == "calc.txt:1: total = price * (1 + tax)"
+    assert call(ws, "search_text", pattern=r"price \* \(1").text == found.text
+
+
+def test_undecodable_file_names_are_listed_as_encodable_text(ws: Path) -> None:
+    import json
+
+    os.close(os.open(os.fsencode(ws) + b"/caf\xe9.txt", os.O_CREAT | os.O_WRONLY))
+    listing = call(ws, "list_folder").text
+    assert "caf\\xe9.txt" in listing
+    listing.encode("utf-8")  # no lone surrogate
+    json.dumps(listing, ensure_ascii=False).encode("utf-8")
+
+
+# --- run_command: sandboxed when bubblewrap can, honest when it cannot ---------------------------
+
+needs_sandbox = pytest.mark.skipif(
+    not cli_tools.sandbox_available(), reason="bubblewrap (bwrap) is not available here"
+)
+
+
+@needs_sandbox
+def test_a_sandboxed_command_writes_only_the_workspace_and_has_no_network(ws: Path) -> None:
+    import socket
+
+    (run_command,) = [t for t in workspace_tools(ws, sandbox=True) if t.name == "run_command"]
+    assert cli_tools.is_sandboxed(run_command) and "no network" in run_command.description
+    signal = AbortController().signal
+    wrote = run_command.execute(
+        "c", {"command": "echo hi > inside.txt; touch ../outside.txt; touch $HOME/x"}, signal, print
+    )
+    assert (ws / "inside.txt").read_text() == "hi\n"
+    assert not (ws.parent / "outside.txt").exists()
+    assert not (Path.home() / "x").exists()
+    assert wrote.details["exit_code"] == 0  # /tmp and home are throwaway folders inside
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        probe = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"
+        reached = run_command.execute("c", {"command": f"bash -c '{probe}'"}, signal, print)
+    assert reached.is_error and "connected" not in reached.text
+
+
+def test_without_a_sandbox_run_command_says_it_is_not_confined(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_tools, "_sandbox_probe", [False])
+    by_name = {t.name: t for t in workspace_tools(ws)}
+    assert "Not sandboxed" in by_name["run_command"].description
+    assert not cli_tools.is_sandboxed(by_name["run_command"])
+    compact = {t.name: t for t in cli_tools.compact_tools(list(by_name.values()))}
+    assert "Not sandboxed" in compact["run_command"].description
+    assert call(ws, "run_command", command="echo $((6 * 7))").text == "Exit code 0\n42"
+    with pytest.raises(WorkspaceError, match="install bubblewrap"):
+        workspace_tools(ws, sandbox=True)

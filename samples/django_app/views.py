@@ -2,13 +2,16 @@
 
 A Django (WSGI) worker thread simply blocks in ``agent.prompt()``; the agent runs on a worker
 thread of its own and the view returns when it is done. The streaming view hands Django a
-generator over ``agent.stream()``: if the client goes away, Django closes the generator, which
-leaves the ``with`` block, which aborts the run and waits for it to end.
+generator that relays the run's events and writes a heartbeat comment when the run is quiet
+(a long tool, say): if the client goes away, a write fails, Django closes the generator, and
+closing it aborts the run and waits for it to end. ``AGENTKIT_HEARTBEAT`` (seconds, default 1)
+sets how quickly a client that left is noticed.
 """
 
 from __future__ import annotations
 
 import json
+import queue
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -94,6 +97,14 @@ def ask(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _payload(event: Any) -> dict[str, Any]:
+    """An event as JSON-ready data, made on the agent's thread while the event is current."""
+    if event.type == "message_update":  # just the delta, not the whole partial message
+        update = event.assistant_message_event
+        return {"type": event.type, "kind": update.type, "delta": getattr(update, "delta", "")}
+    return dict(event_to_dict(event))
+
+
 @require_GET
 def stream(request: HttpRequest) -> HttpResponse:
     """Stream the run's events as server-sent events; ``done`` ends the stream."""
@@ -101,19 +112,33 @@ def stream(request: HttpRequest) -> HttpResponse:
     if not prompt:
         return JsonResponse({"error": "prompt is required"}, status=400)
     agent = build_agent()
+    heartbeat = float(getattr(settings, "AGENTKIT_HEARTBEAT", 1.0))
 
     def events() -> Iterator[str]:
-        with agent.stream(prompt) as run_events:  # closed early (client gone): aborts the run
-            for event in run_events:
-                if event.type == "message_update":  # just the delta, not the whole partial
-                    update = event.assistant_message_event
-                    data = {"type": event.type, "kind": update.type}
-                    data["delta"] = getattr(update, "delta", "")
+        items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        unsubscribe = agent.subscribe(lambda event: items.put(_payload(event)))
+        run = agent.start(prompt)
+        run.add_done_callback(lambda _run: items.put(None))
+        finished = False
+        try:
+            while not finished:
+                try:
+                    item = items.get(timeout=heartbeat)
+                except queue.Empty:
+                    yield ": heartbeat\n\n"  # fails once the client is gone: Django closes us
+                    continue
+                if item is None:
+                    finished = True
                 else:
-                    data = event_to_dict(event)
-                yield f"event: {event.type}\ndata: {json.dumps(data)}\n\n"
-        done = {"stop_reason": agent.state.messages[-1].stop_reason}
-        yield f"event: done\ndata: {json.dumps(done)}\n\n"
+                    yield f"event: {item['type']}\ndata: {json.dumps(item)}\n\n"
+        finally:  # the client left (GeneratorExit) before the end: abort the run and wait
+            if not finished:
+                run.abort()
+            run.wait()
+            unsubscribe()
+        last = agent.state.messages[-1]
+        stop_reason = "aborted" if run.signal.aborted else getattr(last, "stop_reason", None)
+        yield f"event: done\ndata: {json.dumps({'stop_reason': stop_reason})}\n\n"
 
     response = StreamingHttpResponse(events(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -130,3 +131,29 @@ def test_quickstart_on_the_embedded_model() -> None:
     lines = done.stdout.strip().splitlines()
     assert lines[0] == "> How warm is it in Lisbon, in °F?"
     assert len(lines) > 1  # a streamed answer or tool calls (wording is the model's)
+
+
+def test_demo_answer_matches_its_tool_results() -> None:
+    done = subprocess.run(
+        [sys.executable, "demo.py"], cwd=SAMPLES, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    prices = dict(re.findall(r"tool fetch_price -> (\w+): (\d+) EUR/night", done.stdout))
+    cheapest = min(prices, key=lambda city: int(prices[city]))
+    answer = [line for line in done.stdout.splitlines() if line.startswith("assistant: ")][-1]
+    assert f"{cheapest} is the cheapest at {prices[cheapest]} EUR/night" in answer
+
+
+def test_samples_exit_non_zero_when_the_run_fails() -> None:
+    env = {**os.environ, "AGENTKIT_MODEL": "openai:gpt-4.1-mini"}
+    env = {k: v for k, v in env.items() if not k.endswith("_API_KEY")}  # no key: the run fails
+    for sample in ("quickstart.py", "parallel_tools.py"):
+        done = subprocess.run(
+            [sys.executable, sample],
+            cwd=SAMPLES,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert done.returncode == 1, (sample, done.stdout, done.stderr)

@@ -14,6 +14,7 @@ from django.http import StreamingHttpResponse
 from django.test import Client, override_settings
 from sample_helpers import wait_until
 
+from agentkit import AbortSignal, tool
 from agentkit.testing import ScriptedModel, reply, tool_call
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_app.settings")
@@ -29,6 +30,8 @@ def sse(response: StreamingHttpResponse) -> Iterator[tuple[str, Any]]:
     """The ``(event, data)`` pairs of a streaming response, as Django produces them."""
     for chunk in response.streaming_content:
         text = bytes(chunk).decode() if not isinstance(chunk, str) else chunk
+        if text.startswith(":"):  # a heartbeat comment
+            continue
         lines = dict(line.split(": ", 1) for line in text.strip().splitlines())
         yield lines["event"], json.loads(lines["data"])
 
@@ -106,3 +109,42 @@ def test_stream_closed_early_aborts_the_run(client: Client) -> None:
     assert wait_until(lambda: threading.active_count() <= before, timeout=5), [
         t.name for t in threading.enumerate()
     ]
+
+
+_tool_started = threading.Event()
+
+
+@tool
+def slow_lookup(signal: AbortSignal) -> str:
+    """A quiet step: no events for up to 60 s unless the run is aborted."""
+    _tool_started.set()
+    signal.wait(60)
+    signal.throw_if_aborted()
+    return "done"
+
+
+def test_a_quiet_tool_gets_heartbeats_and_a_disconnect_aborts_it(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a tool is silent the stream still writes (heartbeat comments), which is how a
+    server notices a client that left; closing the response then aborts the tool."""
+    import django_app.views as views
+
+    monkeypatch.setattr(views, "lookup_order", slow_lookup)
+    model = ScriptedModel([reply(tool_call("slow_lookup", {})), "never asked"])
+    settings = {
+        "AGENTKIT_STREAM_FN": model,
+        "AGENTKIT_MODEL_OBJECT": model.model,
+        "AGENTKIT_HEARTBEAT": 0.2,
+    }
+    with override_settings(**settings):
+        response = client.get("/stream", {"prompt": "Work"})
+        chunks = iter(response.streaming_content)
+        for chunk in chunks:
+            if b"tool_execution_start" in bytes(chunk):
+                break
+        assert _tool_started.wait(10)
+        assert bytes(next(chunks)).startswith(b": heartbeat")  # the tool is still running
+        response.close()  # the write failed: the WSGI server closes the response
+    signal = model.requests[0].options.signal
+    assert signal is not None and signal.aborted

@@ -179,12 +179,8 @@ def test_client_disconnect_mid_stream_aborts_the_run(serve: Callable[[Flask], st
     ]
 
 
-def test_client_disconnect_during_a_quiet_tool_aborts_it(serve: Callable[[Flask], str]) -> None:
-    """No events while a tool runs: the heartbeat is what notices the client left."""
-    model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
-    app = create_app(model, model.model, tools=[slow_step], heartbeat=0.1)
-    base = serve(app)
-    baseline = threading.active_count()
+def leave_during_the_tool(app: Flask, base: str) -> Any:
+    """Start a streamed run, disconnect once its tool starts; the run's registry entry."""
     r = requests.post(f"{base}/runs/stream", json={"prompt": "Work"}, stream=True)
     events = sse_events(r)
     run_id = next(events)[1]["id"]
@@ -192,7 +188,16 @@ def test_client_disconnect_during_a_quiet_tool_aborts_it(serve: Callable[[Flask]
         if name == "tool_execution_start":
             break
     r.close()
-    entry = runs_of(app).get(run_id)
+    return runs_of(app).get(run_id)
+
+
+def test_client_disconnect_during_a_quiet_tool_aborts_it(serve: Callable[[Flask], str]) -> None:
+    """No events while a tool runs: the heartbeat is what notices the client left."""
+    model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
+    app = create_app(model, model.model, tools=[slow_step], heartbeat=0.1)
+    base = serve(app)
+    baseline = threading.active_count()
+    entry = leave_during_the_tool(app, base)
     assert entry.run.wait(5), "the tool kept running after its client left"
     result = entry.agent.state.messages[-1]
     assert (result.role, result.is_error) == ("tool_result", True)
@@ -201,3 +206,15 @@ def test_client_disconnect_during_a_quiet_tool_aborts_it(serve: Callable[[Flask]
     assert wait_until(lambda: threading.active_count() <= baseline, timeout=5), [
         t.name for t in threading.enumerate()
     ]
+
+
+def test_the_default_heartbeat_notices_a_disconnect_within_seconds(
+    serve: Callable[[Flask], str],
+) -> None:
+    """With the app's default heartbeat, a client that leaves during a quiet 30 s tool is
+    noticed in a couple of seconds, not after the tool."""
+    model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
+    app = create_app(model, model.model, tools=[slow_step])
+    entry = leave_during_the_tool(app, serve(app))
+    assert entry.run.wait(15), "the quiet tool kept running after its client left"
+    assert entry.run.signal.aborted

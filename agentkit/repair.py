@@ -1,0 +1,178 @@
+"""Argument repair for small models: fix what a tool call's arguments get wrong in predictable
+ways, before validation, and tell the model what was changed.
+
+Small models often send a stray key (``"type": "string"`` copied from the schema), a number as
+text, or the right value under a near name. Validation would reject the whole call and the model
+tends to repeat the error as its answer. :func:`repair_arguments` makes the safe repairs:
+
+- keys the schema does not declare (``additionalProperties: false``) are dropped; when exactly
+  one required property is missing and exactly one unknown key is present, that key is renamed;
+- a value wrapped like a schema (``{"type": "string", "value": "a.txt"}``) is unwrapped;
+- a scalar of the wrong JSON type is coerced when the conversion is exact (``"5"`` to ``5``,
+  ``"true"`` to ``True``, ``5`` to ``"5"``).
+
+:func:`with_argument_repair` wraps an :class:`~agentkit.AgentTool` so that its arguments are
+repaired through the framework's ``prepare_arguments`` seam and its result starts with a note
+that lists the repairs, so the model learns the right shape::
+
+    agent = Agent(model=model, tools=[with_argument_repair(t) for t in tools])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+from collections import defaultdict
+from typing import Any
+
+from .abort import AbortSignal
+from .tools import AgentTool, AgentToolResult, OnUpdate
+from .types import TextContent
+
+_WRAPPER_KEYS = ("value", "default", "const", "example")
+_INTEGER = re.compile(r"^[+-]?\d+$")
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def repair_arguments(arguments: Any, schema: dict[str, Any]) -> tuple[Any, list[str]]:
+    """A repaired copy of ``arguments`` for the object ``schema``, and one note per change.
+
+    Arguments that are not an object, or a schema that does not describe an object's
+    properties, come back unchanged with no notes. Never raises.
+    """
+    notes: list[str] = []
+    try:
+        repaired = _repair_object(arguments, schema, "", notes)
+    except Exception:  # repair is best effort: validation reports what is still wrong
+        return arguments, []
+    return repaired, notes
+
+
+def _repair_object(value: Any, schema: Any, where: str, notes: list[str]) -> Any:
+    if not isinstance(value, dict) or not isinstance(schema, dict):
+        return value
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return value
+    result = dict(value)
+    if schema.get("additionalProperties") is False:
+        unknown = [key for key in result if key not in properties]
+        required = [
+            name for name in schema.get("required", []) if name in properties and name not in result
+        ]
+        if len(unknown) == 1 and len(required) == 1:
+            old, new = unknown[0], required[0]
+            result[new] = result.pop(old)
+            notes.append(f"renamed {where}{old!r} to {where}{new!r}")
+            unknown = []
+        for key in unknown:
+            del result[key]
+            notes.append(f"dropped unknown key {where}{key!r}")
+    for name, sub in properties.items():
+        if name in result and isinstance(sub, dict):
+            result[name] = _repair_value(result[name], sub, f"{where}{name}", notes)
+    return result
+
+
+def _repair_value(value: Any, schema: dict[str, Any], where: str, notes: list[str]) -> Any:
+    kind = schema.get("type")
+    if kind == "object":
+        return _repair_object(value, schema, where + ".", notes)
+    if kind == "array" and isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [
+            _repair_value(item, schema["items"], f"{where}[{i}]", notes)
+            for i, item in enumerate(value)
+        ]
+    if kind not in ("string", "integer", "number", "boolean"):
+        return value
+    if isinstance(value, dict):
+        inner = [value[k] for k in _WRAPPER_KEYS if k in value]
+        if len(inner) == 1 and not isinstance(inner[0], (dict, list)):
+            notes.append(f"unwrapped {where} from {json.dumps(value, default=str)[:80]}")
+            value = inner[0]
+    converted = _convert(value, kind)
+    if converted is _FAILED or (type(converted) is type(value) and converted == value):
+        return value
+    notes.append(f"converted {where} from {json.dumps(value, default=str)[:40]} to {kind}")
+    return converted
+
+
+_FAILED: Any = object()
+
+
+def _convert(value: Any, kind: str) -> Any:
+    """``value`` as the JSON type ``kind`` when the conversion is exact, else ``_FAILED``
+    (or ``value`` itself when it already has that type)."""
+    if kind == "string":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int) or (isinstance(value, float) and value == value):
+            return str(value)
+        return _FAILED
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        return _FAILED
+    if isinstance(value, bool):
+        return _FAILED
+    if kind == "integer":
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and _INTEGER.match(value.strip()):
+            return int(value.strip())
+        return _FAILED
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str) and _NUMBER.match(value.strip()):
+        number = float(value.strip())
+        return number if number not in (float("inf"), float("-inf")) else _FAILED
+    return _FAILED
+
+
+def with_argument_repair(tool: AgentTool) -> AgentTool:
+    """A copy of ``tool`` whose arguments are repaired before validation (chained after its own
+    ``prepare_arguments``) and whose result begins with a note of the repairs made."""
+    pending: dict[str, list[list[str]]] = defaultdict(list)
+    lock = threading.Lock()  # guards pending: calls are prepared and run on different threads
+    previous = tool.prepare_arguments
+    execute = tool.execute
+
+    def prepare(raw: Any) -> Any:
+        if previous is not None:
+            raw = previous(raw)
+        repaired, notes = repair_arguments(raw, tool.parameters)
+        if notes:
+            with lock:
+                pending[_key(repaired)].append(notes)
+        return repaired
+
+    def run(
+        tool_call_id: str, params: dict[str, Any], signal: AbortSignal, on_update: OnUpdate
+    ) -> AgentToolResult:
+        with lock:
+            waiting = pending.get(_key(params))
+            notes = waiting.pop(0) if waiting else None
+            if waiting == []:
+                pending.pop(_key(params), None)
+        result = execute(tool_call_id, params, signal, on_update)
+        if not notes or not isinstance(result, AgentToolResult):
+            return result
+        note = TextContent(
+            text=f"[Note: your arguments were repaired: {'; '.join(notes)}. "
+            f"Next time use exactly the parameters of {tool.name}.]\n"
+        )
+        return result.model_copy(update={"content": [note, *result.content]})
+
+    return dataclasses.replace(tool, prepare_arguments=prepare, execute=run)
+
+
+def _key(arguments: Any) -> str:
+    return json.dumps(arguments, sort_keys=True, default=str)

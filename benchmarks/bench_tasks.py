@@ -1,0 +1,310 @@
+"""The everyday task set: ``agentkit run`` on small, real chores, each checked on disk or in
+the answer. Reports the success rate, time to first token and total time per task.
+
+Every task runs as a user would run it: the installed command in a subprocess (``--yes``,
+``--json``), in a fresh copy of a small workspace, with no provider key, so on the embedded
+local model. The first task also pays for saving the prompt prefix's KV cache; the rest reuse
+it. Results are appended to a JSONL file as they come, so an interrupted run still reports.
+
+Run from the repository root::
+
+    python benchmarks/bench_tasks.py                  # all tasks
+    python benchmarks/bench_tasks.py -k edit -k read  # tasks whose name contains a word
+    python benchmarks/bench_tasks.py --report results.jsonl   # summarise earlier results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FILES: dict[str, str] = {
+    "notes.txt": "Shopping list for Saturday:\n- milk\n- eggs\n- coffee beans\n",
+    "todo.md": "# To do\n\n- call the dentist\n- pay the electricity bill\n- water the plants\n",
+    "config.json": '{\n  "host": "localhost",\n  "port": 8080,\n  "debug": false\n}\n',
+    "README.md": "# Weather station\n\nReads a sensor every minute and logs the temperature.\n",
+    "data.csv": "city,temperature\nParis,18\nOslo,7\nCairo,31\n",
+    "src/app.py": (
+        "def greet(name):\n"
+        '    return "Hello, " + name\n'
+        "\n"
+        "\n"
+        "# TODO: read the name from the command line\n"
+        'print(greet("world"))\n'
+    ),
+    "src/util.py": "def helper(values):\n    return sorted(values)\n",
+}
+
+Check = Callable[[Path, str], bool]
+
+
+@dataclass
+class Task:
+    """One chore: the prompt, and a check of the workspace and the final answer."""
+
+    name: str
+    prompt: str
+    check: Check
+
+
+def answer_has(*words: str) -> Check:
+    return lambda ws, answer: all(w.lower() in answer.lower() for w in words)
+
+
+def answer_has_any(*words: str) -> Check:
+    return lambda ws, answer: any(w.lower() in answer.lower() for w in words)
+
+
+def file_has(path: str, *words: str, absent: tuple[str, ...] = ()) -> Check:
+    def check(ws: Path, answer: str) -> bool:
+        target = ws / path
+        if not target.is_file():
+            return False
+        text = target.read_text(encoding="utf-8", errors="replace")
+        return all(w in text for w in words) and not any(a in text for a in absent)
+
+    return check
+
+
+def add_py_works(ws: Path, answer: str) -> bool:
+    target = ws / "add.py"
+    if not target.is_file():
+        return False
+    done = subprocess.run(
+        [sys.executable, "-c", "import add; assert add.add(2, 3) == 5"],
+        cwd=ws,
+        capture_output=True,
+        timeout=30,
+    )
+    return done.returncode == 0
+
+
+TASKS: list[Task] = [
+    Task("read", "Read the file notes.txt and tell me what it says.", answer_has("milk")),
+    Task(
+        "write",
+        "Create a file hello.txt containing the text: Hello, world!",
+        file_has("hello.txt", "Hello, world!"),
+    ),
+    Task(
+        "edit-word",
+        "In notes.txt, replace the word eggs with butter.",
+        file_has("notes.txt", "butter", "milk", absent=("eggs",)),
+    ),
+    Task("list", "List the files in the folder src.", answer_has("app.py", "util.py")),
+    Task(
+        "run-echo",
+        "Run the command: echo agentkit-works. Then tell me its output.",
+        answer_has("agentkit-works"),
+    ),
+    Task(
+        "run-python",
+        "Run the command: python3 --version. Which Python version is installed?",
+        answer_has("3."),
+    ),
+    Task(
+        "search",
+        "Search the workspace for the text TODO and tell me which file contains it.",
+        answer_has("app.py"),
+    ),
+    Task(
+        "write-lines",
+        "Write a file numbers.txt with the numbers 1, 2 and 3, each on its own line.",
+        file_has("numbers.txt", "1\n2\n3"),
+    ),
+    Task(
+        "read-function",
+        "Read src/app.py and tell me the name of the function it defines.",
+        answer_has("greet"),
+    ),
+    Task(
+        "config-value",
+        "Read config.json. What is the value of port?",
+        answer_has("8080"),
+    ),
+    Task(
+        "config-edit",
+        "In config.json, change the port from 8080 to 9090.",
+        file_has("config.json", "9090", '"host"', absent=("8080",)),
+    ),
+    Task(
+        "readme-title",
+        "Read README.md and tell me the title on its first line.",
+        answer_has("weather station"),
+    ),
+    Task(
+        "make-function",
+        "Create a Python file add.py with a function add(a, b) that returns a + b.",
+        add_py_works,
+    ),
+    Task(
+        "todo-question",
+        "Read todo.md. Does it mention the dentist? Answer yes or no.",
+        answer_has("yes"),
+    ),
+    Task(
+        "rename-function",
+        "In src/app.py, rename the function greet to welcome everywhere.",
+        file_has("src/app.py", "def welcome", "welcome(", absent=("greet",)),
+    ),
+    Task(
+        "csv-lookup",
+        "Read data.csv. What is the temperature in Oslo?",
+        answer_has("7"),
+    ),
+    Task(
+        "find-definition",
+        "Which file in src defines the function helper? Search for it.",
+        answer_has("util.py"),
+    ),
+    Task(
+        "new-folder-file",
+        "Create the file docs/intro.md with the text: # Introduction",
+        file_has("docs/intro.md", "# Introduction"),
+    ),
+    Task(
+        "run-ls",
+        "Run the command ls and tell me whether a file named data.csv is there.",
+        answer_has_any("yes", "data.csv"),
+    ),
+    Task(
+        "add-todo",
+        "Add the item '- buy stamps' as a new last line of todo.md.",
+        file_has("todo.md", "buy stamps", "dentist", "water the plants"),
+    ),
+    Task(
+        "count-lines",
+        "Run the command: wc -l data.csv. How many lines does data.csv have?",
+        answer_has("4"),
+    ),
+    Task(
+        "debug-flag",
+        "In config.json, set debug to true.",
+        file_has("config.json", '"debug": true', "8080"),
+    ),
+]
+
+
+def make_workspace(parent: Path) -> Path:
+    workspace = parent / "ws"
+    for relative, text in FILES.items():
+        target = workspace / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return workspace
+
+
+def agentkit_command() -> list[str]:
+    found = shutil.which("agentkit", path=str(Path(sys.executable).parent))
+    return [found] if found else [sys.executable, "-m", "agentkit"]
+
+
+def run_task(task: Task, timeout: float) -> dict[str, object]:
+    """Run one task in a fresh workspace; its outcome and timings."""
+    with tempfile.TemporaryDirectory(prefix="agentkit-task-") as tmp:
+        workspace = make_workspace(Path(tmp))
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        argv = [
+            *agentkit_command(),
+            "run",
+            task.prompt,
+            "--workspace",
+            str(workspace),
+            "--yes",
+            "--json",
+            "--max-turns",
+            "6",
+        ]
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
+            )
+        except subprocess.TimeoutExpired:
+            return {"task": task.name, "ok": False, "why": f"timeout after {timeout:g} s"}
+        total = time.monotonic() - started
+        answer, first_token, tool_calls, errors = "", None, [], []
+        for line in done.stdout.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            kind = event.get("type")
+            if kind == "progress" and event.get("phase") == "first_event" and first_token is None:
+                first_token = event.get("waited_s")
+            elif kind == "message_end" and event.get("message", {}).get("role") == "assistant":
+                message = event["message"]
+                text = "".join(c.get("text", "") for c in message.get("content", []))
+                if text.strip():
+                    answer = text
+                if message.get("error_message"):
+                    errors.append(message["error_message"])
+            elif kind == "tool_execution_start":
+                tool_calls.append(event.get("tool_name"))
+        ok = done.returncode == 0 and task.check(workspace, answer)
+        return {
+            "task": task.name,
+            "ok": ok,
+            "rc": done.returncode,
+            "total_s": round(total, 2),
+            "first_token_s": first_token,
+            "tools": tool_calls,
+            "answer": answer[:300],
+            "errors": errors,
+            "stderr": done.stderr[-300:] if done.returncode else "",
+        }
+
+
+def summarise(results: list[dict[str, object]]) -> dict[str, object]:
+    ran = [r for r in results if "total_s" in r or "why" in r]
+    ok = [r for r in ran if r["ok"]]
+    totals = [float(r["total_s"]) for r in ran if "total_s" in r]  # type: ignore[arg-type]
+    firsts = [float(r["first_token_s"]) for r in ran if r.get("first_token_s") is not None]  # type: ignore[arg-type]
+    return {
+        "tasks": len(ran),
+        "succeeded": len(ok),
+        "success_rate": round(len(ok) / len(ran), 3) if ran else None,
+        "median_total_s": round(statistics.median(totals), 2) if totals else None,
+        "median_first_token_s": round(statistics.median(firsts), 2) if firsts else None,
+        "failed": [r["task"] for r in ran if not r["ok"]],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-k", action="append", default=[], help="only tasks whose name has this")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per task")
+    parser.add_argument("--out", default="bench_tasks.jsonl", help="where results are appended")
+    parser.add_argument("--report", help="only summarise this JSONL file of earlier results")
+    args = parser.parse_args()
+    if args.report:
+        lines = Path(args.report).read_text(encoding="utf-8").splitlines()
+        print(json.dumps(summarise([json.loads(x) for x in lines if x.strip()]), indent=2))
+        return
+    chosen = [t for t in TASKS if not args.k or any(word in t.name for word in args.k)]
+    results = []
+    with open(args.out, "a", encoding="utf-8") as out:
+        for task in chosen:
+            result = run_task(task, args.timeout)
+            results.append(result)
+            out.write(json.dumps(result) + "\n")
+            out.flush()
+            mark = "ok  " if result["ok"] else "FAIL"
+            print(f"{mark} {task.name:18} {result.get('total_s', '-')} s", flush=True)
+    print(json.dumps(summarise(results), indent=2))
+
+
+if __name__ == "__main__":
+    main()

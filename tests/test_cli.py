@@ -417,7 +417,8 @@ def test_json_lines_always_encode(workspace: Path) -> None:
     out.encode("utf-8")
     deltas = [json.loads(line) for line in out.splitlines()]
     text = "".join(d.get("delta", "") for d in deltas if d["type"] == "message_update")
-    assert text == "caf\udce9 \x9b \u2028"
+    # The lone surrogate became U+FFFD where it entered the transcript (the model's stream).
+    assert text == "caf\ufffd \x9b \u2028"
 
 
 def test_chat_json_is_pure_jsonl(workspace: Path) -> None:

@@ -28,6 +28,7 @@ from .events import (
     MessageEndEvent,
     MessageStartEvent,
     MessageUpdateEvent,
+    TextDeltaEvent,
     ToolExecutionEndEvent,
     ToolExecutionStartEvent,
     TurnEndEvent,
@@ -828,6 +829,35 @@ class _StreamEnd:
     """Queue token: the run is over."""
 
 
+class _WithPartial:
+    """Queue item: a message update and the typed output's partial object at that moment."""
+
+    __slots__ = ("event", "partial")
+
+    def __init__(self, event: Any, partial: Any) -> None:
+        self.event, self.partial = event, partial
+
+
+class _PartialObjects:
+    """A stream's listener with an ``output_type``: each text delta comes with the partial
+    object of the reply's text so far (read from the deltas, in event order, since the
+    streaming message itself may be further along by the time the event is yielded)."""
+
+    def __init__(self, events: queue.SimpleQueue[Any], output: OutputSpec) -> None:
+        self._events, self._output, self._text = events, output, ""
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, MessageStartEvent):
+            self._text = ""
+        elif isinstance(event, MessageUpdateEvent) and isinstance(
+            event.assistant_message_event, TextDeltaEvent
+        ):
+            self._text += event.assistant_message_event.delta
+            self._events.put(_WithPartial(event, self._output.partial(self._text)))
+            return
+        self._events.put(event)
+
+
 _STREAM_END = _StreamEnd()
 
 
@@ -852,7 +882,10 @@ class AgentRunStream:
         self.partial_output: Any = None
         """With an ``output_type``: the object so far in the reply being streamed (not yet
         validated; a dict for a model type), updated as each event is yielded."""
-        self._unsubscribe = agent.subscribe(self._events.put)
+        put: Listener = self._events.put
+        if output is not None:  # the text is read when the event happens, not when yielded
+            put = _PartialObjects(self._events, output)
+        self._unsubscribe = agent.subscribe(put)
         try:
             launch(self._bind)
         except BaseException:
@@ -880,8 +913,7 @@ class AgentRunStream:
                 if item is _STREAM_END:
                     self._finish()
                     return
-                self._track(item)
-                yield cast(AgentEvent, item)
+                yield cast(AgentEvent, self._track(item))
         finally:
             self.close()  # left early (break, an exception) or finished: either way, ended
 
@@ -892,17 +924,16 @@ class AgentRunStream:
         if item is _STREAM_END:
             self._finish()
             raise StopIteration
-        self._track(item)
-        return cast(AgentEvent, item)
+        return cast(AgentEvent, self._track(item))
 
-    def _track(self, event: Any) -> None:
-        """Update :attr:`partial_output` from a streamed assistant message."""
-        if self._output is not None and isinstance(event, MessageUpdateEvent):
-            message = event.message
-            if isinstance(message, AssistantMessage):
-                partial = self._output.partial(message.text)
-                if partial is not None:
-                    self.partial_output = partial
+    def _track(self, item: Any) -> Any:
+        """The event of a queue item; a partial object that came with it becomes
+        :attr:`partial_output`."""
+        if isinstance(item, _WithPartial):
+            if item.partial is not None:
+                self.partial_output = item.partial
+            return item.event
+        return item
 
     def _next_item(self) -> Any:
         try:

@@ -354,10 +354,12 @@ def _run_loop(
 def _end_run(state: _LoopState) -> None:
     """Settle the run's result (stop reason, budget) and emit ``agent_end``."""
     result, limit = state.new_messages, state.tracker.limit
+    finish_result(result)
     if limit is not None and result.stop_reason in ("stop", "aborted"):
         result.stop_reason, result.budget = "budget", limit
         result.error_message = None
-    finish_result(result)
+    elif state.signal.aborted and result.stop_reason == "stop":  # aborted during tools
+        result.stop_reason, result.error_message = "aborted", ABORTED_TEXT
     state.emit(AgentEndEvent(state.new_messages))
 
 

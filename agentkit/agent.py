@@ -625,8 +625,10 @@ class Agent:
 
         With ``block``, wait for the run's end. ``bind(run)`` hands the run over before its
         worker starts. Whatever interrupts this (a ``KeyboardInterrupt`` at any instant, or
-        ``choose`` raising), the run is either never begun and the claim released, or aborted
-        and waited for; then the exception propagates.
+        ``choose`` raising), a run whose worker has not begun is cancelled and the claim
+        released; one that has begun is aborted and waited for when ``block`` (``prompt()``,
+        ``continue_()``), and otherwise left running for ``agent.abort()`` (``start()``; the
+        stream's own clean-up aborts it for ``stream()``). Then the exception propagates.
         """
         run = Run(AbortController())
         try:
@@ -649,20 +651,21 @@ class Agent:
             if block:
                 run.wait()
         except BaseException:
-            self._abandon(run)
+            self._abandon(run, stop=block)
             raise
         return run
 
-    def _abandon(self, run: Run) -> None:
-        """Undo a start that was interrupted: release an unbegun run, else abort and wait."""
+    def _abandon(self, run: Run, stop: bool) -> None:
+        """Undo a start that was interrupted: release an unbegun run; abort and wait for a
+        begun one if ``stop``."""
         if self._active is not run:
             return  # never claimed (busy or closed)
         if run._cancel_unbegun():
             self._release(run)
             run._settle([], None)
-            return
-        run.abort()
-        _wait_through_interrupts(run)
+        elif stop:
+            run.abort()
+            _wait_through_interrupts(run)
 
     def _release(self, run: Run) -> None:
         with self._lock:

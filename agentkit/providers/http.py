@@ -412,7 +412,10 @@ class StreamingRequest:
         _current.tracker = self._tracker
         try:
             pool = manager.connection_from_url(self.url, pool_kwargs=pool_kwargs)
-            target = self.url if proxy is not None else _path_of(self.url)
+            # A plain-HTTP proxy takes the absolute URL; HTTPS goes through a CONNECT tunnel,
+            # inside which the request names the path, as without a proxy.
+            forwarded = proxy is not None and not self.url.startswith("https:")
+            target = self.url if forwarded else _path_of(self.url)
             response = pool.urlopen(
                 "POST",
                 target,

@@ -467,3 +467,17 @@ def test_a_forked_child_does_not_reuse_its_parents_connection(server: ReplayServ
     assert server.connections == 2  # the child opened its own
     assert stream(model, CTX, options()).result().stop_reason == "stop"
     assert server.connections == 2  # and the parent still reuses its own
+
+
+def test_an_http_proxy_from_the_environment_gets_the_absolute_url(
+    server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", server.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    server.enqueue(Reply(chat_sse({"content": "via the proxy"})))
+    model = make_model(CHAT, "http://api.example.invalid")
+    _, message = collect(stream(model, CTX, options(max_retries=0)))
+    assert message.stop_reason == "stop", message.error_message
+    assert server.requests[0].path == "/v1/chat/completions"
+    assert server.requests[0].headers["host"] == "api.example.invalid"

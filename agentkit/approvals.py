@@ -26,12 +26,15 @@ predicate on the call."""
 
 @dataclass(frozen=True)
 class ApprovalRequest:
-    """A tool call waiting for a decision; ``id`` is the tool call's id."""
+    """A tool call waiting for a decision: ``id`` is the tool call's id, ``arguments`` the
+    validated arguments it would run with, ``signal`` the run's abort signal (an ``on_request``
+    that asks someone can stop asking when it fires)."""
 
     id: str
     tool_name: str
     arguments: dict[str, Any]
     requested_at: float = field(default_factory=time.time)
+    signal: AbortSignal | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class Approvals:
     def request(self, call: ToolCall, signal: AbortSignal) -> ApprovalDecision:
         """Wait for a decision on ``call``: called by the loop; never raises for a timeout or
         an abort, which both come back as a rejection saying so."""
-        request = ApprovalRequest(call.id, call.name, dict(call.arguments))
+        request = ApprovalRequest(call.id, call.name, dict(call.arguments), signal=signal)
         with self._cond:
             self._waiting[call.id] = request
             self._cond.notify_all()

@@ -696,7 +696,10 @@ def _prepare_tool_call(
                     decision.reason or "Tool execution was blocked", decision.terminate
                 )
         if approvals is not None and approvals.needs_approval(tool_call, tool.requires_approval):
-            verdict = approvals.request(tool_call, signal)
+            asked = tool_call
+            if isinstance(args, dict) and args is not tool_call.arguments:
+                asked = tool_call.model_copy(update={"arguments": args})  # what would run
+            verdict = approvals.request(asked, signal)
             if not verdict.approved:
                 return immediate(
                     f"Tool call {tool_call.name} was rejected"
@@ -833,6 +836,7 @@ class _CallTimers:
         # Guards _timers and _running: calls start and finish on pool threads.
         self._lock = threading.Lock()
         self._timers: dict[int, threading.Timer] = {}
+        self._unlinks: dict[int, Callable[[], None]] = {}
         self._running: set[int] = set()
 
     def start(self, index: int, tool: AgentTool, signal: AbortSignal) -> AbortSignal:
@@ -856,6 +860,7 @@ class _CallTimers:
         timer.name = "agentkit-tool-timeout"
         with self._lock:
             self._timers[index] = timer
+            self._unlinks[index] = unlink
         timer.start()
         return controller.signal
 
@@ -864,8 +869,11 @@ class _CallTimers:
         with self._lock:
             self._running.discard(index)
             timer = self._timers.pop(index, None)
+            unlink = self._unlinks.pop(index, None)
         if timer is not None:
             timer.cancel()
+        if unlink is not None:
+            unlink()  # the run's signal no longer needs to reach this call
 
     def still_running(self) -> bool:
         """Whether a call (one that timed out, say) has not returned yet."""

@@ -505,3 +505,34 @@ def test_approve_always_and_unbrokered_tools() -> None:
     agent, _ = make_agent([reply(tool_call("delete", {"path": "x"})), "done"], tools=[delete])
     result = agent.prompt("go")
     assert "needs approval, but the agent has no approvals broker" in result[2].content[0].text
+
+
+def test_a_deadline_as_a_point_in_time() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    soon = datetime.now(timezone.utc) + timedelta(seconds=0.2)
+    agent, _ = make_agent([reply("thinking hard", hang=True)], budgets={"deadline": soon})
+    result = agent.prompt("go")
+    assert (result.stop_reason, result.budget) == ("budget", "timeout")
+    assert result[-1].stop_reason == "aborted"  # the request was cut off on time
+
+
+def test_approval_policy_sees_the_validated_arguments_and_the_signal() -> None:
+    seen: list[Any] = []
+
+    def decide(request: Any) -> None:
+        seen.append((request.arguments, request.signal is not None))
+        approvals.reject(request.id)
+
+    approvals = Approvals(tools=lambda call: call.name == "add_one", on_request=decide)
+
+    @tool
+    def add_one(n: int) -> int:
+        """Add one."""
+        return n + 1
+
+    agent, _ = make_agent([reply(tool_call("add_one", {"n": "41"})), "fine"], tools=[add_one],
+                          approvals=approvals)
+    result = agent.prompt("go")
+    assert seen == [({"n": 41}, True)]  # coerced from "41", as it would have run
+    assert result[2].content[0].text == "Tool call add_one was rejected"

@@ -62,6 +62,7 @@ from .types import (
     as_stream_options,
     placeholder_model,
     role_of,
+    to_serialisable,
     to_tool_declaration,
 )
 
@@ -787,7 +788,10 @@ class Agent:
         never sees a listener's or hook's exception.
         """
         model = self._state.model
-        text = str(exc) or type(exc).__name__
+        try:
+            text = to_serialisable(str(exc)) or type(exc).__name__
+        except Exception:  # an exception whose __str__ fails still gets recorded
+            text = type(exc).__name__
         failure = AssistantMessage(
             content=[TextContent(text="")],
             api=str(getattr(model, "api", "unknown")),

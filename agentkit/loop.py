@@ -14,7 +14,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -308,6 +309,28 @@ class _LoopState:
     output: OutputSpec | None = None
     controls: ToolControls = field(default_factory=ToolControls)
     output_failures: int = 0
+    tool_threads: _ToolThreads = field(default_factory=lambda: _ToolThreads())
+
+
+class _ToolThreads:
+    """The run's tool pool: made at the first batch, reused by the next ones (no thread start
+    per turn), shut down when the run ends."""
+
+    def __init__(self, max_workers: int = 1) -> None:
+        self.max_workers = max(1, max_workers)
+        self.pool: ThreadPoolExecutor | None = None
+        self.clean = True  # False once a tool was given up on or a batch failed midway
+
+    def submit(self, fn: Callable[[int], None], index: int) -> Future[None]:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="agentkit-tool")
+        return self.pool.submit(fn, index)
+
+    def shutdown(self) -> None:
+        """Wait for the pool's threads when every tool finished; else leave them to finish."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=self.clean, cancel_futures=True)
+            self.pool = None
 
 
 def _apply_update(state: _LoopState, update: TurnUpdate | None) -> None:
@@ -342,12 +365,21 @@ def _run_loop(
     if output is not None and config.output_retries != output.retries:
         output = OutputSpec(output.type, name=output.name, retries=config.output_retries)
     state = _LoopState(
-        context, config, new_messages, emit, tracker.signal, stream_fn, tracker, output,
+        context,
+        config,
+        new_messages,
+        emit,
+        tracker.signal,
+        stream_fn,
+        tracker,
+        output,
         ToolControls(config.deps),
+        tool_threads=_ToolThreads(config.max_tool_workers),
     )
     try:
-        _run_turns(state)
+        _turns(state)
     finally:
+        state.tool_threads.shutdown()
         tracker.close()
 
 
@@ -410,7 +442,8 @@ def _check_output(state: _LoopState, message: AssistantMessage) -> list[Any] | N
     return None
 
 
-def _run_turns(state: _LoopState) -> None:
+def _turns(state: _LoopState) -> None:
+    """The turns of a run (SPEC 4.2), until the run ends."""
     config, emit, signal, new_messages = state.config, state.emit, state.signal, state.new_messages
     last_turn: TurnContext | None = None
     explicit_continuation = False
@@ -896,7 +929,7 @@ def _run_prepared(
     context: AgentContext,
     signal: AbortSignal,
     after_tool_call: Any,
-    max_workers: int,
+    threads: _ToolThreads,
     grace: float,
     on_update: Callable[[_Prepared, Any], None],
     on_end: Callable[[ToolCallOutcome], None],
@@ -931,13 +964,11 @@ def _run_prepared(
             inbox.put(_Finished(index, result, is_error, duration))
 
     outcomes: list[ToolCallOutcome | None] = [None] * len(batch)
-    pool = ThreadPoolExecutor(
-        max_workers=max(1, min(len(batch), max_workers)), thread_name_prefix="agentkit-tool"
-    )
     finished_all = False
+    futures = []
     try:
         for index in range(len(batch)):
-            pool.submit(work, index)
+            futures.append(threads.submit(work, index))
         remaining = len(batch)
         items = _wait_or_give_up(lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace)
         try:
@@ -971,13 +1002,17 @@ def _run_prepared(
                 outcome = ToolCallOutcome(prepared.tool_call, error_result(text), True, None)
                 outcomes[index] = outcome
                 on_end(outcome)
-        finished_all = not remaining and not timers.still_running()
+        finished_all = not remaining
     finally:
-        # Wait for the pool only when every call finished; a tool that ignored the abort or
-        # its timeout, or a run failing mid-batch (an ``on_end`` listener raised), must not
-        # hang on a tool.
         timers.close()
-        pool.shutdown(wait=finished_all, cancel_futures=True)
+        if finished_all and timers.still_running():
+            threads.clean = False  # a call that timed out is still running: never wait for it
+        elif not finished_all:
+            if not signal.aborted:
+                # The run is failing mid-batch (an ``on_end`` listener raised): give the running
+                # tools the grace period to finish, but never hang the failure on them.
+                wait_futures(futures, timeout=grace)
+            threads.clean = False  # the pool's owner must not wait for a tool given up on
     return [o for o in outcomes if o is not None]
 
 
@@ -1005,18 +1040,22 @@ def run_tool_call(
     )
     if isinstance(prepared, ToolCallOutcome):
         return prepared
-    return _run_prepared(
-        [prepared],
-        assistant_message=assistant_message,
-        context=context,
-        signal=signal,
-        after_tool_call=after_tool_call,
-        max_workers=1,
-        grace=AgentLoopConfig.tool_abort_grace,
-        on_update=lambda _call, partial: on_update(partial) if on_update is not None else None,
-        on_end=lambda _outcome: None,
-        controls=ToolControls(deps),
-    )[0]
+    threads = _ToolThreads()
+    try:
+        return _run_prepared(
+            [prepared],
+            assistant_message=assistant_message,
+            context=context,
+            signal=signal,
+            after_tool_call=after_tool_call,
+            threads=threads,
+            grace=AgentLoopConfig.tool_abort_grace,
+            on_update=lambda _call, partial: on_update(partial) if on_update is not None else None,
+            on_end=lambda _outcome: None,
+            controls=ToolControls(deps),
+        )[0]
+    finally:
+        threads.shutdown()
 
 
 def _result_message(outcome: ToolCallOutcome) -> ToolResultMessage:
@@ -1128,7 +1167,7 @@ def _run_group(
             context=state.context,
             signal=state.signal,
             after_tool_call=config.after_tool_call,
-            max_workers=config.max_tool_workers,
+            threads=state.tool_threads,
             grace=config.tool_abort_grace,
             on_update=on_update,
             on_end=lambda outcome: _emit_end(emit, outcome),

@@ -343,17 +343,22 @@ def test_tool_timeout_gives_an_error_result_and_the_run_goes_on() -> None:
     aborted = threading.Event()
     release = threading.Event()
 
+    returned = threading.Event()
+
     @tool(timeout=0.2)
     def stuck(signal: Any) -> str:
         """Hang."""
         if signal.wait(WAIT):
             aborted.set()
         release.wait(WAIT)
+        returned.set()
         return "late"
 
     agent, _ = make_agent([reply(tool_call("stuck", {})), "recovered"], tools=[stuck])
     result = agent.prompt("go")
+    assert not returned.is_set()  # the run went on without waiting for the stuck tool
     release.set()
+    assert returned.wait(WAIT)
     assert result.text == "recovered"
     timed_out = [m for m in result if isinstance(m, ToolResultMessage)][0]
     assert timed_out.is_error and timed_out.content[0].text == "Tool stuck timed out after 0.2 s"

@@ -365,3 +365,25 @@ def test_event_to_dict_gives_strict_json_for_any_partial_result() -> None:
 
     assert data["partial_result"] == {"ratio": None, "name": "caf\ufffd", "obj": "<opaque>"}
     json.dumps(data, allow_nan=False).encode("utf-8")
+
+
+def test_a_failure_whose_text_cannot_be_encoded_is_still_recorded_serialisably() -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise ValueError("no text")
+
+    def listener(event: Any) -> None:
+        if event.type == "message_end" and event.message.role == "user":
+            raise OSError("cannot open caf\udce9.txt")
+
+    def unprintable(model: Any, context: Any, options: Any) -> Any:
+        raise Unprintable()
+
+    agent, _ = make_agent(["unused"])
+    agent.subscribe(listener)
+    messages = agent.prompt("hi")
+    assert messages[-1].error_message == "cannot open caf\ufffd.txt"
+    json.dumps(messages[-1].model_dump(mode="json")).encode("utf-8")
+
+    other = Agent(model="openai:gpt-4o-mini", stream_fn=unprintable)
+    assert other.prompt("hi")[-1].error_message == "Unprintable"

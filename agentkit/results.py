@@ -12,10 +12,8 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from .errors import AbortError, AgentError, ProviderError
-from .types import AssistantMessage, Cost, Usage
+from .types import AssistantMessage, Usage
 
 RunStopReason = Literal["stop", "length", "error", "aborted", "budget"]
 """Why a run ended: it finished (``stop``), its last reply hit the token limit (``length``),
@@ -25,21 +23,12 @@ is in :attr:`RunResult.budget`)."""
 _HTTP_STATUS = re.compile(r"\(HTTP (\d{3})\)")
 
 
-class RunUsage(BaseModel):
-    """Token and cost totals of a run: every request's usage added up, plus counts.
-
-    ``cost`` comes from the catalog's prices (each request's :class:`~agentkit.Usage` cost);
-    ``requests`` counts model requests, ``tool_calls`` the tool calls that were executed.
+class RunUsage(Usage):
+    """Token and cost totals of a run: every request's :class:`~agentkit.Usage` added up, plus
+    counts. ``cost`` comes from the catalog's prices; ``requests`` counts model requests,
+    ``tool_calls`` the tool calls that were executed.
     """
 
-    model_config = ConfigDict(defer_build=True)
-
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-    total_tokens: int = 0
-    cost: Cost = Field(default_factory=Cost)
     requests: int = 0
     tool_calls: int = 0
 

@@ -502,7 +502,8 @@ class Agent:
         """Start a run on ``input`` and return its :class:`Run` at once (``run_options`` as for
         :meth:`prompt`)."""
         prompts = self._prompt_messages(input, images)
-        return self._launch(BUSY_PROMPT, self._prompt_body(prompts, self._run_overrides(run_options)))
+        body = self._prompt_body(prompts, self._run_overrides(run_options))
+        return self._launch(BUSY_PROMPT, body)
 
     def continue_(self) -> list[Any]:
         """Continue from the transcript as it stands; block; return the new messages."""

@@ -775,7 +775,8 @@ def _execute(
             )
         result, is_error = value, value.is_error
     except ToolRetry as exc:
-        result, is_error = controls.retry_result(prepared.tool.name, prepared.tool.max_retries, str(exc)), True
+        tool = prepared.tool
+        result, is_error = controls.retry_result(tool.name, tool.max_retries, str(exc)), True
     except BaseException as exc:  # noqa: BLE001 - reported as the call's result, see above
         result, is_error = error_result(_error_text(exc)), True
     finally:
@@ -1127,7 +1128,8 @@ def _execute_tool_calls(
             state.new_messages.usage.add(outcome.result.usage)
     limit = state.tracker.limit or "max_tool_calls"
     for call in refused:
-        messages.append(_fail_call(call, REFUSED_TEXT.format(name=call.name, limit=limit), state.emit))
+        text = REFUSED_TEXT.format(name=call.name, limit=limit)
+        messages.append(_fail_call(call, text, state.emit))
     terminate = bool(outcomes) and all(o.result.terminate for o in outcomes)
     return messages, terminate
 

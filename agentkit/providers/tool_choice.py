@@ -26,7 +26,8 @@ def wire_tool_choice(api: str, choice: str | dict[str, Any] | None) -> Any:
     if api == "google-generative-ai":
         if named is not None:
             return {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [named]}}
-        return {"functionCallingConfig": {"mode": "ANY" if choice == "required" else str(choice).upper()}}
+        mode = "ANY" if choice == "required" else str(choice).upper()
+        return {"functionCallingConfig": {"mode": mode}}
     if named is not None:
         if api == "openai-responses":
             return {"type": "function", "name": named}

@@ -34,7 +34,8 @@ EXPECTED = City(city="London", country="UK", population_millions=8.9)
 
 
 def agent_for(server: ReplayServer, api: str, **options: Any) -> Agent:
-    return Agent(model=make_model(api, server.url), stream_fn=stream_simple, api_key=API_KEY, **options)
+    model = make_model(api, server.url)
+    return Agent(model=model, stream_fn=stream_simple, api_key=API_KEY, **options)
 
 
 def schema_sent(api: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +100,11 @@ def test_partial_object_while_streaming(server: ReplayServer, api: str) -> None:
     ("api", "choice", "sent"),
     [
         ("openai-completions", "required", "required"),
-        ("openai-completions", {"name": "lookup"}, {"type": "function", "function": {"name": "lookup"}}),
+        (
+            "openai-completions",
+            {"name": "lookup"},
+            {"type": "function", "function": {"name": "lookup"}},
+        ),
         ("openai-responses", {"name": "lookup"}, {"type": "function", "name": "lookup"}),
         ("openai-responses", "none", "none"),
         ("anthropic-messages", "required", {"type": "any"}),

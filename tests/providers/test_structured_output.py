@@ -134,3 +134,35 @@ def test_portable_tool_choice_on_the_wire(
     key = "toolConfig" if api == "google-generative-ai" else "tool_choice"
     assert body[key] == sent
     assert agent.tool_choice == "auto"  # a run's option does not change the agent
+
+
+def test_llama_cpp_gets_its_json_schema_grammar(server: ReplayServer) -> None:
+    server.enqueue(Reply(body=fixture_bytes(FIXTURES["openai-completions"])))
+    model = make_model("openai-completions", server.url, provider="local")
+    agent = Agent(model=model, stream_fn=stream_simple, output_type=City)
+    assert agent.prompt("UK capital?").output == EXPECTED
+    body = server.requests[0].json
+    assert "response_format" not in body
+    assert body["json_schema"]["required"] == ["city", "country", "population_millions"]
+
+
+class Optional_(BaseModel):
+    name: str
+    nickname: str | None = None
+
+
+def test_a_schema_strict_mode_cannot_take_is_sent_without_strict(server: ReplayServer) -> None:
+    server.enqueue(Reply(body=fixture_bytes(FIXTURES["openai-responses"])))
+    agent = agent_for(server, "openai-responses", output_type=Optional_, output_retries=0)
+    assert agent.prompt("x").stop_reason == "error"  # the recorded answer is not an Optional_
+    fmt = server.requests[0].json["text"]["format"]
+    assert fmt["strict"] is False and fmt["schema"]["additionalProperties"] is False
+
+
+def test_gemini_schema_is_the_openapi_subset(server: ReplayServer) -> None:
+    server.enqueue(Reply(body=fixture_bytes(FIXTURES["google-generative-ai"])))
+    agent = agent_for(server, "google-generative-ai", output_type=Optional_, output_retries=0)
+    agent.prompt("x")
+    schema = server.requests[0].json["generationConfig"]["responseSchema"]
+    assert schema["properties"]["nickname"] == {"type": "STRING", "nullable": True}
+    assert "default" not in str(schema) and "title" not in str(schema)

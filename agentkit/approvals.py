@@ -115,9 +115,12 @@ class Approvals:
             self._cond.notify_all()
             return True
 
-    def request(self, call: ToolCall, signal: AbortSignal) -> ApprovalDecision:
+    def request(
+        self, call: ToolCall, signal: AbortSignal, until: float | None = None
+    ) -> ApprovalDecision:
         """Wait for a decision on ``call``: called by the loop; never raises for a timeout or
-        an abort, which both come back as a rejection saying so."""
+        an abort, which both come back as a rejection saying so. ``until`` (a
+        ``time.monotonic()`` value, the run's deadline) ends the wait early too."""
         request = ApprovalRequest(call.id, call.name, dict(call.arguments), signal=signal)
         with self._cond:
             self._waiting[call.id] = request
@@ -131,11 +134,16 @@ class Approvals:
                 while call.id not in self._decisions:
                     if signal.aborted:
                         return ApprovalDecision(False, "Operation aborted")
-                    remaining = None if deadline is None else deadline - time.monotonic()
+                    now = time.monotonic()
+                    if until is not None and now >= until:
+                        return ApprovalDecision(False, "The run's deadline passed")
+                    remaining = None if deadline is None else deadline - now
                     if remaining is not None and remaining <= 0:
                         return ApprovalDecision(
                             False, f"Nobody approved {call.name} within {self.timeout:g} s"
                         )
+                    if until is not None:
+                        remaining = until - now if remaining is None else min(remaining, until - now)
                     self._cond.wait(remaining)
                 return self._decisions[call.id]
         finally:

@@ -9,7 +9,6 @@ that cap. Peers: openai-agents ``max_turns``, pydantic-ai ``UsageLimits``, smola
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -98,9 +97,10 @@ class Budgets(BaseModel):
 class BudgetTracker:
     """One run's spending against its :class:`Budgets`; used on the loop's thread only.
 
-    With a deadline it owns the run's signal: a child of the caller's, which the deadline timer
-    aborts with a :class:`BudgetReached` reason. :meth:`close` stops the timer (no thread
-    outlives the run).
+    With a deadline it owns the run's signal: a child of the caller's, which :meth:`expire`
+    aborts with a :class:`BudgetReached` reason. No thread watches the clock: the loop's own
+    waits (for the stream, a tool batch, an approval) end at :attr:`ends` and call
+    :meth:`expire`, so tools and the provider get the abort on time.
     """
 
     def __init__(self, budgets: Budgets, parent: AbortSignal, usage: RunUsage) -> None:
@@ -111,27 +111,38 @@ class BudgetTracker:
         self.signal: AbortSignal = parent
         """The signal the run uses: the caller's, or with a deadline a child of it that the
         deadline aborts too."""
+        self.ends: float | None = None
+        """When the run must end, in ``time.monotonic()`` seconds (``None``: no deadline)."""
         self._unlink: Callable[[], None] = lambda: None
-        self._timer: threading.Timer | None = None
-        ends = budgets.deadline_at(time.time())
+        self._controller: AbortController | None = None
+        now = time.time()
+        ends = budgets.deadline_at(now)
         if ends is not None:
-            controller = AbortController()
+            controller = self._controller = AbortController()
             self.signal = controller.signal
             self._unlink = parent.add_callback(lambda: controller.abort(parent.reason))
+            self.ends = time.monotonic() + (ends - now)
 
-            def expire() -> None:
-                if not controller.signal.aborted:
-                    self.limit = self.limit or "timeout"
-                    controller.abort(BudgetReached("timeout"))
+    def wait_time(self, timeout: float | None) -> float | None:
+        """``timeout`` cut to the time left before the deadline."""
+        if self.ends is None:
+            return timeout
+        left = max(0.0, self.ends - time.monotonic())
+        return left if timeout is None else min(timeout, left)
 
-            self._timer = threading.Timer(max(0.0, ends - time.time()), expire)
-            self._timer.daemon = True
-            self._timer.name = "agentkit-deadline"
-            self._timer.start()
+    def expire(self) -> bool:
+        """If the deadline has passed, abort the run's signal (once); return whether it has."""
+        if self.ends is None or time.monotonic() < self.ends:
+            return False
+        if self._controller is not None and not self._controller.signal.aborted:
+            self.limit = self.limit or "timeout"
+            self._controller.abort(BudgetReached("timeout"))
+        return True
 
     def reached(self) -> str | None:
         """The first limit the run has reached (by its counts so far), or ``None``."""
         b, u = self.budgets, self.usage
+        self.expire()
         if self.limit is not None:
             return self.limit
         if b.max_turns is not None and u.requests >= b.max_turns:
@@ -165,9 +176,5 @@ class BudgetTracker:
         return UserMessage(content=[TextContent(text=SUMMARY_PROMPT.format(limit=limit))])
 
     def close(self) -> None:
-        """Stop the deadline timer and unlink from the caller's signal."""
-        if self._timer is not None:
-            self._timer.cancel()
-            if self._timer is not threading.current_thread():
-                self._timer.join()
+        """Unlink from the caller's signal."""
         self._unlink()

@@ -565,22 +565,31 @@ def _request_options(state: _LoopState, api_key: str | None) -> StreamOptions:
 
 
 def _wait_or_give_up(
-    get: Callable[[float | None], Any], signal: AbortSignal, wake: Callable[[], None], grace: float
+    get: Callable[[float | None], Any],
+    signal: AbortSignal,
+    wake: Callable[[], None],
+    grace: float,
+    budget: BudgetTracker | None = None,
 ) -> Generator[Any, None, None]:
     """Yield what ``get(timeout)`` returns until the caller stops, or until ``grace`` seconds
     after an abort (then the iteration ends: the caller gives up on what it waited for).
 
     ``get`` raises ``queue.Empty`` on timeout and returns ``WAKE`` when ``wake`` was called;
     ``wake`` runs when the signal aborts. The stream wait and the tool batch wait both use it.
+    The wait also ends at the run's ``budget`` deadline, which then aborts the signal.
     """
     remove_wake = signal.add_callback(wake)
     deadline: float | None = None
     try:
         while True:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if budget is not None and deadline is None:
+                timeout = budget.wait_time(timeout)
             try:
                 item = get(timeout)
             except queue.Empty:
+                if deadline is None and budget is not None and budget.expire():
+                    continue  # the abort wakes this wait and starts the grace period
                 return
             if item is WAKE:
                 if deadline is None:
@@ -612,7 +621,9 @@ def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
     context_messages = state.context.messages
     partial: AssistantMessage | None = None
     final: AssistantMessage | None = None
-    events = _wait_or_give_up(response.get, signal, response.wake, config.tool_abort_grace)
+    events = _wait_or_give_up(
+        response.get, signal, response.wake, config.tool_abort_grace, state.tracker
+    )
     try:
         for event in events:
             if event is None:
@@ -699,6 +710,7 @@ def _prepare_tool_call(
     signal: AbortSignal,
     before_tool_call: Any,
     approvals: Approvals | None = None,
+    budget: BudgetTracker | None = None,
 ) -> _Prepared | ToolCallOutcome:
     """Preflight one call: lookup, argument preparation and validation, ``before_tool_call``,
     then the approval wait of a call that needs one."""
@@ -732,7 +744,10 @@ def _prepare_tool_call(
             asked = tool_call
             if isinstance(args, dict) and args is not tool_call.arguments:
                 asked = tool_call.model_copy(update={"arguments": args})  # what would run
-            verdict = approvals.request(asked, signal)
+            ends = None if budget is None else budget.ends
+            verdict = approvals.request(asked, signal, ends)
+            if budget is not None and budget.expire():
+                return immediate(ABORTED_TEXT)
             if not verdict.approved:
                 return immediate(
                     f"Tool call {tool_call.name} was rejected"
@@ -935,6 +950,7 @@ def _run_prepared(
     on_update: Callable[[_Prepared, Any], None],
     on_end: Callable[[ToolCallOutcome], None],
     controls: ToolControls | None = None,
+    budget: BudgetTracker | None = None,
 ) -> list[ToolCallOutcome]:
     """Execute prepared calls at once on a pool while this thread reports their progress.
 
@@ -971,7 +987,9 @@ def _run_prepared(
         for index in range(len(batch)):
             futures.append(threads.submit(work, index))
         remaining = len(batch)
-        items = _wait_or_give_up(lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace)
+        items = _wait_or_give_up(
+            lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace, budget
+        )
         try:
             for item in items:
                 if isinstance(item, _Update):
@@ -1150,6 +1168,7 @@ def _run_group(
             state.signal,
             config.before_tool_call,
             config.approvals,
+            state.tracker,
         )
         if isinstance(prepared, ToolCallOutcome):
             _emit_end(emit, prepared)
@@ -1174,6 +1193,7 @@ def _run_group(
             on_update=on_update,
             on_end=lambda outcome: _emit_end(emit, outcome),
             controls=state.controls,
+            budget=state.tracker,
         )
     )
     return [next(finished) if isinstance(slot, _Prepared) else slot for slot in slots]

@@ -65,14 +65,15 @@ def loop_seconds_per_turn(budgets: Budgets, turns: int = 50) -> float:
 
 
 def bench_envelope_per_turn() -> None:
-    lean, full = [], []
-    for _ in range(40):  # short runs, interleaved: drift on a shared machine hits both alike
-        lean.append(loop_seconds_per_turn(NO_LIMITS))
-        full.append(loop_seconds_per_turn(ALL_LIMITS))
-    lean_us, full_us = statistics.median(lean) * 1e6, statistics.median(full) * 1e6
-    print(f"loop per turn, usage only:        {lean_us:8.1f} µs (50-turn runs, median of 40)")
-    print(f"loop per turn, every budget set:  {full_us:8.1f} µs "
-          f"({full_us / lean_us:.2f}x; +{full_us - lean_us:.1f} µs per turn)")
+    for turns, runs in ((50, 40), (1, 400)):
+        lean, full = [], []
+        for _ in range(runs):  # interleaved: drift on a shared machine hits both alike
+            lean.append(loop_seconds_per_turn(NO_LIMITS, turns))
+            full.append(loop_seconds_per_turn(ALL_LIMITS, turns))
+        lean_us, full_us = statistics.median(lean) * 1e6, statistics.median(full) * 1e6
+        print(f"{turns:2d}-turn runs, usage only:        {lean_us:8.1f} µs per turn")
+        print(f"{turns:2d}-turn runs, every budget set:  {full_us:8.1f} µs per turn "
+              f"({full_us / lean_us:.2f}x; {full_us - lean_us:+.1f} µs)")
 
 
 @tool

@@ -541,3 +541,12 @@ def test_approval_policy_sees_the_validated_arguments_and_the_signal() -> None:
     result = agent.prompt("go")
     assert seen == [({"n": 41}, True)]  # coerced from "41", as it would have run
     assert result[2].content[0].text == "Tool call add_one was rejected"
+
+
+def test_a_deadline_ends_an_approval_wait() -> None:
+    approvals = Approvals()
+    agent, _ = make_agent([reply(tool_call("delete", {"path": "d"})), "never"],
+                          tools=[delete], approvals=approvals, budgets=Budgets(timeout=0.2))
+    result = agent.prompt("go")  # nobody decides: the deadline ends the wait
+    assert (result.stop_reason, result.budget) == ("budget", "timeout")
+    assert result[2].is_error and approvals.pending() == []

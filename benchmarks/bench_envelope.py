@@ -82,10 +82,23 @@ def step(n: int) -> str:
     return str(n)
 
 
-def bench_thousand_turns() -> None:
-    def next_step(context: Any, options: Any) -> Any:
-        return reply(tool_call("step", {"n": len(context.messages)}))
+def next_step(context: Any, options: Any) -> Any:
+    return reply(tool_call("step", {"n": len(context.messages)}))
 
+
+def thousand_turns_unbounded() -> float:
+    """The same run with no budget at all (the script ends it after TURNS turns); seconds."""
+    scripted = ScriptedModel([next_step] * (TURNS - 1) + ["done"])
+    agent = Agent(
+        model=scripted.model, stream_fn=scripted, tools=[step], budgets={"max_turns": None}
+    )
+    started = time.perf_counter()
+    result = agent.prompt("work")
+    assert result.usage.requests == TURNS
+    return time.perf_counter() - started
+
+
+def bench_thousand_turns() -> None:
     scripted = ScriptedModel([next_step] * (TURNS + 1))
     agent = Agent(
         model=scripted.model,
@@ -98,6 +111,7 @@ def bench_thousand_turns() -> None:
     result = agent.prompt("work")
     elapsed = time.perf_counter() - started
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    unbounded = thousand_turns_unbounded()
     calls = [c.id for m in result if isinstance(m, AssistantMessage) for c in m.content
              if isinstance(c, ToolCall)]
     answered = [m.tool_call_id for m in result if isinstance(m, ToolResultMessage)]
@@ -106,6 +120,8 @@ def bench_thousand_turns() -> None:
     print(f"  stop: {result.stop_reason} ({result.budget}), requests {result.usage.requests}, "
           f"tool calls {result.usage.tool_calls}, every call answered: {calls == answered}, "
           f"peak RSS +{(rss_after - rss_before) / 1024:.0f} MB")
+    print(f"  the same 1,000 turns with no budget: {unbounded:.2f} s "
+          f"(budgets on / off: {elapsed / unbounded:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -88,11 +88,20 @@ LOOP_OPTIONS = frozenset(
 """The Agent options that are loop options: each is an ``AgentLoopConfig`` field, defined there."""
 
 
+def _non_negative(name: str, value: int) -> int:
+    """``value`` if it is an int of 0 or more; else a ``ValueError`` naming ``name``."""
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a whole number, 0 or more; got {value!r}")
+    return value
+
+
 _CHECKED_OPTIONS: dict[str, Callable[[Any], Any]] = {
     "output_type": OutputSpec.of,
     "budgets": lambda value: None if value is None else Budgets.of(value),
+    "output_retries": lambda value: _non_negative("output_retries", value),
 }
 """Run-envelope options checked when they are set (a bad ``output_type`` or budget raises)."""
+
 
 RUN_OPTIONS = frozenset({"output_type", "output_retries", "budgets", "deps", "tool_choice"})
 """What ``prompt()``, ``start()`` and ``stream()`` accept per run, overriding the agent's."""

@@ -321,6 +321,9 @@ def test_output_type_without_a_schema_is_refused_at_construction() -> None:
         agent.prompt("x", output_type=object())
     with pytest.raises(TypeError, match="unknown run option"):
         agent.prompt("x", max_turns=3)
+    with pytest.raises(ValueError, match="output_retries"):
+        Agent(output_retries=-1)
+    assert not agent.state.is_streaming  # nothing started
 
 
 def test_stream_shows_the_partial_object() -> None:

@@ -205,3 +205,34 @@ __all__ += ["AnthropicOptions", "GoogleOptions", "OpenAIOptions"]
 
 # --- appended by the CLI (H3) ---
 __version__ = "0.1.0"
+
+# --- appended by H6 (run envelope): results, budgets, typed output, tool controls, approvals ---
+from .approvals import ApprovalDecision, ApprovalRequest, Approvals  # noqa: E402
+from .budgets import DEFAULT_MAX_TURNS, Budgets  # noqa: E402
+from .controls import RunContext, current_run_context  # noqa: E402
+from .errors import ToolRetry  # noqa: E402
+from .output import OutputSpec  # noqa: E402
+from .results import (  # noqa: E402
+    BudgetExceededError,
+    OutputValidationError,
+    RunResult,
+    RunStopReason,
+    RunUsage,
+)
+
+__all__ += [
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "Approvals",
+    "BudgetExceededError",
+    "Budgets",
+    "DEFAULT_MAX_TURNS",
+    "OutputSpec",
+    "OutputValidationError",
+    "RunContext",
+    "RunResult",
+    "RunStopReason",
+    "RunUsage",
+    "ToolRetry",
+    "current_run_context",
+]

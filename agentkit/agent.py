@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .abort import AbortController, AbortSignal
+from .budgets import Budgets
 from .errors import AgentBusyError, AgentError, CannotContinueError
 from .events import (
     AgentEndEvent,
@@ -28,6 +29,7 @@ from .events import (
     MessageEndEvent,
     MessageStartEvent,
     MessageUpdateEvent,
+    TextDeltaEvent,
     ToolExecutionEndEvent,
     ToolExecutionStartEvent,
     TurnEndEvent,
@@ -41,6 +43,8 @@ from .loop import (
     run_agent_loop,
     run_agent_loop_continue,
 )
+from .output import OutputSpec
+from .results import RunResult, as_run_result
 from .transcript import (
     create_initial_system_message,
     get_current_system_message,
@@ -86,6 +90,25 @@ LOOP_OPTIONS = frozenset(
     f.name for f in dataclasses.fields(AgentLoopConfig) if f.name not in _STATE_FIELDS
 )
 """The Agent options that are loop options: each is an ``AgentLoopConfig`` field, defined there."""
+
+
+def _non_negative(name: str, value: int) -> int:
+    """``value`` if it is an int of 0 or more; else a ``ValueError`` naming ``name``."""
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a whole number, 0 or more; got {value!r}")
+    return value
+
+
+_CHECKED_OPTIONS: dict[str, Callable[[Any], Any]] = {
+    "output_type": OutputSpec.of,
+    "budgets": lambda value: None if value is None else Budgets.of(value),
+    "output_retries": lambda value: _non_negative("output_retries", value),
+}
+"""Run-envelope options checked when they are set (a bad ``output_type`` or budget raises)."""
+
+
+RUN_OPTIONS = frozenset({"output_type", "output_retries", "budgets", "deps", "tool_choice"})
+"""What ``prompt()``, ``start()`` and ``stream()`` accept per run, overriding the agent's."""
 
 
 @functools.cache
@@ -214,7 +237,7 @@ class Run:
         self._callbacks: list[Callable[[Run], Any]] = []
         self._begun = False
         self._cancelled = False
-        self._messages: list[Any] = []
+        self._messages: RunResult = RunResult()
         self._error: BaseException | None = None
 
     @property
@@ -253,13 +276,14 @@ class Run:
             thread.join(remaining)  # it only has its done callbacks left to run
         return True
 
-    def result(self, timeout: float | None = None) -> list[Any]:
-        """The run's new messages; raises ``TimeoutError`` if it has not ended in time."""
+    def result(self, timeout: float | None = None) -> RunResult:
+        """The run's :class:`~agentkit.RunResult`: its new messages (a list) with its output,
+        usage, stop reason and error; raises ``TimeoutError`` if it has not ended in time."""
         if not self.wait(timeout):
             raise TimeoutError("the run did not end in time")
         if self._error is not None:
             raise self._error
-        return list(self._messages)
+        return self._messages.copy_envelope(self._messages)
 
     def add_done_callback(self, fn: Callable[[Run], Any]) -> None:
         """Call ``fn(run)`` when the run ends (at once if it has); on the worker thread."""
@@ -285,7 +309,7 @@ class Run:
             return True
 
     def _settle(self, messages: list[Any], error: BaseException | None) -> None:
-        self._messages, self._error = messages, error
+        self._messages, self._error = as_run_result(messages), error
         with self._lock:
             self._done.set()
             callbacks, self._callbacks = self._callbacks, []
@@ -384,6 +408,8 @@ class Agent:
         if name in LOOP_OPTIONS:
             if name == "convert_to_llm" and value is None:
                 value = default_convert_to_llm
+            elif name in _CHECKED_OPTIONS:
+                value = _CHECKED_OPTIONS[name](value)  # bad values fail here, not mid-run
             setattr(self._loop, name, value)
         elif name in request_options():
             self.stream_options = self.stream_options.model_copy(update={name: value})
@@ -474,31 +500,56 @@ class Agent:
 
     # --- runs ----------------------------------------------------------------------------------
 
-    def prompt(self, input: Any, images: Sequence[ImageContent] | None = None) -> list[Any]:
-        """Run the agent on ``input`` and block until it is done; return the new messages.
+    def prompt(
+        self, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
+    ) -> RunResult:
+        """Run the agent on ``input`` and block until it is done; return the run's result.
 
-        ``input`` is a string, a message or a list of messages. A ``KeyboardInterrupt`` (or any
-        exception a signal handler raises) at any instant aborts the run, waits for it to wind
-        down, then propagates.
+        The :class:`~agentkit.RunResult` is the list of new messages, with the final ``text``,
+        typed ``output``, ``usage``, ``stop_reason`` and error. ``input`` is a string, a
+        message or a list of messages. ``run_options`` override the agent's for this run:
+        ``output_type``, ``output_retries``, ``budgets``, ``deps`` and ``tool_choice``. A
+        ``KeyboardInterrupt`` (or any exception a signal handler raises) at any instant aborts
+        the run, waits for it to wind down, then propagates.
         """
         prompts = self._prompt_messages(input, images)
-        return self._launch(BUSY_PROMPT, self._prompt_body(prompts), block=True).result()
+        body = self._prompt_body(prompts, self._run_overrides(run_options))
+        return self._launch(BUSY_PROMPT, body, block=True).result()
 
-    def start(self, input: Any, images: Sequence[ImageContent] | None = None) -> Run:
-        """Start a run on ``input`` and return its :class:`Run` at once."""
+    def start(
+        self, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
+    ) -> Run:
+        """Start a run on ``input`` and return its :class:`Run` at once (``run_options`` as for
+        :meth:`prompt`)."""
         prompts = self._prompt_messages(input, images)
-        return self._launch(BUSY_PROMPT, self._prompt_body(prompts))
+        body = self._prompt_body(prompts, self._run_overrides(run_options))
+        return self._launch(BUSY_PROMPT, body)
 
-    def continue_(self) -> list[Any]:
-        """Continue from the transcript as it stands; block; return the new messages."""
+    def continue_(self) -> RunResult:
+        """Continue from the transcript as it stands; block; return the run's result."""
         return self._launch(BUSY_CONTINUE, self._continue_body, block=True).result()
 
     def start_continue(self) -> Run:
         """Start a continue run (see :meth:`continue_`) and return its :class:`Run` at once."""
         return self._launch(BUSY_CONTINUE, self._continue_body)
 
-    def _prompt_body(self, prompts: list[Any]) -> Callable[[], Callable[[Run], list[Any]]]:
-        return lambda: lambda run: self._run_prompt(run, prompts, False)
+    def _prompt_body(
+        self, prompts: list[Any], overrides: dict[str, Any] | None = None
+    ) -> Callable[[], Callable[[Run], list[Any]]]:
+        return lambda: lambda run: self._run_prompt(run, prompts, False, overrides)
+
+    def _run_overrides(self, run_options: dict[str, Any]) -> dict[str, Any]:
+        """Check a run's options (an unknown name or a bad value raises before it starts)."""
+        unknown = sorted(set(run_options) - RUN_OPTIONS)
+        if unknown:
+            raise TypeError(
+                f"unknown run option(s) {', '.join(unknown)}; a run takes "
+                f"{', '.join(sorted(RUN_OPTIONS))}"
+            )
+        return {
+            name: _CHECKED_OPTIONS[name](value) if name in _CHECKED_OPTIONS else value
+            for name, value in run_options.items()
+        }
 
     def _continue_body(self) -> Callable[[Run], list[Any]]:
         """What a continue run does; called once the run has claimed the agent, so a busy agent
@@ -516,15 +567,22 @@ class Agent:
             raise CannotContinueError("Cannot continue from message role: assistant")
         return self._run_continue
 
-    def stream(self, input: Any, images: Sequence[ImageContent] | None = None) -> AgentRunStream:
-        """Start a run and iterate its events as they happen.
+    def stream(
+        self, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
+    ) -> AgentRunStream:
+        """Start a run and iterate its events as they happen (``run_options`` as for
+        :meth:`prompt`); ``result()`` gives the :class:`~agentkit.RunResult` at the end and
+        ``partial_output`` the typed output as it grows.
 
         Leaving the iteration early in any way (``break``, an exception, ``close()``, the end of
         a ``with`` block) aborts the run and waits for it to end.
         """
         prompts = self._prompt_messages(input, images)
+        overrides = self._run_overrides(run_options)
+        body = self._prompt_body(prompts, overrides)
+        spec = overrides.get("output_type", self.output_type)
         return AgentRunStream(
-            self, lambda bind: self._launch(BUSY_PROMPT, self._prompt_body(prompts), bind=bind)
+            self, lambda bind: self._launch(BUSY_PROMPT, body, bind=bind), output=spec
         )
 
     def abort(self) -> None:
@@ -677,30 +735,43 @@ class Agent:
             messages = body(run)
         except BaseException as exc:  # the failure becomes the transcript's last message
             try:
-                messages = self._handle_run_failure(run, exc)
+                messages = as_run_result(self._handle_run_failure(run, exc))
+                messages.error = exc if isinstance(exc, Exception) else None
             except BaseException as final:  # pragma: no cover - only if state handling breaks
                 error = final
         finally:
             self._release(run)
             run._settle(messages, error)
 
-    def _config(self) -> AgentLoopConfig:
-        """The loop config for a run starting now: the loop options, the state and queues."""
+    def _config(self, overrides: dict[str, Any] | None = None) -> AgentLoopConfig:
+        """The loop config for a run starting now: the loop options, the state and queues,
+        and the run's own options (``overrides``)."""
         level = self._state.thinking_level
+        loop_overrides = dict(overrides or {})
+        options = self.stream_options
+        if "tool_choice" in loop_overrides:
+            options = options.model_copy(update={"tool_choice": loop_overrides.pop("tool_choice")})
         return dataclasses.replace(
             self._loop,
             model=self._state.model,
             reasoning=None if level == "off" else level,
             get_steering_messages=self._steering.drain,
             get_follow_up_messages=self._follow_ups.drain,
-            stream_options=self.stream_options,
+            stream_options=options,
+            **loop_overrides,
         )
 
     def _snapshot(self) -> AgentContext:
         return AgentContext(messages=list(self._state.messages), tools=list(self._state.tools))
 
-    def _run_prompt(self, run: Run, prompts: list[Any], skip_first_steering: bool) -> list[Any]:
-        config = self._config()
+    def _run_prompt(
+        self,
+        run: Run,
+        prompts: list[Any],
+        skip_first_steering: bool,
+        overrides: dict[str, Any] | None = None,
+    ) -> list[Any]:
+        config = self._config(overrides)
         if skip_first_steering:
             drain = self._steering.drain
             skipped = threading.Event()
@@ -817,6 +888,35 @@ class _StreamEnd:
     """Queue token: the run is over."""
 
 
+class _WithPartial:
+    """Queue item: a message update and the typed output's partial object at that moment."""
+
+    __slots__ = ("event", "partial")
+
+    def __init__(self, event: Any, partial: Any) -> None:
+        self.event, self.partial = event, partial
+
+
+class _PartialObjects:
+    """A stream's listener with an ``output_type``: each text delta comes with the partial
+    object of the reply's text so far (read from the deltas, in event order, since the
+    streaming message itself may be further along by the time the event is yielded)."""
+
+    def __init__(self, events: queue.SimpleQueue[Any], output: OutputSpec) -> None:
+        self._events, self._output, self._text = events, output, ""
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, MessageStartEvent):
+            self._text = ""
+        elif isinstance(event, MessageUpdateEvent) and isinstance(
+            event.assistant_message_event, TextDeltaEvent
+        ):
+            self._text += event.assistant_message_event.delta
+            self._events.put(_WithPartial(event, self._output.partial(self._text)))
+            return
+        self._events.put(event)
+
+
 _STREAM_END = _StreamEnd()
 
 
@@ -828,11 +928,23 @@ class AgentRunStream:
     reliance on this object being garbage collected.
     """
 
-    def __init__(self, agent: Agent, launch: Callable[[Callable[[Run], None]], Run]) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        launch: Callable[[Callable[[Run], None]], Run],
+        output: OutputSpec | None = None,
+    ) -> None:
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._finished = False
         self._run: Run | None = None
-        self._unsubscribe = agent.subscribe(self._events.put)
+        self._output = output
+        self.partial_output: Any = None
+        """With an ``output_type``: the object so far in the reply being streamed (not yet
+        validated; a dict for a model type), updated as each event is yielded."""
+        put: Listener = self._events.put
+        if output is not None:  # the text is read when the event happens, not when yielded
+            put = _PartialObjects(self._events, output)
+        self._unsubscribe = agent.subscribe(put)
         try:
             launch(self._bind)
         except BaseException:
@@ -860,7 +972,7 @@ class AgentRunStream:
                 if item is _STREAM_END:
                     self._finish()
                     return
-                yield cast(AgentEvent, item)
+                yield cast(AgentEvent, self._track(item))
         finally:
             self.close()  # left early (break, an exception) or finished: either way, ended
 
@@ -871,7 +983,16 @@ class AgentRunStream:
         if item is _STREAM_END:
             self._finish()
             raise StopIteration
-        return cast(AgentEvent, item)
+        return cast(AgentEvent, self._track(item))
+
+    def _track(self, item: Any) -> Any:
+        """The event of a queue item; a partial object that came with it becomes
+        :attr:`partial_output`."""
+        if isinstance(item, _WithPartial):
+            if item.partial is not None:
+                self.partial_output = item.partial
+            return item.event
+        return item
 
     def _next_item(self) -> Any:
         try:
@@ -880,8 +1001,8 @@ class AgentRunStream:
             self.close()
             raise
 
-    def result(self) -> list[Any]:
-        """The run's new messages (waits for the run)."""
+    def result(self) -> RunResult:
+        """The run's :class:`~agentkit.RunResult` (waits for the run)."""
         return self.run.result()
 
     def close(self) -> None:

@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .abort import AbortController, AbortSignal
-from .errors import CannotContinueError, NoStreamFunctionError
+from .approvals import Approvals
+from .budgets import REFUSED_TEXT, Budgets, BudgetTracker
+from .controls import TIMEOUT_TEXT, ToolControls
+from .errors import CannotContinueError, NoStreamFunctionError, ToolRetry
 from .event_stream import WAKE, AssistantMessageEventStream, EventStream
 from .events import (
     AgentEndEvent,
@@ -50,6 +53,8 @@ from .hooks import (
     TurnUpdate,
     coerce_hook_result,
 )
+from .output import DEFAULT_OUTPUT_RETRIES, OutputSpec
+from .results import OutputValidationError, RunResult, finish_result
 from .tools import error_result, validate_tool_arguments
 from .transcript import declare_tool_changes
 from .types import (
@@ -112,6 +117,11 @@ class AgentLoopConfig:
     each request gets a copy of it with that request's ``api_key``, ``signal`` and
     ``reasoning``, and nothing else from this config: hooks never reach a provider.
     ``api_key`` falls back to ``stream_options.api_key`` when ``get_api_key`` gives none.
+
+    The run envelope: ``budgets`` (:class:`~agentkit.Budgets`; ``None`` is the default turn
+    cap), ``output_type`` (validated, retried ``output_retries`` times), ``deps`` (handed to
+    tools through :class:`~agentkit.RunContext`) and ``approvals`` (an
+    :class:`~agentkit.Approvals` broker for tools that need a decision).
     """
 
     model: Model
@@ -138,6 +148,11 @@ class AgentLoopConfig:
     tool_abort_grace: float = 2.0
     reasoning: ThinkingLevel | None = None
     stream_options: StreamOptions = field(default_factory=StreamOptions)
+    budgets: Budgets | dict[str, Any] | None = None
+    output_type: Any = None
+    output_retries: int = DEFAULT_OUTPUT_RETRIES
+    deps: Any = None
+    approvals: Approvals | None = None
 
 
 # --- the default stream function --------------------------------------------------------------
@@ -192,7 +207,7 @@ def run_agent_loop(
     initial = declare_tool_changes(
         context.messages, context.tools, [clean_message(p) for p in prompts]
     )
-    new_messages = list(initial)
+    new_messages = RunResult(initial)
     current = AgentContext(messages=[*context.messages, *initial], tools=list(context.tools))
     emit(AgentStartEvent())
     emit(TurnStartEvent())
@@ -226,7 +241,7 @@ def run_agent_loop_continue(
     check_can_continue(context.messages)
     stream_fn = stream_fn or get_default_stream_fn()
     signal = signal or AbortController().signal
-    new_messages: list[Any] = []
+    new_messages = RunResult()
     current = AgentContext(messages=context.messages, tools=list(context.tools))
     emit(AgentStartEvent())
     emit(TurnStartEvent())
@@ -287,10 +302,14 @@ def _loop_stream(run: Callable[[Emit], list[Any]]) -> EventStream[AgentEvent, li
 class _LoopState:
     context: AgentContext
     config: AgentLoopConfig
-    new_messages: list[Any]
+    new_messages: RunResult
     emit: Emit
     signal: AbortSignal
     stream_fn: StreamFn
+    tracker: BudgetTracker
+    output: OutputSpec | None = None
+    controls: ToolControls = field(default_factory=ToolControls)
+    output_failures: int = 0
     tool_threads: _ToolThreads = field(default_factory=lambda: _ToolThreads())
 
 
@@ -335,19 +354,94 @@ def _finish_decision(value: Any) -> str | None:
 
 def _run_loop(
     context: AgentContext,
-    new_messages: list[Any],
+    new_messages: RunResult,
     config: AgentLoopConfig,
     emit: Emit,
     signal: AbortSignal,
     stream_fn: StreamFn,
 ) -> None:
+    """Run the loop inside the run's envelope: the budget tracker owns the run's signal (its
+    deadline aborts it) and is closed however the loop ends."""
+    tracker = BudgetTracker(Budgets.of(config.budgets), signal, new_messages.usage)
+    output = OutputSpec.of(config.output_type)
+    if output is not None and config.output_retries != output.retries:
+        output = OutputSpec(output.type, name=output.name, retries=config.output_retries)
     state = _LoopState(
-        context, config, new_messages, emit, signal, stream_fn, _ToolThreads(config.max_tool_workers)
+        context,
+        config,
+        new_messages,
+        emit,
+        tracker.signal,
+        stream_fn,
+        tracker,
+        output,
+        ToolControls(config.deps),
+        tool_threads=_ToolThreads(config.max_tool_workers),
     )
     try:
         _turns(state)
     finally:
         state.tool_threads.shutdown()
+        tracker.close()
+
+
+def _end_run(state: _LoopState) -> None:
+    """Settle the run's result (stop reason, budget) and emit ``agent_end``."""
+    result, limit = state.new_messages, state.tracker.limit
+    finish_result(result)
+    if limit is not None and result.stop_reason in ("stop", "aborted"):
+        result.stop_reason, result.budget = "budget", limit
+        result.error_message = None
+    elif state.signal.aborted and result.stop_reason == "stop":  # aborted during tools
+        result.stop_reason, result.error_message = "aborted", ABORTED_TEXT
+    state.emit(AgentEndEvent(state.new_messages))
+
+
+def _end_on_budget(state: _LoopState, pending: list[Any]) -> bool:
+    """At the start of a turn: if a budget is reached, end the run (keeping ``pending``
+    messages in the transcript) or, once, turn it into a summary turn without tools.
+    Return whether the run ended."""
+    tracker = state.tracker
+    limit = tracker.reached()
+    if limit is None:
+        return False
+    tracker.limit = limit
+    summary = None if tracker.summarizing else tracker.start_summary()
+    if summary is not None:
+        pending.append(summary)
+        options = state.config.stream_options
+        state.config.stream_options = options.model_copy(update={"tool_choice": "none"})
+        return False
+    for message in pending:  # drained from a queue: they stay in the transcript
+        state.emit(MessageStartEvent(message))
+        state.emit(MessageEndEvent(message))
+        state.context.messages.append(message)
+        state.new_messages.append(message)
+    _end_run(state)
+    return True
+
+
+def _check_output(state: _LoopState, message: AssistantMessage) -> list[Any] | None:
+    """Validate a final answer against ``output_type``: ``[]`` when valid (stored in the
+    result), the retry message when not, ``None`` when the retries are spent (the run fails)."""
+    spec, result = state.output, state.new_messages
+    if spec is None or state.tracker.summarizing:
+        return []
+    try:
+        result.output = spec.validate_text(message.text)
+        return []
+    except ValueError as exc:
+        errors = str(exc)
+    if state.output_failures < spec.retries:
+        state.output_failures += 1
+        return [spec.retry_message(errors)]
+    failure = OutputValidationError(
+        f"The model's output did not match {spec.name} after {spec.retries} "
+        f"retr{'y' if spec.retries == 1 else 'ies'}:\n{errors}",
+        errors,
+    )
+    result.stop_reason, result.error, result.error_message = "error", failure, str(failure)
+    return None
 
 
 def _turns(state: _LoopState) -> None:
@@ -362,6 +456,8 @@ def _turns(state: _LoopState) -> None:
         while has_more_tool_calls or pending:
             prepared: list[Any] = []
             if last_turn is not None:
+                if _end_on_budget(state, pending):
+                    return
                 if config.prepare_next_turn is not None:
                     update = coerce_hook_result(config.prepare_next_turn(last_turn), TurnUpdate)
                     _apply_update(state, update)
@@ -393,13 +489,15 @@ def _turns(state: _LoopState) -> None:
 
             message = _stream_assistant_response(state)
             new_messages.append(message)
+            new_messages.usage.requests += 1
+            new_messages.usage.add(message.usage)
 
             if message.stop_reason in ("error", "aborted"):
                 last_turn = TurnContext(message, [], state.context, new_messages)
                 if config.finish_turn is not None:
                     config.finish_turn(last_turn, signal)  # the decision is ignored
                 emit(TurnEndEvent(message, []))
-                emit(AgentEndEvent(new_messages))
+                _end_run(state)
                 return
 
             calls = [c for c in message.content if isinstance(c, ToolCall)]
@@ -421,12 +519,18 @@ def _turns(state: _LoopState) -> None:
             emit(TurnEndEvent(message, tool_results))
             if decision == "end" or (calls and signal.aborted):
                 # Departure 1: a run aborted during tools ends after that batch.
-                emit(AgentEndEvent(new_messages))
+                _end_run(state)
                 return
             explicit_continuation = decision == "continue"
             pending = _poll(config.get_steering_messages)
             if has_more_tool_calls or pending:
                 explicit_continuation = False
+            elif not calls and message.stop_reason == "stop":
+                retry = _check_output(state, message)
+                if retry is None:
+                    _end_run(state)
+                    return
+                pending = retry
 
         follow_ups = _poll(config.get_follow_up_messages)
         if follow_ups:
@@ -437,7 +541,7 @@ def _turns(state: _LoopState) -> None:
             explicit_continuation = False
             continue
         break
-    emit(AgentEndEvent(new_messages))
+    _end_run(state)
 
 
 def _poll(getter: Callable[[], list[Any]] | None) -> list[Any]:
@@ -452,32 +556,42 @@ def _poll(getter: Callable[[], list[Any]] | None) -> list[Any]:
 def _request_options(state: _LoopState, api_key: str | None) -> StreamOptions:
     """This request's options: the config's ``stream_options`` plus key, signal and reasoning."""
     options = state.config.stream_options
-    return options.model_copy(
-        update={
-            "api_key": api_key or options.api_key,
-            "signal": state.signal,
-            "reasoning": state.config.reasoning,
-        }
-    )
+    update: dict[str, Any] = {
+        "api_key": api_key or options.api_key,
+        "signal": state.signal,
+        "reasoning": state.config.reasoning,
+    }
+    if state.output is not None and not state.tracker.summarizing:
+        update.update(state.output.request_options(options, state.config.model))
+    return options.model_copy(update=update)
 
 
 def _wait_or_give_up(
-    get: Callable[[float | None], Any], signal: AbortSignal, wake: Callable[[], None], grace: float
+    get: Callable[[float | None], Any],
+    signal: AbortSignal,
+    wake: Callable[[], None],
+    grace: float,
+    budget: BudgetTracker | None = None,
 ) -> Generator[Any, None, None]:
     """Yield what ``get(timeout)`` returns until the caller stops, or until ``grace`` seconds
     after an abort (then the iteration ends: the caller gives up on what it waited for).
 
     ``get`` raises ``queue.Empty`` on timeout and returns ``WAKE`` when ``wake`` was called;
     ``wake`` runs when the signal aborts. The stream wait and the tool batch wait both use it.
+    The wait also ends at the run's ``budget`` deadline, which then aborts the signal.
     """
     remove_wake = signal.add_callback(wake)
     deadline: float | None = None
     try:
         while True:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if budget is not None and deadline is None:
+                timeout = budget.wait_time(timeout)
             try:
                 item = get(timeout)
             except queue.Empty:
+                if deadline is None and budget is not None and budget.expire():
+                    continue  # the abort wakes this wait and starts the grace period
                 return
             if item is WAKE:
                 if deadline is None:
@@ -509,7 +623,9 @@ def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
     context_messages = state.context.messages
     partial: AssistantMessage | None = None
     final: AssistantMessage | None = None
-    events = _wait_or_give_up(response.get, signal, response.wake, config.tool_abort_grace)
+    events = _wait_or_give_up(
+        response.get, signal, response.wake, config.tool_abort_grace, state.tracker
+    )
     try:
         for event in events:
             if event is None:
@@ -595,8 +711,11 @@ def _prepare_tool_call(
     context: AgentContext,
     signal: AbortSignal,
     before_tool_call: Any,
+    approvals: Approvals | None = None,
+    budget: BudgetTracker | None = None,
 ) -> _Prepared | ToolCallOutcome:
-    """Preflight one call: lookup, argument preparation and validation, ``before_tool_call``."""
+    """Preflight one call: lookup, argument preparation and validation, ``before_tool_call``,
+    then the approval wait of a call that needs one."""
 
     def immediate(text: str, terminate: bool = False) -> ToolCallOutcome:
         return ToolCallOutcome(tool_call, error_result(text, terminate=terminate), True, None)
@@ -623,6 +742,23 @@ def _prepare_tool_call(
                 return immediate(
                     decision.reason or "Tool execution was blocked", decision.terminate
                 )
+        if approvals is not None and approvals.needs_approval(tool_call, tool.requires_approval):
+            asked = tool_call
+            if isinstance(args, dict) and args is not tool_call.arguments:
+                asked = tool_call.model_copy(update={"arguments": args})  # what would run
+            ends = None if budget is None else budget.ends
+            verdict = approvals.request(asked, signal, ends)
+            if budget is not None and budget.expire():
+                return immediate(ABORTED_TEXT)
+            if not verdict.approved:
+                return immediate(
+                    f"Tool call {tool_call.name} was rejected"
+                    + (f": {verdict.reason}" if verdict.reason else "")
+                )
+        elif approvals is None and tool.requires_approval:
+            return immediate(
+                f"Tool {tool.name} needs approval, but the agent has no approvals broker"
+            )
     except Exception as exc:
         return immediate(_error_text(exc))
     if signal.aborted:
@@ -631,14 +767,21 @@ def _prepare_tool_call(
 
 
 def _execute(
-    prepared: _Prepared, signal: AbortSignal, on_update: Callable[[Any], None]
+    prepared: _Prepared,
+    signal: AbortSignal,
+    on_update: Callable[[Any], None],
+    controls: ToolControls | None = None,
 ) -> tuple[AgentToolResult, bool, float]:
     """Run a prepared call; whatever it raises, or a non-result, becomes an error result.
 
     ``BaseException`` is caught too: a ``SystemExit`` from argparse, a ``GeneratorExit`` or an
-    async tool's ``CancelledError`` ends this call, never the pool thread's report.
+    async tool's ``CancelledError`` ends this call, never the pool thread's report. A
+    ``ToolRetry`` becomes the retry result of the run's ``controls``; the call's
+    :class:`~agentkit.RunContext` is current on this thread while it runs.
     """
     started = time.monotonic()
+    controls = controls or ToolControls()
+    token = controls.enter(prepared.tool_call.id, prepared.tool.name, signal)
     try:
         value = prepared.tool.execute(prepared.tool_call.id, prepared.args, signal, on_update)
         if isinstance(value, dict):
@@ -648,8 +791,13 @@ def _execute(
                 f"Tool {prepared.tool.name} returned {type(value).__name__}, not an AgentToolResult"
             )
         result, is_error = value, value.is_error
+    except ToolRetry as exc:
+        tool = prepared.tool
+        result, is_error = controls.retry_result(tool.name, tool.max_retries, str(exc)), True
     except BaseException as exc:  # noqa: BLE001 - reported as the call's result, see above
         result, is_error = error_result(_error_text(exc)), True
+    finally:
+        controls.leave(token)
     return result, is_error, (time.monotonic() - started) * 1000
 
 
@@ -727,6 +875,71 @@ class _Finished:
         self.index, self.result, self.is_error, self.duration_ms = index, result, is_error, duration
 
 
+class _CallTimers:
+    """The ``timeout`` timers of one batch's calls (a tool without one costs nothing).
+
+    A timer that fires aborts its call's own signal and puts the call's timed-out result on the
+    batch's inbox; :meth:`close` cancels the rest, so no timer thread outlives the batch.
+    """
+
+    def __init__(self, inbox: queue.SimpleQueue[Any]) -> None:
+        self._inbox = inbox
+        # Guards _timers and _running: calls start and finish on pool threads.
+        self._lock = threading.Lock()
+        self._timers: dict[int, threading.Timer] = {}
+        self._unlinks: dict[int, Callable[[], None]] = {}
+        self._running: set[int] = set()
+
+    def start(self, index: int, tool: AgentTool, signal: AbortSignal) -> AbortSignal:
+        """The signal call ``index`` runs with: ``signal``, or a child its timer aborts."""
+        with self._lock:
+            self._running.add(index)
+        if tool.timeout is None:
+            return signal
+        controller = AbortController()
+        unlink = signal.add_callback(lambda: controller.abort(signal.reason))
+        timeout = tool.timeout
+
+        def expire() -> None:
+            unlink()
+            text = TIMEOUT_TEXT.format(name=tool.name, timeout=timeout)
+            controller.abort(TimeoutError(text))
+            self._inbox.put(_Finished(index, error_result(text), True, timeout * 1000))
+
+        timer = threading.Timer(timeout, expire)
+        timer.daemon = True
+        timer.name = "agentkit-tool-timeout"
+        with self._lock:
+            self._timers[index] = timer
+            self._unlinks[index] = unlink
+        timer.start()
+        return controller.signal
+
+    def finished(self, index: int) -> None:
+        """Call ``index`` returned: its timer is no longer needed."""
+        with self._lock:
+            self._running.discard(index)
+            timer = self._timers.pop(index, None)
+            unlink = self._unlinks.pop(index, None)
+        if timer is not None:
+            timer.cancel()
+        if unlink is not None:
+            unlink()  # the run's signal no longer needs to reach this call
+
+    def still_running(self) -> bool:
+        """Whether a call (one that timed out, say) has not returned yet."""
+        with self._lock:
+            return bool(self._running)
+
+    def close(self) -> None:
+        """Cancel and join every timer left."""
+        with self._lock:
+            timers, self._timers = list(self._timers.values()), {}
+        for timer in timers:
+            timer.cancel()
+            timer.join()
+
+
 def _run_prepared(
     batch: list[_Prepared],
     *,
@@ -738,6 +951,8 @@ def _run_prepared(
     grace: float,
     on_update: Callable[[_Prepared, Any], None],
     on_end: Callable[[ToolCallOutcome], None],
+    controls: ToolControls | None = None,
+    budget: BudgetTracker | None = None,
 ) -> list[ToolCallOutcome]:
     """Execute prepared calls at once on a pool while this thread reports their progress.
 
@@ -745,18 +960,26 @@ def _run_prepared(
     order, drops the updates of calls that already finished (late updates, SPEC 2.4), runs
     ``after_tool_call`` and calls ``on_end`` as each call completes. After an abort, tools that
     ignore the signal get ``grace`` seconds, then an "Operation aborted" result while their
-    threads are left to finish on their own.
+    threads are left to finish on their own. A tool with a ``timeout`` gets a signal of its
+    own, which its timer aborts while reporting the call as timed out (a later real finish of
+    that call is dropped, like a late update).
     """
     inbox: queue.SimpleQueue[_Update | _Finished | object] = queue.SimpleQueue()
+    timers = _CallTimers(inbox)
 
     def work(index: int) -> None:
         result, is_error, duration = error_result(ABORTED_TEXT), True, None
         try:
             if not signal.aborted:  # a call that never executed has no duration
+                call_signal = timers.start(index, batch[index].tool, signal)
                 result, is_error, duration = _execute(
-                    batch[index], signal, lambda partial: inbox.put(_Update(index, partial))
+                    batch[index],
+                    call_signal,
+                    lambda partial: inbox.put(_Update(index, partial)),
+                    controls,
                 )
         finally:  # every call reports that it finished, whatever happened on its thread
+            timers.finished(index)
             inbox.put(_Finished(index, result, is_error, duration))
 
     outcomes: list[ToolCallOutcome | None] = [None] * len(batch)
@@ -766,13 +989,17 @@ def _run_prepared(
         for index in range(len(batch)):
             futures.append(threads.submit(work, index))
         remaining = len(batch)
-        items = _wait_or_give_up(lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace)
+        items = _wait_or_give_up(
+            lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace, budget
+        )
         try:
             for item in items:
                 if isinstance(item, _Update):
                     if outcomes[item.index] is None:
                         on_update(batch[item.index], item.partial)
                 elif isinstance(item, _Finished):
+                    if outcomes[item.index] is not None:
+                        continue  # the real end of a call that already timed out
                     outcome = _finalize(
                         batch[item.index],
                         item.result,
@@ -798,7 +1025,10 @@ def _run_prepared(
                 on_end(outcome)
         finished_all = not remaining
     finally:
-        if not finished_all:
+        timers.close()
+        if finished_all and timers.still_running():
+            threads.clean = False  # a call that timed out is still running: never wait for it
+        elif not finished_all:
             if not signal.aborted:
                 # The run is failing mid-batch (an ``on_end`` listener raised): give the running
                 # tools the grace period to finish, but never hang the failure on them.
@@ -817,15 +1047,17 @@ def run_tool_call(
     on_update: Callable[[Any], None] | None = None,
     before_tool_call: Any = None,
     after_tool_call: Any = None,
+    approvals: Approvals | None = None,
+    deps: Any = None,
 ) -> ToolCallOutcome:
     """Preflight, execute and finalise one call, without events or messages.
 
     ``on_update`` is called on this thread. It never raises for a tool failure: the failure is
-    in the outcome.
+    in the outcome. ``approvals`` and ``deps`` are as for a run.
     """
     signal = signal or AbortController().signal
     prepared = _prepare_tool_call(
-        tool_call, tools, assistant_message, context, signal, before_tool_call
+        tool_call, tools, assistant_message, context, signal, before_tool_call, approvals
     )
     if isinstance(prepared, ToolCallOutcome):
         return prepared
@@ -841,6 +1073,7 @@ def run_tool_call(
             grace=AgentLoopConfig.tool_abort_grace,
             on_update=lambda _call, partial: on_update(partial) if on_update is not None else None,
             on_end=lambda _outcome: None,
+            controls=ToolControls(deps),
         )[0]
     finally:
         threads.shutdown()
@@ -880,20 +1113,26 @@ def _emit_result_message(emit: Emit, outcome: ToolCallOutcome) -> ToolResultMess
 
 def _fail_truncated(calls: list[ToolCall], emit: Emit) -> list[ToolResultMessage]:
     """Length protection: calls from a truncated response never run (SPEC 4.4)."""
-    messages = []
-    for call in calls:
-        emit(ToolExecutionStartEvent(call.id, call.name, call.arguments))
-        outcome = ToolCallOutcome(call, error_result(TRUNCATED_TEXT.format(name=call.name)), True)
-        _emit_end(emit, outcome)
-        messages.append(_emit_result_message(emit, outcome))
-    return messages
+    return [_fail_call(call, TRUNCATED_TEXT.format(name=call.name), emit) for call in calls]
+
+
+def _fail_call(call: ToolCall, text: str, emit: Emit) -> ToolResultMessage:
+    """A call that never runs: its start and end events and its error result message."""
+    emit(ToolExecutionStartEvent(call.id, call.name, call.arguments))
+    outcome = ToolCallOutcome(call, error_result(text), True)
+    _emit_end(emit, outcome)
+    return _emit_result_message(emit, outcome)
 
 
 def _execute_tool_calls(
     state: _LoopState, message: AssistantMessage, calls: list[ToolCall]
 ) -> tuple[list[ToolResultMessage], bool]:
     """Run one batch (SPEC 4.5): one group in parallel mode, a group per call in sequential
-    mode; return its result messages and whether every result asked to terminate."""
+    mode; return its result messages and whether every result asked to terminate. Calls past
+    the ``max_tool_calls`` budget are refused with an error result (and end the run)."""
+    allowed = state.tracker.allowed_tool_calls(len(calls))
+    calls, refused = calls[:allowed], calls[allowed:]
+    state.new_messages.usage.tool_calls += len(calls)
     tools = state.context.tools
     sequential = state.config.tool_execution == "sequential" or any(
         (t := _find_tool(tools, c.name)) is not None and t.execution_mode == "sequential"
@@ -906,6 +1145,11 @@ def _execute_tool_calls(
         for outcome in _run_group(state, message, group):
             outcomes.append(outcome)
             messages.append(_emit_result_message(state.emit, outcome))
+            state.new_messages.usage.add(outcome.result.usage)
+    limit = state.tracker.limit or "max_tool_calls"
+    for call in refused:
+        text = REFUSED_TEXT.format(name=call.name, limit=limit)
+        messages.append(_fail_call(call, text, state.emit))
     terminate = bool(outcomes) and all(o.result.terminate for o in outcomes)
     return messages, terminate
 
@@ -919,7 +1163,14 @@ def _run_group(
     for call in calls:
         emit(ToolExecutionStartEvent(call.id, call.name, call.arguments))
         prepared = _prepare_tool_call(
-            call, state.context.tools, message, state.context, state.signal, config.before_tool_call
+            call,
+            state.context.tools,
+            message,
+            state.context,
+            state.signal,
+            config.before_tool_call,
+            config.approvals,
+            state.tracker,
         )
         if isinstance(prepared, ToolCallOutcome):
             _emit_end(emit, prepared)
@@ -943,6 +1194,8 @@ def _run_group(
             grace=config.tool_abort_grace,
             on_update=on_update,
             on_end=lambda outcome: _emit_end(emit, outcome),
+            controls=state.controls,
+            budget=state.tracker,
         )
     )
     return [next(finished) if isinstance(slot, _Prepared) else slot for slot in slots]

@@ -13,12 +13,13 @@ import inspect
 import json
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, get_origin, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 
 from .abort import AbortSignal
+from .controls import RunContext, current_run_context
 from .errors import ToolArgumentsError
 from .types import (
     AgentTool,
@@ -347,6 +348,9 @@ def tool(
     description: str | None = None,
     execution_mode: ExecutionMode | None = None,
     idempotent: bool = False,
+    timeout: float | None = None,
+    max_retries: int = 1,
+    requires_approval: bool = False,
 ) -> Callable[[Callable[..., Any]], AgentTool]: ...
 
 
@@ -359,20 +363,27 @@ def tool(
     description: str | None = None,
     execution_mode: ExecutionMode | None = None,
     idempotent: bool = False,
+    timeout: float | None = None,
+    max_retries: int = 1,
+    requires_approval: bool = False,
 ) -> AgentTool | Callable[[Callable[..., Any]], AgentTool]:
     """Turn a typed function into an :class:`AgentTool`.
 
     The JSON Schema comes from the signature (through pydantic), the descriptions from the
     docstring (Google, NumPy or reST style). Parameters named ``signal``, ``on_update`` or
-    ``tool_call_id`` are injected. A ``str`` return becomes text, an :class:`AgentToolResult` is
-    used as is, anything else is serialised to JSON; raising makes an error result.
-    ``async def`` functions work too: each call runs its own event loop on the tool's thread.
-    ``idempotent=True`` marks a tool that may safely run twice (see :class:`AgentTool`).
+    ``tool_call_id`` are injected, and so is one annotated :class:`~agentkit.RunContext` (the
+    run's ``deps``); none of them is in the schema. ``timeout``, ``max_retries``,
+    ``requires_approval`` and ``idempotent`` are the :class:`AgentTool` controls. A ``str``
+    return becomes text, an :class:`AgentToolResult` is used as is, anything else is serialised
+    to JSON; raising makes an error result. ``async def`` functions work too: each call runs its
+    own event loop on the tool's thread.
     """
 
     def build(func: Callable[..., Any]) -> AgentTool:
         made = _tool_from_function(func, name, label, description, execution_mode)
-        made.idempotent = idempotent
+        made.timeout, made.max_retries = timeout, max_retries
+        made.requires_approval, made.idempotent = requires_approval, idempotent
+        made.__post_init__()
         return made
 
     if fn is not None:
@@ -398,9 +409,13 @@ def _tool_from_function(
         ) from exc
     fields: dict[str, Any] = {}
     injected: list[str] = []
+    context_param: str | None = None
     for pname, param in signature.parameters.items():
         if pname in INJECTED_PARAMETERS:
             injected.append(pname)
+            continue
+        if _is_run_context(hints.get(pname)):
+            context_param = pname
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"@tool cannot describe *args or **kwargs ({func.__name__})")
@@ -427,6 +442,8 @@ def _tool_from_function(
         kwargs = {k: getattr(parsed, k) for k in fields}
         extra = {"signal": signal, "on_update": on_update, "tool_call_id": tool_call_id}
         kwargs.update({k: extra[k] for k in injected})
+        if context_param is not None:
+            kwargs[context_param] = current_run_context()
         if is_async:
             import asyncio  # only async tools need it; each call runs its own event loop
 
@@ -443,6 +460,11 @@ def _tool_from_function(
         label=label or tool_name,
         execution_mode=execution_mode,
     )
+
+
+def _is_run_context(annotation: Any) -> bool:
+    """Whether a parameter's annotation is ``RunContext`` or ``RunContext[...]``."""
+    return annotation is RunContext or get_origin(annotation) is RunContext
 
 
 def _arguments_model(tool_name: str, func_name: str, fields: dict[str, Any]) -> type[BaseModel]:

@@ -165,6 +165,11 @@ class AssistantMessage(_Data):
     response_id: str | None = None
     timestamp: int = Field(default_factory=now_ms)
 
+    @property
+    def text(self) -> str:
+        """The text blocks joined (thinking and tool calls left out); ``""`` when there are none."""
+        return "".join(c.text for c in self.content if isinstance(c, TextContent))
+
 
 class ToolResultMessage(_Data):
     """The outcome of one tool call, as the model will read it."""
@@ -444,8 +449,12 @@ class AgentTool:
     ``signal`` (``signal.wait(t)`` instead of ``time.sleep(t)``) and report a failure by raising
     or by returning ``is_error=True``. ``execution_mode="sequential"`` makes any batch containing
     this tool run one call at a time. ``prepare_arguments(raw)`` may reshape raw arguments
-    before they are validated. ``idempotent=True`` says running a call twice does no harm, so a
-    call a crash interrupted may run again when a session resumes (:mod:`agentkit.sessions`).
+    before they are validated. ``timeout`` (seconds) gives a call still running then an error
+    result (its signal is aborted) and the run goes on; ``max_retries`` is how many
+    ``ToolRetry`` requests a run accepts from this tool; ``requires_approval`` makes each call
+    wait for a decision of the agent's :class:`~agentkit.approvals.Approvals`. ``idempotent=True``
+    says running a call twice does no harm, so a call a crash interrupted may run again when a
+    session resumes (:mod:`agentkit.sessions`).
     """
 
     name: str
@@ -456,6 +465,15 @@ class AgentTool:
     execution_mode: ExecutionMode | None = None
     prepare_arguments: Callable[[Any], Any] | None = None
     idempotent: bool = False
+    timeout: float | None = None
+    max_retries: int = 1
+    requires_approval: bool = False
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"tool {self.name}: timeout must be above zero, got {self.timeout!r}")
+        if self.max_retries < 0:
+            raise ValueError(f"tool {self.name}: max_retries must be 0 or more")
 
     def declaration(self) -> Tool:
         """The tool as the model sees it: name, description and a deep copy of the schema."""

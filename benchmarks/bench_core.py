@@ -60,7 +60,7 @@ def bench_loop_overhead() -> None:
         remaining["n"] -= 1
         return "continue" if remaining["n"] > 0 else "end"
 
-    config = AgentLoopConfig(model=model, finish_turn=finish_turn)
+    config = AgentLoopConfig(model=model, finish_turn=finish_turn, budgets={"max_turns": None})
     events = [0]
 
     def emit(event: Any) -> None:

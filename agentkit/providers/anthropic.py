@@ -34,6 +34,7 @@ from ..types import (
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import provider_label
+from .tool_choice import wire_tool_choice
 from .transform import call_part, prepare_context, safe_id
 
 API = "anthropic-messages"
@@ -163,9 +164,7 @@ def prepare(
     _add_cache_points(model, options, payload)
     if tools:
         payload["tools"] = tools
-        tool_choice: Any = options.tool_choice
-        if isinstance(tool_choice, str):
-            tool_choice = {"type": tool_choice}  # "auto", "any", "none"
+        tool_choice = wire_tool_choice(API, options.tool_choice)
         if tool_choice is not None:
             payload["tool_choice"] = tool_choice
     own = options.anthropic or AnthropicOptions()

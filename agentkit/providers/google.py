@@ -35,6 +35,7 @@ from ..types import (
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import ModelCompat, provider_label
+from .tool_choice import wire_tool_choice
 from .transform import prepare_context, same_source
 
 API = "google-generative-ai"
@@ -156,9 +157,9 @@ def prepare(
         payload["systemInstruction"] = {"parts": [{"text": system}]}
     if declarations:
         payload["tools"] = [{"functionDeclarations": declarations}]
-        tool_choice = options.tool_choice
-        if isinstance(tool_choice, str):
-            payload["toolConfig"] = {"functionCallingConfig": {"mode": tool_choice.upper()}}
+        tool_choice = wire_tool_choice(API, options.tool_choice)
+        if tool_choice is not None:
+            payload["toolConfig"] = tool_choice
     config: dict[str, Any] = {}
     if options.max_tokens:
         config["maxOutputTokens"] = options.max_tokens

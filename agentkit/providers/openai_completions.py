@@ -40,6 +40,7 @@ from ..types import (
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import ModelCompat, provider_compat, provider_label
+from .tool_choice import wire_tool_choice
 from .transform import call_part, images_of, prepare_context, safe_id, text_of
 
 API = "openai-completions"
@@ -187,7 +188,7 @@ def prepare(
         payload["temperature"] = options.temperature
     if tools:
         payload["tools"] = tools
-        tool_choice = options.tool_choice
+        tool_choice = wire_tool_choice(API, options.tool_choice)
         if tool_choice is not None:
             payload["tool_choice"] = tool_choice
     effort = (options.openai or OpenAIOptions()).reasoning_effort

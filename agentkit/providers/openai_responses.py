@@ -34,6 +34,7 @@ from .builder import MessageBuilder, set_usage, tokens
 from .json_stream import as_arguments, parse_streaming_json
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import ModelCompat, is_local_url, provider_label
+from .tool_choice import wire_tool_choice
 from .transform import images_of, prepare_context, safe_id, same_source, text_of
 
 API = "openai-responses"
@@ -180,7 +181,7 @@ def prepare(
         payload["temperature"] = options.temperature
     if tools:
         payload["tools"] = tools
-        tool_choice = options.tool_choice
+        tool_choice = wire_tool_choice(API, options.tool_choice)
         if tool_choice is not None:
             payload["tool_choice"] = tool_choice
     if options.session_id and model.provider == "openai":

@@ -1,0 +1,180 @@
+"""Budgets that end a run gracefully: :class:`Budgets` (the limits) and the per-run tracker.
+
+A budget that is reached ends the run with ``stop_reason="budget"`` and the limit's name in
+``RunResult.budget``; the transcript stays valid (every tool call has a result). By default a
+run makes at most :data:`DEFAULT_MAX_TURNS` model requests; ``Budgets(max_turns=None)`` lifts
+that cap. Peers: openai-agents ``max_turns``, pydantic-ai ``UsageLimits``, smolagents
+``max_steps``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from .abort import AbortController, AbortSignal
+from .results import RunUsage
+from .types import TextContent, UserMessage
+
+DEFAULT_MAX_TURNS = 100
+"""The model requests a run may make unless its budgets say otherwise."""
+
+SUMMARY_PROMPT = (
+    "The run has reached its budget ({limit}). Do not call any tool. Sum up for the user what "
+    "was done so far and what is left to do."
+)
+REFUSED_TEXT = (
+    'Tool call "{name}" was not executed: the run\'s budget {limit} is used up.'
+)
+
+
+class BudgetReached(Exception):
+    """The abort reason of a run whose deadline passed; ``limit`` is ``"timeout"``."""
+
+    def __init__(self, limit: str) -> None:
+        super().__init__(f"the run's budget {limit} was reached")
+        self.limit = limit
+
+
+class Budgets(BaseModel):
+    """The limits of one run; ``None`` means no limit. Each given limit must be above zero.
+
+    ``max_turns`` counts model requests, ``max_tool_calls`` executed tool calls,
+    ``max_input_tokens``/``max_output_tokens`` the run's token totals, ``max_cost`` its cost in
+    US dollars (from the catalog's prices). ``timeout`` is seconds from the run's start and
+    ``deadline`` a point in time (an aware ``datetime``, or epoch seconds); when either passes
+    the run is aborted (tools get the abort) and ends with the budget ``"timeout"``. With
+    ``summarize``, a run ended by a limit other than time gets one last request without tools
+    to sum up.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_turns: int | None = DEFAULT_MAX_TURNS
+    max_tool_calls: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_cost: float | None = None
+    timeout: float | None = None
+    deadline: datetime | float | None = None
+    summarize: bool = False
+
+    @field_validator(
+        "max_turns", "max_tool_calls", "max_input_tokens", "max_output_tokens", "max_cost",
+        "timeout",
+    )
+    @classmethod
+    def _positive(cls, value: Any) -> Any:
+        if value is not None and not value > 0:
+            raise ValueError(f"a budget must be above zero (or None for no limit), got {value!r}")
+        return value
+
+    @classmethod
+    def of(cls, value: Budgets | dict[str, Any] | None) -> Budgets:
+        """Accept :class:`Budgets`, a dict of its fields, or ``None`` (the default cap)."""
+        if value is None:
+            return cls()
+        if isinstance(value, Budgets):
+            return value
+        return cls.model_validate(value)
+
+    def deadline_at(self, started: float) -> float | None:
+        """The run's end as ``time.time()`` seconds, from ``timeout`` and ``deadline``."""
+        ends = []
+        if self.timeout is not None:
+            ends.append(started + self.timeout)
+        if isinstance(self.deadline, datetime):
+            ends.append(self.deadline.timestamp())
+        elif self.deadline is not None:
+            ends.append(float(self.deadline))
+        return min(ends) if ends else None
+
+
+class BudgetTracker:
+    """One run's spending against its :class:`Budgets`; used on the loop's thread only.
+
+    With a deadline it owns the run's signal: a child of the caller's, which :meth:`expire`
+    aborts with a :class:`BudgetReached` reason. No thread watches the clock: the loop's own
+    waits (for the stream, a tool batch, an approval) end at :attr:`ends` and call
+    :meth:`expire`, so tools and the provider get the abort on time.
+    """
+
+    def __init__(self, budgets: Budgets, parent: AbortSignal, usage: RunUsage) -> None:
+        self.budgets = budgets
+        self.usage = usage
+        self.limit: str | None = None
+        self.summarizing = False
+        self.signal: AbortSignal = parent
+        """The signal the run uses: the caller's, or with a deadline a child of it that the
+        deadline aborts too."""
+        self.ends: float | None = None
+        """When the run must end, in ``time.monotonic()`` seconds (``None``: no deadline)."""
+        self._unlink: Callable[[], None] = lambda: None
+        self._controller: AbortController | None = None
+        now = time.time()
+        ends = budgets.deadline_at(now)
+        if ends is not None:
+            controller = self._controller = AbortController()
+            self.signal = controller.signal
+            self._unlink = parent.add_callback(lambda: controller.abort(parent.reason))
+            self.ends = time.monotonic() + (ends - now)
+
+    def wait_time(self, timeout: float | None) -> float | None:
+        """``timeout`` cut to the time left before the deadline."""
+        if self.ends is None:
+            return timeout
+        left = max(0.0, self.ends - time.monotonic())
+        return left if timeout is None else min(timeout, left)
+
+    def expire(self) -> bool:
+        """If the deadline has passed, abort the run's signal (once); return whether it has."""
+        if self.ends is None or time.monotonic() < self.ends:
+            return False
+        if self._controller is not None and not self._controller.signal.aborted:
+            self.limit = self.limit or "timeout"
+            self._controller.abort(BudgetReached("timeout"))
+        return True
+
+    def reached(self) -> str | None:
+        """The first limit the run has reached (by its counts so far), or ``None``."""
+        b, u = self.budgets, self.usage
+        self.expire()
+        if self.limit is not None:
+            return self.limit
+        if b.max_turns is not None and u.requests >= b.max_turns:
+            return "max_turns"
+        if b.max_input_tokens is not None and u.input + u.cache_read >= b.max_input_tokens:
+            return "max_input_tokens"
+        if b.max_output_tokens is not None and u.output >= b.max_output_tokens:
+            return "max_output_tokens"
+        if b.max_cost is not None and u.cost.total >= b.max_cost:
+            return "max_cost"
+        return None
+
+    def allowed_tool_calls(self, wanted: int) -> int:
+        """How many of ``wanted`` calls may still run; the rest are refused (and end the run)."""
+        if self.summarizing:
+            allowed = 0
+        elif self.budgets.max_tool_calls is None:
+            return wanted
+        else:
+            allowed = max(0, self.budgets.max_tool_calls - self.usage.tool_calls)
+        if allowed < wanted:
+            self.limit = self.limit or "max_tool_calls"
+        return min(allowed, wanted)
+
+    def start_summary(self) -> UserMessage | None:
+        """If the budgets ask for it and it has not happened, the prompt of the summary turn."""
+        if not self.budgets.summarize or self.summarizing or self.limit == "timeout":
+            return None
+        self.summarizing = True
+        limit = self.limit or "budget"
+        return UserMessage(content=[TextContent(text=SUMMARY_PROMPT.format(limit=limit))])
+
+    def close(self) -> None:
+        """Unlink from the caller's signal."""
+        self._unlink()

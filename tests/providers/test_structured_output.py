@@ -1,0 +1,168 @@
+"""Typed output and tool_choice through each wire API over real HTTP (the replay server).
+
+Each request must ask for the schema the API's own way (checked in the recorded request body),
+and the streamed answer (see ``tests/fixtures/structured/README.md``) must come back validated
+as ``RunResult.output``; a partial object is visible while the answer streams.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from replay_server import API_KEY, ReplayServer, Reply, fixture_bytes, make_model
+
+from agentkit import Agent, MessageUpdateEvent
+from agentkit.output import ANTHROPIC_BETA
+from agentkit.providers import stream_simple
+
+
+class City(BaseModel):
+    city: str
+    country: str
+    population_millions: float
+
+
+FIXTURES = {
+    "openai-completions": "structured/openai-chat-json-schema.sse",
+    "openai-responses": "structured/openai-responses-json-schema.sse",
+    "anthropic-messages": "structured/anthropic-output-format.sse",
+    "google-generative-ai": "structured/gemini-response-schema.sse",
+}
+EXPECTED = City(city="London", country="UK", population_millions=8.9)
+
+
+def agent_for(server: ReplayServer, api: str, **options: Any) -> Agent:
+    model = make_model(api, server.url)
+    return Agent(model=model, stream_fn=stream_simple, api_key=API_KEY, **options)
+
+
+def schema_sent(api: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The schema a request body asks for, where the API's structured output puts it."""
+    if api == "openai-completions":
+        fmt = body["response_format"]
+        assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "City"
+        assert fmt["json_schema"]["strict"] is True
+        return dict(fmt["json_schema"]["schema"])
+    if api == "openai-responses":
+        fmt = body["text"]["format"]
+        assert (fmt["type"], fmt["name"], fmt["strict"]) == ("json_schema", "City", True)
+        return dict(fmt["schema"])
+    if api == "anthropic-messages":
+        assert body["output_format"]["type"] == "json_schema"
+        return dict(body["output_format"]["schema"])
+    config = body["generationConfig"]
+    assert config["responseMimeType"] == "application/json"
+    return dict(config["responseSchema"])
+
+
+@pytest.mark.parametrize("api", sorted(FIXTURES))
+@pytest.mark.parametrize("chunk", [None, 5])
+def test_typed_output_over_each_api(server: ReplayServer, api: str, chunk: int | None) -> None:
+    server.enqueue(Reply(body=fixture_bytes(FIXTURES[api]), chunk=chunk))
+    agent = agent_for(server, api, output_type=City)
+    result = agent.prompt("Which city is the capital of the UK? Answer as JSON.")
+
+    assert result.stop_reason == "stop", result.error_message
+    assert result.output == EXPECTED
+    assert result.usage.requests == 1 and result.usage.output > 0
+    assert result.usage.cost.total > 0  # priced from the model's catalog costs
+    request = server.requests[0]
+    schema = schema_sent(api, request.json)
+    if api == "google-generative-ai":  # OpenAPI subset: upper-case types, no extra keys
+        assert schema["type"] == "OBJECT"
+        assert schema["properties"]["population_millions"] == {"type": "NUMBER"}
+        assert "additionalProperties" not in schema
+    else:
+        assert schema["required"] == ["city", "country", "population_millions"]
+        assert schema["additionalProperties"] is False
+    if api == "anthropic-messages":
+        assert ANTHROPIC_BETA in request.headers.get("anthropic-beta", "")
+
+
+@pytest.mark.parametrize("api", sorted(FIXTURES))
+def test_partial_object_while_streaming(server: ReplayServer, api: str) -> None:
+    server.enqueue(Reply(body=fixture_bytes(FIXTURES[api]), chunk=5))
+    agent = agent_for(server, api)
+    partials: list[Any] = []
+    with agent.stream("Capital of the UK?", output_type=City) as events:
+        for event in events:
+            if isinstance(event, MessageUpdateEvent) and events.partial_output is not None:
+                partials.append(events.partial_output)
+    assert partials and partials[0] != partials[-1]  # it grew
+    assert partials[0].get("city") in (None, "L", "Lo", "Lon", "Lond", "Londo", "London")
+    assert partials[-1] == EXPECTED.model_dump()
+    assert events.result().output == EXPECTED
+
+
+@pytest.mark.parametrize(
+    ("api", "choice", "sent"),
+    [
+        ("openai-completions", "required", "required"),
+        (
+            "openai-completions",
+            {"name": "lookup"},
+            {"type": "function", "function": {"name": "lookup"}},
+        ),
+        ("openai-responses", {"name": "lookup"}, {"type": "function", "name": "lookup"}),
+        ("openai-responses", "none", "none"),
+        ("anthropic-messages", "required", {"type": "any"}),
+        ("anthropic-messages", {"name": "lookup"}, {"type": "tool", "name": "lookup"}),
+        ("google-generative-ai", "required", {"functionCallingConfig": {"mode": "ANY"}}),
+        (
+            "google-generative-ai",
+            {"name": "lookup"},
+            {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["lookup"]}},
+        ),
+    ],
+)
+def test_portable_tool_choice_on_the_wire(
+    server: ReplayServer, api: str, choice: Any, sent: Any
+) -> None:
+    from agentkit import tool
+
+    @tool
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return city
+
+    server.enqueue(Reply(body=fixture_bytes(FIXTURES[api])))
+    agent = agent_for(server, api, tools=[lookup], tool_choice="auto")
+    agent.prompt("Look up London.", tool_choice=choice)  # the run's choice wins
+    body = server.requests[0].json
+    key = "toolConfig" if api == "google-generative-ai" else "tool_choice"
+    assert body[key] == sent
+    assert agent.tool_choice == "auto"  # a run's option does not change the agent
+
+
+def test_llama_cpp_gets_its_json_schema_grammar(server: ReplayServer) -> None:
+    server.enqueue(Reply(body=fixture_bytes(FIXTURES["openai-completions"])))
+    model = make_model("openai-completions", server.url, provider="local")
+    agent = Agent(model=model, stream_fn=stream_simple, output_type=City)
+    assert agent.prompt("UK capital?").output == EXPECTED
+    body = server.requests[0].json
+    assert "response_format" not in body
+    assert body["json_schema"]["required"] == ["city", "country", "population_millions"]
+
+
+class Optional_(BaseModel):
+    name: str
+    nickname: str | None = None
+
+
+def test_a_schema_strict_mode_cannot_take_is_sent_without_strict(server: ReplayServer) -> None:
+    server.enqueue(Reply(body=fixture_bytes(FIXTURES["openai-responses"])))
+    agent = agent_for(server, "openai-responses", output_type=Optional_, output_retries=0)
+    assert agent.prompt("x").stop_reason == "error"  # the recorded answer is not an Optional_
+    fmt = server.requests[0].json["text"]["format"]
+    assert fmt["strict"] is False and fmt["schema"]["additionalProperties"] is False
+
+
+def test_gemini_schema_is_the_openapi_subset(server: ReplayServer) -> None:
+    server.enqueue(Reply(body=fixture_bytes(FIXTURES["google-generative-ai"])))
+    agent = agent_for(server, "google-generative-ai", output_type=Optional_, output_retries=0)
+    agent.prompt("x")
+    schema = server.requests[0].json["generationConfig"]["responseSchema"]
+    assert schema["properties"]["nickname"] == {"type": "STRING", "nullable": True}
+    assert "default" not in str(schema) and "title" not in str(schema)

@@ -25,10 +25,12 @@ from typing import Any, TextIO
 
 from .abort import AbortSignal
 from .agent import Agent, Run
+from .approvals import ApprovalRequest, Approvals
+from .budgets import DEFAULT_MAX_TURNS, Budgets
 from .errors import AgentError
 from .events import event_to_dict
-from .hooks import BeforeToolCallContext, BeforeToolCallResult, TurnContext
 from .loop import StreamFn
+from .results import RunResult
 from .sessions import SessionError
 from .sessions.cli import (
     add_session_options,
@@ -427,7 +429,6 @@ def _build_agent(
     if args.ctx_size is not None and model is None and chosen.provider != "local":
         raise CliError("--ctx-size applies to the local model only (--model local)")
     tools = _select_tools(args.tools, workspace, chosen)
-    approve = args.yes
     warnings = {
         t.name: (
             " (sandboxed: read-only system, no network)"
@@ -439,30 +440,19 @@ def _build_agent(
     }
     small = 0 < chosen.context_window <= SMALL_CONTEXT
 
-    def before_tool_call(ctx: BeforeToolCallContext, signal: AbortSignal) -> Any:
-        if approve or ctx.tool_call.name not in MUTATING_TOOLS:
-            return None
-        warning = warnings.get(ctx.tool_call.name, "")
-        shown = json.dumps(ctx.args, ensure_ascii=False, default=str)
-        question = f"Allow {ctx.tool_call.name} {shown}?{warning} [y/N] "
-        answer = _ask(io, visible(question), signal)
+    def ask(request: ApprovalRequest) -> None:
+        """Put the approval question on the terminal; the answer decides the request."""
+        warning = warnings.get(request.tool_name, "")
+        shown = json.dumps(request.arguments, ensure_ascii=False, default=str)
+        question = f"Allow {request.tool_name} {shown}?{warning} [y/N] "
+        answer = _ask(io, visible(question), request.signal or AbortSignal())
         if answer is not None and answer.strip().lower() in ("y", "yes"):
-            return None
-        return BeforeToolCallResult(
-            block=True,
-            reason=f"The user did not approve {ctx.tool_call.name}; do not retry it.",
-        )
+            approvals.approve(request.id)
+        else:
+            reason = f"The user did not approve {request.tool_name}; do not retry it."
+            approvals.reject(request.id, reason)
 
-    turns = {"n": 0}
-    max_turns = args.max_turns
-
-    def finish_turn(turn: TurnContext, signal: AbortSignal) -> str | None:
-        turns["n"] += 1
-        if max_turns is not None and turns["n"] >= max_turns:
-            if turn.tool_results:
-                io.err(f"agentkit: stopped after --max-turns {max_turns}")
-            return "end"
-        return None
+    approvals = Approvals(tools=() if args.yes else MUTATING_TOOLS, on_request=ask)
 
     system = args.system or (SMALL_MODEL_SYSTEM_PROMPT if small else DEFAULT_SYSTEM_PROMPT)
     io.prefix = (system, tools)
@@ -471,19 +461,14 @@ def _build_agent(
         system_prompt=system,
         tools=tools,
         stream_fn=stream_fn,
-        before_tool_call=before_tool_call,
-        finish_turn=finish_turn,
+        approvals=approvals,
+        budgets=Budgets(max_turns=args.max_turns or DEFAULT_MAX_TURNS),
         session=session_for(args),
     )
     progress = _Progress(io, args.json)
     agent.subscribe(progress)
     agent.subscribe(_JsonPrinter(io) if args.json else _TextPrinter(io))
 
-    def reset_turns(event: Any) -> None:
-        if event.type == "agent_start":
-            turns["n"] = 0
-
-    agent.subscribe(reset_turns)
     if args.mcp or args.mcp_url:
         from .mcp import attach_cli_servers
 
@@ -772,8 +757,15 @@ def _run_once(agent: Agent, task: str, io: _Io) -> int:
         _abort_quietly(agent)
         io.err("agentkit: interrupted; the run was aborted")
         return EXIT_INTERRUPTED
+    _note_budget(agent, messages, io)
     last = messages[-1] if messages else None
     return 1 if getattr(last, "stop_reason", None) in ("error", "aborted") else 0
+
+
+def _note_budget(agent: Agent, result: RunResult, io: _Io) -> None:
+    """Say on stderr that a run was ended by its turn budget (``--max-turns``)."""
+    if result.budget == "max_turns" and agent.budgets is not None:
+        io.err(f"agentkit: stopped after --max-turns {agent.budgets.max_turns}")
 
 
 _PARSE_FAILURE = re.compile(
@@ -818,6 +810,9 @@ def _chat(agent: Agent, io: _Io, after_run: Callable[[], None] | None = None) ->
             if kind == "done":
                 if value is run:
                     run = None
+                # A run that failed raises from result(); its error was printed already.
+                with contextlib.suppress(Exception):
+                    _note_budget(agent, value.result(), io)
                 if after_run is not None:
                     after_run()
                 continue

@@ -231,13 +231,15 @@ def test_chat_ctrl_c_aborts_the_run_not_the_session(workspace: Path) -> None:
         return stream
 
     def drive() -> None:
-        writer.write("first task\n")
-        writer.flush()
-        assert hanging.wait(5)
-        signals.pthread_kill(main_thread, signals.SIGINT)
-        assert err.seen.wait(5)  # the chat reported the abort and is back at its prompt
-        writer.write("second task\n")
-        writer.close()  # end of input: the chat finishes the task, then leaves
+        try:
+            writer.write("first task\n")
+            writer.flush()
+            assert hanging.wait(60)
+            signals.pthread_kill(main_thread, signals.SIGINT)
+            assert err.seen.wait(60)  # the chat reported the abort and is back at its prompt
+            writer.write("second task\n")
+        finally:
+            writer.close()  # end of input: the chat finishes the task, then leaves
 
     code = run_chat(workspace, drive, watched, model, stdin, out, err)
     assert code == 0
@@ -261,20 +263,22 @@ def test_chat_steers_a_running_task(workspace: Path) -> None:
     def watched(*args: Any) -> Any:
         if len(model.requests) == 0:
             started.set()
-            release.wait(5)  # hold the first request until the steering line is queued
+            release.wait(60)  # hold the first request until the steering line is queued
         return original(*args)
 
     err = Watched("steering: use metric units")
 
     def drive() -> None:
-        writer.write("first task\n")
-        writer.flush()
-        assert started.wait(5)
-        writer.write("use metric units\n")
-        writer.flush()
-        assert err.seen.wait(5)
-        release.set()
-        writer.close()
+        try:
+            writer.write("first task\n")
+            writer.flush()
+            assert started.wait(60)
+            writer.write("use metric units\n")
+            writer.flush()
+            assert err.seen.wait(60)
+        finally:
+            release.set()
+            writer.close()
 
     out = io.StringIO()
     code = run_chat(workspace, drive, watched, model, stdin, out, err)
@@ -452,7 +456,7 @@ class Counting(io.StringIO):
             self.changed.notify_all()
         return written
 
-    def wait_for(self, count: int, timeout: float = 5) -> bool:
+    def wait_for(self, count: int, timeout: float = 60) -> bool:
         with self.changed:
             return self.changed.wait_for(
                 lambda: self.getvalue().count(self.marker) >= count, timeout
@@ -478,18 +482,20 @@ def test_chat_approval_answers_belong_to_their_question(workspace: Path) -> None
 
     def watched(*args: Any) -> Any:
         if len(model.requests) == 1:  # the second request: let the stray "y" arrive first
-            err.wait_for(1, timeout=2)
+            err.wait_for(1)
         return original(*args)
 
     def drive() -> None:
-        writer.write("write two files\n")
-        writer.flush()
-        assert out.wait_for(1)
-        writer.write("y\ny\n")
-        writer.flush()
-        assert out.wait_for(2)
-        writer.write("n\n")
-        writer.close()
+        try:
+            writer.write("write two files\n")
+            writer.flush()
+            assert out.wait_for(1)
+            writer.write("y\ny\n")
+            writer.flush()
+            assert out.wait_for(2)
+            writer.write("n\n")
+        finally:
+            writer.close()
 
     code = run_chat(workspace, drive, watched, model, stdin, out, err)
     assert code == 0

@@ -322,11 +322,13 @@ class _ToolThreads:
         self.pool: ThreadPoolExecutor | None = None
         self.clean = True  # False once a tool was given up on or a batch failed midway
 
-    def submit(self, fn: Callable[[int], None], index: int) -> Future[None]:
+    def submit(
+        self, fn: Callable[[int], None], index: int, scope: contextvars.Context
+    ) -> Future[None]:
+        """Run ``fn(index)`` on the pool inside ``scope``, the call's own contextvars."""
         if self.pool is None:
             self.pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="agentkit-tool")
-        # Each call sees the loop thread's contextvars (tracing spans, say).
-        return self.pool.submit(contextvars.copy_context().run, fn, index)
+        return self.pool.submit(scope.run, fn, index)
 
     def shutdown(self) -> None:
         """Wait for the pool's threads when every tool finished; else leave them to finish."""
@@ -688,6 +690,20 @@ class _Prepared:
     tool_call: ToolCall
     tool: AgentTool
     args: Any
+    scope: contextvars.Context  # the contextvars it executes in, as its preflight left them
+
+
+def _start_call(emit: Emit, call: ToolCall) -> contextvars.Context:
+    """Give ``call`` its own copy of this thread's contextvars, emit its start event inside it
+    and return it, for the call's preflight (and so its execution) to run in.
+
+    So what a listener sets while handling the start event (the tracer makes the call's
+    ``execute_tool`` span current) reaches this call only: never the loop's thread, later
+    turns or the batch's other calls, whose start events all come before any of them executes.
+    """
+    scope = contextvars.copy_context()
+    scope.run(emit, ToolExecutionStartEvent(call.id, call.name, call.arguments))
+    return scope
 
 
 def _find_tool(tools: Sequence[AgentTool], name: str) -> AgentTool | None:
@@ -715,7 +731,8 @@ def _prepare_tool_call(
     budget: BudgetTracker | None = None,
 ) -> _Prepared | ToolCallOutcome:
     """Preflight one call: lookup, argument preparation and validation, ``before_tool_call``,
-    then the approval wait of a call that needs one."""
+    then the approval wait of a call that needs one. Runs inside the call's own contextvars
+    (``_start_call``); the prepared call executes in a copy of them."""
 
     def immediate(text: str, terminate: bool = False) -> ToolCallOutcome:
         return ToolCallOutcome(tool_call, error_result(text, terminate=terminate), True, None)
@@ -763,7 +780,7 @@ def _prepare_tool_call(
         return immediate(_error_text(exc))
     if signal.aborted:
         return immediate(ABORTED_TEXT)
-    return _Prepared(tool_call, tool, args)
+    return _Prepared(tool_call, tool, args, contextvars.copy_context())
 
 
 def _execute(
@@ -987,7 +1004,7 @@ def _run_prepared(
     futures = []
     try:
         for index in range(len(batch)):
-            futures.append(threads.submit(work, index))
+            futures.append(threads.submit(work, index, batch[index].scope))
         remaining = len(batch)
         items = _wait_or_give_up(
             lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace, budget
@@ -1056,8 +1073,15 @@ def run_tool_call(
     in the outcome. ``approvals`` and ``deps`` are as for a run.
     """
     signal = signal or AbortController().signal
-    prepared = _prepare_tool_call(
-        tool_call, tools, assistant_message, context, signal, before_tool_call, approvals
+    prepared = contextvars.copy_context().run(  # the call's own contextvars, as in a run
+        _prepare_tool_call,
+        tool_call,
+        tools,
+        assistant_message,
+        context,
+        signal,
+        before_tool_call,
+        approvals,
     )
     if isinstance(prepared, ToolCallOutcome):
         return prepared
@@ -1118,7 +1142,7 @@ def _fail_truncated(calls: list[ToolCall], emit: Emit) -> list[ToolResultMessage
 
 def _fail_call(call: ToolCall, text: str, emit: Emit) -> ToolResultMessage:
     """A call that never runs: its start and end events and its error result message."""
-    emit(ToolExecutionStartEvent(call.id, call.name, call.arguments))
+    _start_call(emit, call)
     outcome = ToolCallOutcome(call, error_result(text), True)
     _emit_end(emit, outcome)
     return _emit_result_message(emit, outcome)
@@ -1161,8 +1185,8 @@ def _run_group(
     emit, config = state.emit, state.config
     slots: list[ToolCallOutcome | _Prepared] = []
     for call in calls:
-        emit(ToolExecutionStartEvent(call.id, call.name, call.arguments))
-        prepared = _prepare_tool_call(
+        prepared = _start_call(emit, call).run(
+            _prepare_tool_call,
             call,
             state.context.tools,
             message,

@@ -11,10 +11,12 @@ nothing. One call turns each on for an agent:
 Spans: one ``invoke_agent`` per run, a child of whatever span was current where the run was
 started (the run's worker thread inherits the caller's context); one ``chat`` per model request
 (model, token usage, finish reasons, errors); one ``execute_tool`` per tool call. While the run
-goes on, ``invoke_agent`` is the current span of the worker thread and of the tool pool, so spans
-a tool makes (an HTTP client's, say) nest under the run. Prompt and response content is not
-recorded unless ``capture_content=True``. Importing this module imports no OpenTelemetry code;
-``enable_tracing`` does.
+goes on, ``invoke_agent`` is the current span of the worker thread, ``chat`` while a request is
+made (so a provider's HTTP spans nest under it), and each call's ``execute_tool`` while that call
+executes on the tool pool (so spans a tool makes, an HTTP client's say, nest under its own
+call, even in a parallel batch). Prompt and response content is not recorded unless
+``capture_content=True``. Importing this module imports no OpenTelemetry code; ``enable_tracing``
+does.
 """
 
 from __future__ import annotations
@@ -171,12 +173,17 @@ class _Tracer:
         }
         if self._capture:
             attributes["gen_ai.tool.call.arguments"] = _dump(event.args)
-        self._tools[event.tool_call_id] = self._tracer.start_span(
+        span = self._tracer.start_span(
             f"execute_tool {event.tool_name}",
             context=self._parent(),
             kind=self._kind.INTERNAL,
             attributes=attributes,
         )
+        self._tools[event.tool_call_id] = span
+        # The loop emits a call's start event inside that call's own copy of the contextvars,
+        # which its execution runs in and which is dropped with it: attached there, the span is
+        # current for the tool's code only, and needs no detach (the end event comes elsewhere).
+        self._otel_context.attach(self._trace.set_span_in_context(span))
 
     def _end_tool(self, event: Any) -> None:
         span = self._tools.pop(event.tool_call_id, None)

@@ -3,9 +3,12 @@ the abort and timing departures of API.md (1 and 4)."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import threading
 from typing import Any
+
+import pytest
 
 from agentkit import (
     AbortController,
@@ -22,7 +25,7 @@ from agentkit import (
 )
 from agentkit.testing import ScriptedModel, reply, tool_call
 
-from .support import WAIT, Recorder, make_tool, roles, run_loop, text_of
+from .support import WAIT, Recorder, label, make_tool, roles, run_loop, text_of
 
 STRING_V = {"type": "object", "properties": {"v": {"type": "string"}}, "required": ["v"]}
 TRUNCATED = (
@@ -834,3 +837,80 @@ def test_d1_parallel_abort_while_tools_run_ends_after_the_batch() -> None:
     assert [m.tool_call_id for m in run.new_messages if m.role == "tool_result"] == ["a", "b"]
     assert len(run.requests) == 1
     assert run.rec.labels()[-2:] == ["turn_end", "agent_end"]
+
+
+# --- the contextvars a call runs in -------------------------------------------------------------
+
+CALL: contextvars.ContextVar[str | None] = contextvars.ContextVar("CALL", default=None)
+"""What the probe listener sets on a tool call's start event (a tracer sets its span)."""
+
+
+class _ContextProbe(Recorder):
+    """Records events; on a call's start event sets ``CALL`` to its id, and notes what ``CALL``
+    was when each other event (or the start event itself, before setting it) was emitted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, str | None]] = []
+
+    def __call__(self, event: Any) -> None:
+        super().__call__(event)
+        self.seen.append((label(event), CALL.get()))
+        if event.type == "tool_execution_start":
+            CALL.set(event.tool_call_id)
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential", "truncated"])
+def test_each_call_runs_in_the_contextvars_its_start_event_was_emitted_in(mode: str) -> None:
+    # What a listener sets on a call's start event reaches that call's preflight and execution,
+    # and nothing else: not the batch's other calls, not the loop's thread afterwards.
+    in_tool: dict[str, str | None] = {}
+    in_hook: dict[str, str | None] = {}
+    probe = make_tool("probe", lambda call_id, *_: in_tool.setdefault(call_id, CALL.get()) or "")
+    calls = [tool_call("probe", {}, id=f"c{i}") for i in (1, 2, 3)]
+    calls.append(tool_call("missing", {}, id="c4"))  # fails in preflight: ends on the loop thread
+    run = run_loop(
+        [reply(*calls, stop_reason="length" if mode == "truncated" else "tool_use"), "done"],
+        tools=[probe],
+        rec=_ContextProbe(),
+        tool_execution="sequential" if mode == "sequential" else "parallel",
+        before_tool_call=lambda ctx, signal: in_hook.update({ctx.tool_call.id: CALL.get()}),
+    )
+
+    ran = {} if mode == "truncated" else {f"c{i}": f"c{i}" for i in (1, 2, 3)}
+    assert in_tool == ran
+    assert in_hook == ran
+    seen = run.rec.seen  # type: ignore[attr-defined]
+    assert [name for name, _ in seen].count("tes:c1") == 1
+    assert [value for _, value in seen] == [None] * len(seen)
+    assert run.rec.labels()[-1] == "agent_end"
+
+
+def test_run_tool_call_runs_in_a_copy_of_the_callers_contextvars() -> None:
+    seen: list[str | None] = []
+
+    def before(ctx: Any, signal: Any) -> None:
+        seen.append(CALL.get())
+        CALL.set("hook")  # reaches the tool, not the caller
+
+    def body(*_: Any) -> str:
+        seen.append(CALL.get())
+        CALL.set("tool")
+        return "done"
+
+    tool = make_tool("t", body)
+    call = ToolCall(id="c1", name="t", arguments={})
+    token = CALL.set("caller")
+    try:
+        outcome = run_tool_call(
+            call,
+            tools=[tool],
+            assistant_message=AssistantMessage(content=[call], stop_reason="tool_use"),
+            context=AgentContext(tools=[tool]),
+            before_tool_call=before,
+        )
+        assert CALL.get() == "caller"
+    finally:
+        CALL.reset(token)
+    assert outcome.result.text == "done"
+    assert seen == ["caller", "hook"]

@@ -139,9 +139,78 @@ def test_span_tree_of_a_run_with_a_parallel_batch_an_error_and_an_abort(
     # The parallel batch: both calls ran at once, after the first request and before the second.
     assert a.start_time < b.end_time and b.start_time < a.end_time  # type: ignore[operator]
     assert chats[0].end_time <= a.start_time and a.end_time <= chats[1].start_time  # type: ignore[operator]
-    # The tool's own span, made on a pool thread, nests under the run.
+    # The tool's own span, made on a pool thread, nests under its call's execute_tool span.
     (inner,) = named["http lookup"]
-    assert _parent_id(inner) == run.context.span_id
+    assert _parent_id(inner) == a.context.span_id
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+def test_spans_a_tool_makes_nest_under_its_own_execute_tool_span(
+    exporter: tuple[InMemorySpanExporter, TracerProvider],
+    caplog: pytest.LogCaptureFixture,
+    mode: str,
+) -> None:
+    spans, provider = exporter
+    tracer = provider.get_tracer("test")
+    names = ["alpha", "beta", "gamma"]
+    # In parallel mode every start event of the batch comes before any call executes; the
+    # barrier makes the three calls run at once as well.
+    overlap = threading.Barrier(len(names), timeout=WAIT) if mode == "parallel" else None
+
+    def work(name: str) -> Any:
+        def run(signal: AbortSignal) -> str:
+            if overlap is not None:
+                overlap.wait()
+            with tracer.start_as_current_span(f"work {name}"):  # the tool's own code's span
+                return name
+
+        return run
+
+    model = ScriptedModel([reply(*(tool_call(n, id=n) for n in names)), "done"])
+
+    def stream_fn(request_model: Any, context: Any, options: Any) -> Any:
+        with tracer.start_as_current_span("provider request"):  # as an instrumented client does
+            return model(request_model, context, options)
+
+    agent = Agent(
+        model=model.model,
+        stream_fn=stream_fn,
+        tools=[_tool(n, work(n)) for n in names],
+        tool_execution=mode,
+    )
+    enable_tracing(agent, tracer_provider=provider)
+    current_at_turn_end: list[Any] = []  # the loop thread's current span once a turn is over
+    agent.subscribe(
+        lambda e: (
+            current_at_turn_end.append(trace.get_current_span().get_span_context().span_id)
+            if e.type == "turn_end"
+            else None
+        )
+    )
+    with caplog.at_level(logging.ERROR):
+        agent.prompt("go")
+    agent.close()
+
+    named = _by_name(spans.get_finished_spans())
+    (run,) = named["invoke_agent"]
+    calls = {
+        s.attributes["gen_ai.tool.call.id"]: s
+        for s in spans.get_finished_spans()
+        if s.name.startswith("execute_tool")
+    }
+    assert set(calls) == set(names)
+    for name in names:
+        (own,) = named[f"work {name}"]
+        assert _parent_id(own) == calls[name].context.span_id, name
+        assert _parent_id(calls[name]) == run.context.span_id
+    # Nothing of the tool calls stayed current on the loop's thread: the next request, and the
+    # spans made while it is sent, nest as before.
+    chats = sorted(named["chat scripted"], key=lambda s: s.start_time or 0)
+    assert [_parent_id(chat) for chat in chats] == [run.context.span_id] * 2
+    requests = sorted(named["provider request"], key=lambda s: s.start_time or 0)
+    assert [_parent_id(r) for r in requests] == [chat.context.span_id for chat in chats]
+    assert current_at_turn_end == [run.context.span_id] * 2
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]  # no bad detach
 
 
 def test_a_failed_model_request_marks_chat_and_run(

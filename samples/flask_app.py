@@ -19,38 +19,21 @@ aborts the run: nothing keeps running for a client that left.
 from __future__ import annotations
 
 import argparse
-import json
 import queue
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from _support import last_text, model_spec, real_model, rule_model
+from _support import real_model
+from _web import current_time, event_payload, sse, web_model
 from flask import Flask, Response, abort, jsonify, request
 
-from agentkit import Agent, AgentTool, Model, Run, event_to_dict, tool
+from agentkit import Agent, AgentTool, Model, Run
 from agentkit.events import to_jsonable
 from agentkit.loop import StreamFn
-from agentkit.testing import SCRIPTED_MODEL, Reply, reply, tool_call
-
-
-@tool
-def current_time() -> str:
-    """The server's local date and time."""
-    return datetime.now().strftime("%Y-%m-%d %H:%M")
-
-
-def demo_answer(messages: list[Any]) -> Reply | str:
-    """The offline demo model: look up the time after a question, then answer with it."""
-    last = messages[-1]
-    if last.role == "tool_result":
-        return f"It is {last_text([last])} here. Anything else?"
-    return reply("Let me look at the clock.", tool_call("current_time", {}))
-
 
 _END = object()  # queue token: the run is over
 
@@ -96,23 +79,6 @@ def _stop_reason(entry: RunEntry) -> str | None:
     return getattr(messages[-1], "stop_reason", None) if messages else None
 
 
-def _sse(event: str, data: Any) -> str:
-    """One server-sent event."""
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-def _payload(event: Any) -> dict[str, Any]:
-    """An agent event as JSON for the browser; text updates carry just their delta."""
-    if event.type == "message_update":
-        update = event.assistant_message_event
-        return {
-            "type": "message_update",
-            "kind": update.type,
-            "delta": getattr(update, "delta", ""),
-        }
-    return event_to_dict(event)
-
-
 def create_app(
     stream_fn: StreamFn | None = None,
     model: Model | None = None,
@@ -126,13 +92,7 @@ def create_app(
     or the real model ``AGENTKIT_MODEL`` names; given only ``model``, the default stream function.
     ``heartbeat`` is how often (seconds) a quiet stream checks that its client is still there:
     a client that leaves while a tool is silent is noticed within about that time."""
-    if stream_fn is None and model is None:
-        spec = model_spec()
-        if spec:  # a real model: the providers' default stream function serves it
-            model, stream_fn = real_model(spec)
-        else:
-            stream_fn = rule_model(demo_answer, delay=0.02)
-    model = model or SCRIPTED_MODEL
+    model, stream_fn = web_model(stream_fn, model)
     agent_tools = list(tools) if tools is not None else [current_time]
     runs = RunRegistry(keep_runs)
     app = Flask(__name__)
@@ -153,13 +113,13 @@ def create_app(
         )
         events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # Convert on the worker thread, while the event's message is as the event saw it.
-        unsubscribe = agent.subscribe(lambda event: events.put(_payload(event)))
+        unsubscribe = agent.subscribe(lambda event: events.put(event_payload(event)))
         entry = RunEntry(uuid.uuid4().hex, agent, agent.start(prompt))
         entry.run.add_done_callback(lambda _run: events.put(_END))
         runs.add(entry)
 
         def relay() -> Iterator[str]:
-            yield _sse("run", {"id": entry.id})
+            yield sse("run", {"id": entry.id})
             while True:
                 try:
                     item = events.get(timeout=heartbeat)
@@ -167,9 +127,9 @@ def create_app(
                     yield ": heartbeat\n\n"  # a write that fails once the client is gone
                     continue
                 if item is _END:
-                    yield _sse("done", {"id": entry.id, "stop_reason": _stop_reason(entry)})
+                    yield sse("done", {"id": entry.id, "stop_reason": _stop_reason(entry)})
                     return
-                yield _sse(item["type"], item)
+                yield sse(item["type"], item)
 
         def stop() -> None:
             """The response is closed: the run ended, or the client went away mid-run."""

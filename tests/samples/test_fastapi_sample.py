@@ -15,7 +15,7 @@ uvicorn = pytest.importorskip("uvicorn")
 import requests  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from fastapi_app import create_app  # noqa: E402
-from sample_helpers import sse_events, wait_until  # noqa: E402
+from sample_helpers import sse_events, stream_demo_run, wait_until  # noqa: E402
 
 from agentkit import tool  # noqa: E402
 from agentkit.abort import AbortSignal  # noqa: E402
@@ -48,23 +48,7 @@ def serve() -> Iterator[Callable[[FastAPI], str]]:
 def test_stream_a_whole_run(serve: Callable[[FastAPI], str]) -> None:
     app = create_app()  # the offline demo model: a tool call, then an answer
     base = serve(app)
-    with requests.post(
-        f"{base}/runs/stream", json={"prompt": "What time is it?"}, stream=True
-    ) as r:
-        assert r.headers["Content-Type"].startswith("text/event-stream")
-        events = list(sse_events(r))
-    names = [name for name, _ in events]
-    assert names[:3] == ["run", "agent_start", "turn_start"]
-    assert names[-2:] == ["agent_end", "done"]
-    assert "tool_execution_end" in names
-    text = "".join(
-        d["delta"] for n, d in events if n == "message_update" and d["kind"] == "text_delta"
-    )
-    assert "Let me look at the clock." in text and "It is " in text
-    run_id = events[0][1]["id"]
-    assert events[-1][1] == {"id": run_id, "stop_reason": "stop"}
-    shown = requests.get(f"{base}/runs/{run_id}", timeout=WAIT).json()
-    assert shown["status"] == "done"
+    shown = stream_demo_run(base, timeout=WAIT)
     assert [m["role"] for m in shown["messages"]][-3:] == ["assistant", "tool_result", "assistant"]
 
 

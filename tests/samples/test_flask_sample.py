@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -11,7 +10,7 @@ import pytest
 import requests
 from flask import Flask
 from flask_app import create_app
-from sample_helpers import wait_until
+from sample_helpers import sse_events, stream_demo_run, wait_until
 from werkzeug.serving import make_server
 
 from agentkit import tool
@@ -42,23 +41,6 @@ def serve() -> Iterator[Callable[[Flask], str]]:
         thread.join(5)
 
 
-def sse_events(response: requests.Response) -> Iterator[Event]:
-    """Parse a server-sent event stream as it arrives: ``(event, data)`` pairs."""
-    buffer = ""
-    for chunk in response.iter_content(chunk_size=None, decode_unicode=True):
-        buffer += chunk
-        while "\n\n" in buffer:
-            block, buffer = buffer.split("\n\n", 1)
-            name, data = "message", None
-            for line in block.splitlines():
-                if line.startswith("event: "):
-                    name = line[len("event: ") :]
-                elif line.startswith("data: "):
-                    data = json.loads(line[len("data: ") :])
-            if data is not None:
-                yield name, data
-
-
 @tool
 def slow_step(signal: AbortSignal) -> str:
     """A quiet step: no events for up to 30 s unless the run is aborted."""
@@ -74,23 +56,7 @@ def runs_of(app: Flask) -> Any:
 def test_stream_a_whole_run(serve: Callable[[Flask], str]) -> None:
     app = create_app()  # the offline demo model: a tool call, then an answer
     base = serve(app)
-    with requests.post(
-        f"{base}/runs/stream", json={"prompt": "What time is it?"}, stream=True
-    ) as r:
-        assert r.headers["Content-Type"].startswith("text/event-stream")
-        events = list(sse_events(r))
-    names = [name for name, _ in events]
-    assert names[:3] == ["run", "agent_start", "turn_start"]
-    assert names[-2:] == ["agent_end", "done"]
-    assert "tool_execution_end" in names
-    text = "".join(
-        d["delta"] for n, d in events if n == "message_update" and d["kind"] == "text_delta"
-    )
-    assert "Let me look at the clock." in text and "It is " in text
-    run_id = events[0][1]["id"]
-    assert events[-1][1] == {"id": run_id, "stop_reason": "stop"}
-    shown = requests.get(f"{base}/runs/{run_id}", timeout=5).json()
-    assert shown["status"] == "done"
+    shown = stream_demo_run(base, timeout=5)
     assert [m["role"] for m in shown["messages"]] == [
         "system", "user", "assistant", "tool_result", "assistant",
     ]  # fmt: skip

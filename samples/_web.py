@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from _support import last_text, model_spec, real_model, rule_model
+from _support import last_text, model_spec, real_model, rule_model, sample_parser
 
 from agentkit import Model, event_to_dict, tool
 from agentkit.loop import StreamFn
@@ -37,6 +38,20 @@ def web_model(stream_fn: StreamFn | None, model: Model | None) -> tuple[Model, S
         else:
             stream_fn = rule_model(demo_answer, delay=0.02)
     return model or SCRIPTED_MODEL, stream_fn
+
+
+def web_command_line(
+    argv: Sequence[str] | None, description: str | None, default_port: int
+) -> tuple[int, Model | None, StreamFn | None]:
+    """A web sample's command line, ``[--model PROVIDER:MODEL_ID] [--port N]``: the port, and
+    the model and stream function to build the app with (both ``None`` without ``--model``)."""
+    parser = sample_parser(description)
+    parser.add_argument("--port", type=int, default=default_port)
+    args = parser.parse_args(argv)
+    if args.model:
+        model, stream_fn = real_model(args.model)
+        return args.port, model, stream_fn
+    return args.port, None, None
 
 
 def sse(event: str, data: Any) -> str:

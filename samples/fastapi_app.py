@@ -16,14 +16,13 @@ When a client goes away, Starlette cancels the response; that cancellation abort
 
 from __future__ import annotations
 
-import argparse
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from _support import last_text, real_model
-from _web import current_time, event_payload, sse, web_model
+from _support import last_text
+from _web import current_time, event_payload, sse, web_command_line, web_model
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
@@ -142,16 +141,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Serve the app with uvicorn on 127.0.0.1."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
-    args = parser.parse_args(argv)
-    if args.model:
-        model, stream_fn = real_model(args.model)
-        app = create_app(stream_fn, model)
-    else:
-        app = create_app()
-    uvicorn.run(app, host="127.0.0.1", port=args.port)
+    port, model, stream_fn = web_command_line(argv, __doc__, default_port=8000)
+    app = create_app(stream_fn, model)
+    uvicorn.run(app, host="127.0.0.1", port=port)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ aborts the run: nothing keeps running for a client that left.
 
 from __future__ import annotations
 
-import argparse
 import queue
 import threading
 import uuid
@@ -27,8 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from _support import real_model
-from _web import current_time, event_payload, sse, web_model
+from _web import current_time, event_payload, sse, web_command_line, web_model
 from flask import Flask, Response, abort, jsonify, request
 
 from agentkit import Agent, AgentTool, Model, Run
@@ -207,16 +205,9 @@ document.getElementById("stop").onclick = () => {
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve the app with Flask's development server (one thread per request)."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--port", type=int, default=5000)
-    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
-    args = parser.parse_args(argv)
-    if args.model:
-        model, stream_fn = real_model(args.model)
-        app = create_app(stream_fn, model)
-    else:
-        app = create_app()
-    app.run(host="127.0.0.1", port=args.port, threaded=True)
+    port, model, stream_fn = web_command_line(argv, __doc__, default_port=5000)
+    app = create_app(stream_fn, model)
+    app.run(host="127.0.0.1", port=port, threaded=True)
 
 
 if __name__ == "__main__":

@@ -88,3 +88,28 @@ def stream_demo_run(base: str, timeout: float) -> dict[str, Any]:
     shown: dict[str, Any] = requests.get(f"{base}/runs/{run_id}", timeout=timeout).json()
     assert shown["status"] == "done"
     return shown
+
+
+def stream_until(
+    base: str, prompt: str, until: Callable[[str, Any], bool], client: Any = requests
+) -> tuple[requests.Response, str]:
+    """Start a streamed run (``POST /runs/stream`` at ``base``, through ``client``: ``requests``
+    or a session) and read it up to the first event ``until(name, data)`` accepts; return the
+    still open response and the run's id."""
+    response = client.post(f"{base}/runs/stream", json={"prompt": prompt}, stream=True)
+    events = sse_events(response)
+    run_id = next(events)[1]["id"]
+    for name, data in events:
+        if until(name, data):
+            break
+    return response, str(run_id)
+
+
+def tool_started(name: str, data: Any) -> bool:
+    """For :func:`stream_until`: a tool began."""
+    return name == "tool_execution_start"
+
+
+def text_streaming(name: str, data: Any) -> bool:
+    """For :func:`stream_until`: the answer's text is streaming."""
+    return name == "message_update" and data["kind"] == "text_delta"

@@ -10,7 +10,14 @@ import pytest
 import requests
 from flask import Flask
 from flask_app import create_app
-from sample_helpers import sse_events, stream_demo_run, wait_until
+from sample_helpers import (
+    sse_events,
+    stream_demo_run,
+    stream_until,
+    text_streaming,
+    tool_started,
+    wait_until,
+)
 from werkzeug.serving import make_server
 
 from agentkit import tool
@@ -127,12 +134,7 @@ def test_client_disconnect_mid_stream_aborts_the_run(serve: Callable[[Flask], st
     base = serve(app)
     baseline = threading.active_count()
     session = requests.Session()
-    r = session.post(f"{base}/runs/stream", json={"prompt": "Talk"}, stream=True)
-    events = sse_events(r)
-    run_id = next(events)[1]["id"]
-    for name, data in events:
-        if name == "message_update" and data["kind"] == "text_delta":
-            break
+    r, run_id = stream_until(base, "Talk", text_streaming, client=session)
     r.close()  # the browser tab is closed mid-answer
     session.close()
     entry = runs_of(app).get(run_id)
@@ -147,12 +149,7 @@ def test_client_disconnect_mid_stream_aborts_the_run(serve: Callable[[Flask], st
 
 def leave_during_the_tool(app: Flask, base: str) -> Any:
     """Start a streamed run, disconnect once its tool starts; the run's registry entry."""
-    r = requests.post(f"{base}/runs/stream", json={"prompt": "Work"}, stream=True)
-    events = sse_events(r)
-    run_id = next(events)[1]["id"]
-    for name, _ in events:
-        if name == "tool_execution_start":
-            break
+    r, run_id = stream_until(base, "Work", tool_started)
     r.close()
     return runs_of(app).get(run_id)
 

@@ -69,3 +69,35 @@ def event_payload(event: Any) -> dict[str, Any]:
             "delta": getattr(update, "delta", ""),
         }
     return event_to_dict(event)
+
+
+def index_page(title: str, stop_script: str) -> str:
+    """The demo page: ask a question and watch the run stream in. ``stop_script`` is the
+    JavaScript behind the Stop button; it sees ``source`` (the EventSource) and ``runId``."""
+    return _PAGE.replace("{title}", title) + stop_script + "</script>\n"
+
+
+_PAGE = """<!doctype html>
+<meta charset="utf-8"><title>{title}</title>
+<form id="ask"><input id="prompt" size="60" value="What time is it?"> <button>Ask</button>
+<button type="button" id="stop">Stop</button></form>
+<pre id="out"></pre>
+<script>
+let source = null, runId = null;
+const out = document.getElementById("out");
+document.getElementById("ask").onsubmit = (e) => {
+  e.preventDefault();
+  if (source) source.close();
+  out.textContent = "";
+  const prompt = document.getElementById("prompt").value;
+  source = new EventSource("/runs/stream?prompt=" + encodeURIComponent(prompt));
+  source.addEventListener("run", (m) => { runId = JSON.parse(m.data).id; });
+  source.addEventListener("message_update", (m) => { out.textContent += JSON.parse(m.data).delta; });
+  source.addEventListener("tool_execution_start", (m) => {
+    out.textContent += "\\n[" + JSON.parse(m.data).tool_name + "]\\n";
+  });
+  source.addEventListener("done", (m) => {
+    out.textContent += "\\n(" + JSON.parse(m.data).stop_reason + ")"; source.close();
+  });
+};
+"""

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from _support import last_text
-from _web import current_time, event_payload, sse, web_command_line, web_model
+from _web import current_time, event_payload, index_page, sse, web_command_line, web_model
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
@@ -109,32 +109,12 @@ def create_app(
     return app
 
 
-INDEX_HTML = """<!doctype html>
-<meta charset="utf-8"><title>agentkit + FastAPI</title>
-<form id="ask"><input id="prompt" size="60" value="What time is it?"> <button>Ask</button>
-<button type="button" id="stop">Stop</button></form>
-<pre id="out"></pre>
-<script>
-let source = null;
-const out = document.getElementById("out");
-document.getElementById("ask").onsubmit = (e) => {
-  e.preventDefault();
-  if (source) source.close();
-  out.textContent = "";
-  const prompt = document.getElementById("prompt").value;
-  source = new EventSource("/runs/stream?prompt=" + encodeURIComponent(prompt));
-  source.addEventListener("message_update", (m) => { out.textContent += JSON.parse(m.data).delta; });
-  source.addEventListener("tool_execution_start", (m) => {
-    out.textContent += "\\n[" + JSON.parse(m.data).tool_name + "]\\n";
-  });
-  source.addEventListener("done", (m) => {
-    out.textContent += "\\n(" + JSON.parse(m.data).stop_reason + ")"; source.close();
-  });
-};
-// Closing the stream is how a client stops a run: the server aborts it.
+INDEX_HTML = index_page(
+    "agentkit + FastAPI",
+    """// Closing the stream is how a client stops a run: the server aborts it.
 document.getElementById("stop").onclick = () => { if (source) source.close(); };
-</script>
-"""
+""",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from _web import current_time, event_payload, sse, web_command_line, web_model
+from _web import current_time, event_payload, index_page, sse, web_command_line, web_model
 from flask import Flask, Response, abort, jsonify, request
 
 from agentkit import Agent, AgentTool, Model, Run
@@ -173,34 +173,13 @@ def create_app(
     return app
 
 
-INDEX_HTML = """<!doctype html>
-<meta charset="utf-8"><title>agentkit + Flask</title>
-<form id="ask"><input id="prompt" size="60" value="What time is it?"> <button>Ask</button>
-<button type="button" id="stop">Stop</button></form>
-<pre id="out"></pre>
-<script>
-let source = null, runId = null;
-const out = document.getElementById("out");
-document.getElementById("ask").onsubmit = (e) => {
-  e.preventDefault();
-  if (source) source.close();
-  out.textContent = "";
-  const prompt = document.getElementById("prompt").value;
-  source = new EventSource("/runs/stream?prompt=" + encodeURIComponent(prompt));
-  source.addEventListener("run", (m) => { runId = JSON.parse(m.data).id; });
-  source.addEventListener("message_update", (m) => { out.textContent += JSON.parse(m.data).delta; });
-  source.addEventListener("tool_execution_start", (m) => {
-    out.textContent += "\\n[" + JSON.parse(m.data).tool_name + "]\\n";
-  });
-  source.addEventListener("done", (m) => {
-    out.textContent += "\\n(" + JSON.parse(m.data).stop_reason + ")"; source.close();
-  });
-};
-document.getElementById("stop").onclick = () => {
+INDEX_HTML = index_page(
+    "agentkit + Flask",
+    """document.getElementById("stop").onclick = () => {
   if (runId) fetch("/runs/" + runId + "/abort", {method: "POST"});
 };
-</script>
-"""
+""",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

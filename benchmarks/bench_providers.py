@@ -16,12 +16,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _sse_server import SSEServer  # noqa: E402
 
 from agentkit.event_stream import AssistantMessageEventStream  # noqa: E402
 from agentkit.providers import anthropic, google, openai_completions, openai_responses  # noqa: E402
@@ -174,38 +175,12 @@ def parse_only(spec: ApiSpec, body: bytes, chunk: int = 4096) -> tuple[float, in
     return elapsed, count
 
 
-class _Server:
+class _Server(SSEServer):
+    """Answers every request with ``body``."""
+
     def __init__(self) -> None:
         self.body = b""
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                return
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                body = outer.body
-                for i in range(0, len(body), 4096):
-                    piece = body[i : i + 4096]
-                    self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        super().__init__(lambda: self.body, piece_size=4096)
 
 
 def over_http(server: _Server, api: str, body: bytes) -> tuple[float, int]:
@@ -287,7 +262,7 @@ def main() -> None:
     for api, (_, body) in streams.items():
         elapsed, count = min(over_http(server, api, body) for _ in range(2))
         print(f"  {api:22s} {count / elapsed:10,.0f} events/s  ({elapsed * 1000:.0f} ms)")
-    server.httpd.shutdown()
+    server.close()
     print("One huge tool argument in 16-byte deltas (partial arguments kept live):")
     for api in ("openai-completions", "anthropic-messages"):
         tool_argument_cost(api, 100_000)  # warm up

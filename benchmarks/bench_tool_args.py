@@ -16,12 +16,13 @@ import json
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _sse_server import SSEServer  # noqa: E402
 
 from agentkit import Agent, AgentTool, AgentToolResult, TextContent  # noqa: E402
 from agentkit.providers import stream_simple  # noqa: E402
@@ -75,47 +76,17 @@ TEXT_BODY = sse(
 )
 
 
-class Server:
-    """Answers every other request with the queued tool-call body, the rest with text."""
+class Server(SSEServer):
+    """Answers each request with the next queued body (a tool call, then the text answer)."""
 
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
-        self.lock = threading.Lock()
-        owner = self
+        self.lock = threading.Lock()  # guards bodies: each request runs on its own thread
+        super().__init__(self._next_body, piece_size=16384)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                return
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with owner.lock:
-                    body = owner.bodies.pop(0)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                for i in range(0, len(body), 16384):
-                    piece = body[i : i + 16384]
-                    self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def _next_body(self) -> bytes:
+        with self.lock:
+            return self.bodies.pop(0)
 
 
 def run_once(server: Server, size: int) -> tuple[float, int, int]:
@@ -127,7 +98,7 @@ def run_once(server: Server, size: int) -> tuple[float, int, int]:
         received.append(len(params["text"]))
         return AgentToolResult(content=[TextContent(text="saved")])
 
-    model = Model(id="bench", api="openai-completions", provider="local", base_url=server.url)
+    model = Model(id="bench", api="openai-completions", provider="local", base_url=f"{server.url}/v1")
     agent = Agent(
         model=model,
         stream_fn=stream_simple,

@@ -9,6 +9,7 @@ extra), ``ollama:ID`` (or ``llamacpp``, ``vllm``, ``lmstudio``) a local server o
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -69,6 +70,26 @@ def choose_model(
         return real_model(spec)
     scripted = ScriptedModel(script, delay=scripted_delay(delay))
     return scripted.model, scripted
+
+
+def sample_parser(description: str | None) -> argparse.ArgumentParser:
+    """A sample's command line: ``--model`` (a real model instead of the scripted one); the
+    sample adds its own arguments."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
+    return parser
+
+
+def model_from_command_line(
+    script: Sequence[Script],
+    argv: Sequence[str] | None,
+    description: str | None,
+    delay: float | None = None,
+) -> tuple[Model, StreamFn | None]:
+    """For a sample whose only argument is ``--model``: parse ``argv`` and choose the model
+    (:func:`choose_model`)."""
+    args = sample_parser(description).parse_args(argv)
+    return choose_model(script, args.model, delay)
 
 
 def scripted_delay(default: float | None = None) -> float:

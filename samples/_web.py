@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from _support import last_text, model_spec, real_model, rule_model
+from _support import last_text, model_spec, real_model, rule_model, sample_parser
 
 from agentkit import Model, event_to_dict, tool
 from agentkit.loop import StreamFn
@@ -39,6 +40,20 @@ def web_model(stream_fn: StreamFn | None, model: Model | None) -> tuple[Model, S
     return model or SCRIPTED_MODEL, stream_fn
 
 
+def web_command_line(
+    argv: Sequence[str] | None, description: str | None, default_port: int
+) -> tuple[int, Model | None, StreamFn | None]:
+    """A web sample's command line, ``[--model PROVIDER:MODEL_ID] [--port N]``: the port, and
+    the model and stream function to build the app with (both ``None`` without ``--model``)."""
+    parser = sample_parser(description)
+    parser.add_argument("--port", type=int, default=default_port)
+    args = parser.parse_args(argv)
+    if args.model:
+        model, stream_fn = real_model(args.model)
+        return args.port, model, stream_fn
+    return args.port, None, None
+
+
 def sse(event: str, data: Any) -> str:
     """One server-sent event."""
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
@@ -54,3 +69,35 @@ def event_payload(event: Any) -> dict[str, Any]:
             "delta": getattr(update, "delta", ""),
         }
     return event_to_dict(event)
+
+
+def index_page(title: str, stop_script: str) -> str:
+    """The demo page: ask a question and watch the run stream in. ``stop_script`` is the
+    JavaScript behind the Stop button; it sees ``source`` (the EventSource) and ``runId``."""
+    return _PAGE.replace("{title}", title) + stop_script + "</script>\n"
+
+
+_PAGE = """<!doctype html>
+<meta charset="utf-8"><title>{title}</title>
+<form id="ask"><input id="prompt" size="60" value="What time is it?"> <button>Ask</button>
+<button type="button" id="stop">Stop</button></form>
+<pre id="out"></pre>
+<script>
+let source = null, runId = null;
+const out = document.getElementById("out");
+document.getElementById("ask").onsubmit = (e) => {
+  e.preventDefault();
+  if (source) source.close();
+  out.textContent = "";
+  const prompt = document.getElementById("prompt").value;
+  source = new EventSource("/runs/stream?prompt=" + encodeURIComponent(prompt));
+  source.addEventListener("run", (m) => { runId = JSON.parse(m.data).id; });
+  source.addEventListener("message_update", (m) => { out.textContent += JSON.parse(m.data).delta; });
+  source.addEventListener("tool_execution_start", (m) => {
+    out.textContent += "\\n[" + JSON.parse(m.data).tool_name + "]\\n";
+  });
+  source.addEventListener("done", (m) => {
+    out.textContent += "\\n(" + JSON.parse(m.data).stop_reason + ")"; source.close();
+  });
+};
+"""

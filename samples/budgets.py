@@ -9,12 +9,11 @@ and every tool call in the transcript has its result.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from _support import choose_model
+from _support import model_from_command_line
 
 from agentkit import Agent, Budgets, RunResult, tool
 from agentkit.testing import reply, tool_call
@@ -42,11 +41,7 @@ SCRIPT = [keep_searching] * 3 + [
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> RunResult:
     """Run until the budget ends it; print why it stopped and what it used."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
-    args = parser.parse_args(argv)
-
-    model, stream_fn = choose_model(SCRIPT, args.model)
+    model, stream_fn = model_from_command_line(SCRIPT, argv, __doc__)
     agent = Agent(
         model=model,
         stream_fn=stream_fn,

@@ -16,14 +16,13 @@ When a client goes away, Starlette cancels the response; that cancellation abort
 
 from __future__ import annotations
 
-import argparse
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from _support import last_text, real_model
-from _web import current_time, event_payload, sse, web_model
+from _support import last_text
+from _web import current_time, event_payload, index_page, sse, web_command_line, web_model
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
@@ -110,48 +109,21 @@ def create_app(
     return app
 
 
-INDEX_HTML = """<!doctype html>
-<meta charset="utf-8"><title>agentkit + FastAPI</title>
-<form id="ask"><input id="prompt" size="60" value="What time is it?"> <button>Ask</button>
-<button type="button" id="stop">Stop</button></form>
-<pre id="out"></pre>
-<script>
-let source = null;
-const out = document.getElementById("out");
-document.getElementById("ask").onsubmit = (e) => {
-  e.preventDefault();
-  if (source) source.close();
-  out.textContent = "";
-  const prompt = document.getElementById("prompt").value;
-  source = new EventSource("/runs/stream?prompt=" + encodeURIComponent(prompt));
-  source.addEventListener("message_update", (m) => { out.textContent += JSON.parse(m.data).delta; });
-  source.addEventListener("tool_execution_start", (m) => {
-    out.textContent += "\\n[" + JSON.parse(m.data).tool_name + "]\\n";
-  });
-  source.addEventListener("done", (m) => {
-    out.textContent += "\\n(" + JSON.parse(m.data).stop_reason + ")"; source.close();
-  });
-};
-// Closing the stream is how a client stops a run: the server aborts it.
+INDEX_HTML = index_page(
+    "agentkit + FastAPI",
+    """// Closing the stream is how a client stops a run: the server aborts it.
 document.getElementById("stop").onclick = () => { if (source) source.close(); };
-</script>
-"""
+""",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve the app with uvicorn on 127.0.0.1."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
-    args = parser.parse_args(argv)
-    if args.model:
-        model, stream_fn = real_model(args.model)
-        app = create_app(stream_fn, model)
-    else:
-        app = create_app()
-    uvicorn.run(app, host="127.0.0.1", port=args.port)
+    port, model, stream_fn = web_command_line(argv, __doc__, default_port=8000)
+    app = create_app(stream_fn, model)
+    uvicorn.run(app, host="127.0.0.1", port=port)
 
 
 if __name__ == "__main__":

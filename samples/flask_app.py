@@ -18,39 +18,20 @@ aborts the run: nothing keeps running for a client that left.
 
 from __future__ import annotations
 
-import argparse
-import json
 import queue
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from _support import last_text, model_spec, real_model, rule_model
+from _web import current_time, event_payload, index_page, sse, web_command_line, web_model
 from flask import Flask, Response, abort, jsonify, request
 
-from agentkit import Agent, AgentTool, Model, Run, event_to_dict, tool
+from agentkit import Agent, AgentTool, Model, Run
 from agentkit.events import to_jsonable
 from agentkit.loop import StreamFn
-from agentkit.testing import SCRIPTED_MODEL, Reply, reply, tool_call
-
-
-@tool
-def current_time() -> str:
-    """The server's local date and time."""
-    return datetime.now().strftime("%Y-%m-%d %H:%M")
-
-
-def demo_answer(messages: list[Any]) -> Reply | str:
-    """The offline demo model: look up the time after a question, then answer with it."""
-    last = messages[-1]
-    if last.role == "tool_result":
-        return f"It is {last_text([last])} here. Anything else?"
-    return reply("Let me look at the clock.", tool_call("current_time", {}))
-
 
 _END = object()  # queue token: the run is over
 
@@ -96,23 +77,6 @@ def _stop_reason(entry: RunEntry) -> str | None:
     return getattr(messages[-1], "stop_reason", None) if messages else None
 
 
-def _sse(event: str, data: Any) -> str:
-    """One server-sent event."""
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-def _payload(event: Any) -> dict[str, Any]:
-    """An agent event as JSON for the browser; text updates carry just their delta."""
-    if event.type == "message_update":
-        update = event.assistant_message_event
-        return {
-            "type": "message_update",
-            "kind": update.type,
-            "delta": getattr(update, "delta", ""),
-        }
-    return event_to_dict(event)
-
-
 def create_app(
     stream_fn: StreamFn | None = None,
     model: Model | None = None,
@@ -126,13 +90,7 @@ def create_app(
     or the real model ``AGENTKIT_MODEL`` names; given only ``model``, the default stream function.
     ``heartbeat`` is how often (seconds) a quiet stream checks that its client is still there:
     a client that leaves while a tool is silent is noticed within about that time."""
-    if stream_fn is None and model is None:
-        spec = model_spec()
-        if spec:  # a real model: the providers' default stream function serves it
-            model, stream_fn = real_model(spec)
-        else:
-            stream_fn = rule_model(demo_answer, delay=0.02)
-    model = model or SCRIPTED_MODEL
+    model, stream_fn = web_model(stream_fn, model)
     agent_tools = list(tools) if tools is not None else [current_time]
     runs = RunRegistry(keep_runs)
     app = Flask(__name__)
@@ -153,13 +111,13 @@ def create_app(
         )
         events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # Convert on the worker thread, while the event's message is as the event saw it.
-        unsubscribe = agent.subscribe(lambda event: events.put(_payload(event)))
+        unsubscribe = agent.subscribe(lambda event: events.put(event_payload(event)))
         entry = RunEntry(uuid.uuid4().hex, agent, agent.start(prompt))
         entry.run.add_done_callback(lambda _run: events.put(_END))
         runs.add(entry)
 
         def relay() -> Iterator[str]:
-            yield _sse("run", {"id": entry.id})
+            yield sse("run", {"id": entry.id})
             while True:
                 try:
                     item = events.get(timeout=heartbeat)
@@ -167,9 +125,9 @@ def create_app(
                     yield ": heartbeat\n\n"  # a write that fails once the client is gone
                     continue
                 if item is _END:
-                    yield _sse("done", {"id": entry.id, "stop_reason": _stop_reason(entry)})
+                    yield sse("done", {"id": entry.id, "stop_reason": _stop_reason(entry)})
                     return
-                yield _sse(item["type"], item)
+                yield sse(item["type"], item)
 
         def stop() -> None:
             """The response is closed: the run ended, or the client went away mid-run."""
@@ -215,48 +173,20 @@ def create_app(
     return app
 
 
-INDEX_HTML = """<!doctype html>
-<meta charset="utf-8"><title>agentkit + Flask</title>
-<form id="ask"><input id="prompt" size="60" value="What time is it?"> <button>Ask</button>
-<button type="button" id="stop">Stop</button></form>
-<pre id="out"></pre>
-<script>
-let source = null, runId = null;
-const out = document.getElementById("out");
-document.getElementById("ask").onsubmit = (e) => {
-  e.preventDefault();
-  if (source) source.close();
-  out.textContent = "";
-  const prompt = document.getElementById("prompt").value;
-  source = new EventSource("/runs/stream?prompt=" + encodeURIComponent(prompt));
-  source.addEventListener("run", (m) => { runId = JSON.parse(m.data).id; });
-  source.addEventListener("message_update", (m) => { out.textContent += JSON.parse(m.data).delta; });
-  source.addEventListener("tool_execution_start", (m) => {
-    out.textContent += "\\n[" + JSON.parse(m.data).tool_name + "]\\n";
-  });
-  source.addEventListener("done", (m) => {
-    out.textContent += "\\n(" + JSON.parse(m.data).stop_reason + ")"; source.close();
-  });
-};
-document.getElementById("stop").onclick = () => {
+INDEX_HTML = index_page(
+    "agentkit + Flask",
+    """document.getElementById("stop").onclick = () => {
   if (runId) fetch("/runs/" + runId + "/abort", {method: "POST"});
 };
-</script>
-"""
+""",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve the app with Flask's development server (one thread per request)."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--port", type=int, default=5000)
-    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
-    args = parser.parse_args(argv)
-    if args.model:
-        model, stream_fn = real_model(args.model)
-        app = create_app(stream_fn, model)
-    else:
-        app = create_app()
-    app.run(host="127.0.0.1", port=args.port, threaded=True)
+    port, model, stream_fn = web_command_line(argv, __doc__, default_port=5000)
+    app = create_app(stream_fn, model)
+    app.run(host="127.0.0.1", port=port, threaded=True)
 
 
 if __name__ == "__main__":

@@ -6,14 +6,13 @@ lookups at once; agentkit runs each on its own pool thread and the wall time is 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from _support import choose_model, exit_status, last_text
+from _support import exit_status, last_text, model_from_command_line
 
 from agentkit import Agent, tool
 from agentkit.abort import AbortSignal
@@ -55,11 +54,7 @@ class Timing:
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> Timing:
     """Run the agent and print the wall time of its tool batch."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
-    args = parser.parse_args(argv)
-
-    model, stream_fn = choose_model(SCRIPT, args.model)
+    model, stream_fn = model_from_command_line(SCRIPT, argv, __doc__)
     agent = Agent(
         model=model,
         stream_fn=stream_fn,

@@ -6,12 +6,11 @@ Run it: ``python samples/quickstart.py`` (scripted model, offline), or
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from _support import choose_model, exit_status
+from _support import choose_model, exit_status, sample_parser
 
 from agentkit import Agent, tool
 from agentkit.testing import reply, tool_call
@@ -54,8 +53,7 @@ SCRIPT = [
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> list[Any]:
     """Ask the agent one question, print text deltas and tool calls as they come."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
+    parser = sample_parser(__doc__)
     parser.add_argument("question", nargs="?", default="How warm is it in Lisbon, in °F?")
     args = parser.parse_args(argv)
 

@@ -8,13 +8,12 @@ assistant message and the agent is idle and ready for the next prompt.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from _support import choose_model, exit_status, last_text
+from _support import exit_status, last_text, model_from_command_line
 
 from agentkit import Agent, tool
 from agentkit.abort import AbortSignal
@@ -45,11 +44,7 @@ SCRIPT = [
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> list[Any]:
     """Start a run, steer it and abort it from a supervisor thread; return the transcript."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
-    args = parser.parse_args(argv)
-
-    model, stream_fn = choose_model(SCRIPT, args.model, delay=0.01)
+    model, stream_fn = model_from_command_line(SCRIPT, argv, __doc__, delay=0.01)
     agent = Agent(
         model=model,
         stream_fn=stream_fn,

@@ -10,12 +10,11 @@ which then answers correctly. The partial object is printed as it streams.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from _support import choose_model
+from _support import model_from_command_line
 from pydantic import BaseModel
 
 from agentkit import Agent, RunResult, tool
@@ -51,11 +50,7 @@ SCRIPT = [
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> RunResult:
     """Ask for a typed report; print the partial object as it grows and the final one."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", help="PROVIDER:MODEL_ID or 'local' (default: scripted)")
-    args = parser.parse_args(argv)
-
-    model, stream_fn = choose_model(SCRIPT, args.model)
+    model, stream_fn = model_from_command_line(SCRIPT, argv, __doc__)
     agent = Agent(
         model=model,
         stream_fn=stream_fn,

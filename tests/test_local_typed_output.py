@@ -4,22 +4,16 @@ typed output), never wording."""
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
-import pytest
 from pydantic import BaseModel
 
 from agentkit import Agent, Budgets
 from agentkit.providers import stream_simple
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        importlib.util.find_spec("xllamacpp") is None,
-        reason="the 'local' extra is not installed (pip install -e '.[local]')",
-    ),
-]
+from .support import NEEDS_EMBEDDED_MODEL
+
+pytestmark = NEEDS_EMBEDDED_MODEL
 
 
 class Capital(BaseModel):
@@ -28,19 +22,9 @@ class Capital(BaseModel):
     population_millions: float
 
 
-@pytest.fixture(scope="module")
-def server() -> Any:
-    from agentkit import local
-
-    try:
-        return local.get_local_server()
-    except local.LocalModelNotInstalledError as exc:
-        pytest.skip(str(exc))
-
-
-def test_embedded_model_answers_in_the_schema(server: Any) -> None:
+def test_embedded_model_answers_in_the_schema(embedded_server: Any) -> None:
     agent = Agent(
-        model=server.model_for("openai-completions"),
+        model=embedded_server.model_for("openai-completions"),
         stream_fn=stream_simple,
         system_prompt="You answer questions about geography.",
         output_type=Capital,

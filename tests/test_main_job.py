@@ -3,7 +3,6 @@ model. Protocol facts only: the right tool with the right argument, its result, 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -13,15 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from .support import NEEDS_EMBEDDED_MODEL
+
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        importlib.util.find_spec("xllamacpp") is None,
-        reason="the 'local' extra is not installed (pip install -e '.[local]')",
-    ),
-]
+pytestmark = NEEDS_EMBEDDED_MODEL
 
 
 def readme_main_job() -> list[str]:

@@ -156,7 +156,7 @@ def _run_request(
         # What enters a message is made serialisable where it enters (builder, json_stream);
         # "replace" only guards against a lone surrogate an application put in the transcript.
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8", "replace")
-        _with_retries(spec, prepared, body, options, builder, label, secrets)
+        _with_retries(_Call(spec, prepared, body, options, builder, label, secrets))
     except _RequestAborted:
         builder.fail("aborted", ABORTED_MESSAGE)
     except ProviderError as exc:
@@ -175,23 +175,29 @@ def _run_request(
             builder.fail("error", f"{label} stream ended without a result")
 
 
-def _with_retries(
-    spec: ApiSpec,
-    prepared: PreparedRequest,
-    body: bytes,
-    options: StreamOptions,
-    builder: MessageBuilder,
-    label: str,
-    secrets: list[str | None],
-) -> None:
+@dataclass
+class _Call:
+    """One prepared model request, as every attempt at it sends and reports it."""
+
+    spec: ApiSpec
+    prepared: PreparedRequest
+    body: bytes
+    options: StreamOptions
+    builder: MessageBuilder
+    label: str
+    secrets: list[str | None]
+
+
+def _with_retries(call: _Call) -> None:
     """The one retry loop: attempts until one succeeds, fails for good, or the signal fires."""
+    options, builder, label = call.options, call.builder, call.label
     signal = options.signal
     max_retries = max(int(options.max_retries or 0), 0)
     max_delay = max(float(options.max_retry_delay_ms), 0.0) / 1000.0
     attempt = 0
     while True:
         try:
-            _attempt(spec, prepared, body, options, builder, label, secrets)
+            _attempt(call)
             return
         except ProviderError as exc:
             # Nothing reached the consumer yet (a refused connection, a 503, a drop right after
@@ -227,28 +233,21 @@ def _wait(signal: Any, seconds: float) -> None:
         threading.Event().wait(max(seconds, 0.0))
 
 
-def _attempt(
-    spec: ApiSpec,
-    prepared: PreparedRequest,
-    body: bytes,
-    options: StreamOptions,
-    builder: MessageBuilder,
-    label: str,
-    secrets: list[str | None],
-) -> None:
+def _attempt(call: _Call) -> None:
     """One request, from sending to the parser's ``finish``."""
+    builder = call.builder
     with StreamingRequest(
-        url=prepared.url,
-        headers=prepared.headers,
-        body=body,
-        options=options,
-        provider_label=label,
-        secrets=secrets,
+        url=call.prepared.url,
+        headers=call.prepared.headers,
+        body=call.body,
+        options=call.options,
+        provider_label=call.label,
+        secrets=call.secrets,
         on_abort_while_connecting=lambda: builder.fail("aborted", ABORTED_MESSAGE),
     ) as request:
         request.open()
-        parser = spec.parser(builder)
-        decoder = BodyDecoder(prepared.body_format, label, secrets)
+        parser = call.spec.parser(builder)
+        decoder = BodyDecoder(call.prepared.body_format, call.label, call.secrets)
         for chunk in request.iter_bytes():
             if request.aborted:
                 raise _RequestAborted()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 if str(SAMPLES) not in sys.path:
@@ -63,3 +64,52 @@ def sse_events(response: Any) -> Iterator[tuple[str, Any]]:
                     data = json.loads(line[len("data: ") :])
             if data is not None:
                 yield name, data
+
+
+def stream_demo_run(base: str, timeout: float) -> dict[str, Any]:
+    """Stream one run of a web sample's offline demo model (a tool call, then an answer) from
+    ``POST /runs/stream`` at ``base`` and check its events; return the run as ``GET /runs/<id>``
+    then shows it (finished)."""
+    with requests.post(
+        f"{base}/runs/stream", json={"prompt": "What time is it?"}, stream=True, timeout=timeout
+    ) as r:
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        events = list(sse_events(r))
+    names = [name for name, _ in events]
+    assert names[:3] == ["run", "agent_start", "turn_start"]
+    assert names[-2:] == ["agent_end", "done"]
+    assert "tool_execution_end" in names
+    text = "".join(
+        d["delta"] for n, d in events if n == "message_update" and d["kind"] == "text_delta"
+    )
+    assert "Let me look at the clock." in text and "It is " in text
+    run_id = events[0][1]["id"]
+    assert events[-1][1] == {"id": run_id, "stop_reason": "stop"}
+    shown: dict[str, Any] = requests.get(f"{base}/runs/{run_id}", timeout=timeout).json()
+    assert shown["status"] == "done"
+    return shown
+
+
+def stream_until(
+    base: str, prompt: str, until: Callable[[str, Any], bool], client: Any = requests
+) -> tuple[requests.Response, str]:
+    """Start a streamed run (``POST /runs/stream`` at ``base``, through ``client``: ``requests``
+    or a session) and read it up to the first event ``until(name, data)`` accepts; return the
+    still open response and the run's id."""
+    response = client.post(f"{base}/runs/stream", json={"prompt": prompt}, stream=True)
+    events = sse_events(response)
+    run_id = next(events)[1]["id"]
+    for name, data in events:
+        if until(name, data):
+            break
+    return response, str(run_id)
+
+
+def tool_started(name: str, data: Any) -> bool:
+    """For :func:`stream_until`: a tool began."""
+    return name == "tool_execution_start"
+
+
+def text_streaming(name: str, data: Any) -> bool:
+    """For :func:`stream_until`: the answer's text is streaming."""
+    return name == "message_update" and data["kind"] == "text_delta"

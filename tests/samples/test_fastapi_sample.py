@@ -15,7 +15,14 @@ uvicorn = pytest.importorskip("uvicorn")
 import requests  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from fastapi_app import create_app  # noqa: E402
-from sample_helpers import sse_events, wait_until  # noqa: E402
+from sample_helpers import (  # noqa: E402
+    sse_events,
+    stream_demo_run,
+    stream_until,
+    text_streaming,
+    tool_started,
+    wait_until,
+)
 
 from agentkit import tool  # noqa: E402
 from agentkit.abort import AbortSignal  # noqa: E402
@@ -48,23 +55,7 @@ def serve() -> Iterator[Callable[[FastAPI], str]]:
 def test_stream_a_whole_run(serve: Callable[[FastAPI], str]) -> None:
     app = create_app()  # the offline demo model: a tool call, then an answer
     base = serve(app)
-    with requests.post(
-        f"{base}/runs/stream", json={"prompt": "What time is it?"}, stream=True
-    ) as r:
-        assert r.headers["Content-Type"].startswith("text/event-stream")
-        events = list(sse_events(r))
-    names = [name for name, _ in events]
-    assert names[:3] == ["run", "agent_start", "turn_start"]
-    assert names[-2:] == ["agent_end", "done"]
-    assert "tool_execution_end" in names
-    text = "".join(
-        d["delta"] for n, d in events if n == "message_update" and d["kind"] == "text_delta"
-    )
-    assert "Let me look at the clock." in text and "It is " in text
-    run_id = events[0][1]["id"]
-    assert events[-1][1] == {"id": run_id, "stop_reason": "stop"}
-    shown = requests.get(f"{base}/runs/{run_id}", timeout=WAIT).json()
-    assert shown["status"] == "done"
+    shown = stream_demo_run(base, timeout=WAIT)
     assert [m["role"] for m in shown["messages"]][-3:] == ["assistant", "tool_result", "assistant"]
 
 
@@ -98,12 +89,7 @@ def test_client_disconnect_during_a_quiet_tool_aborts_the_run(
     app = create_app(model, model.model, tools=[slow_step])
     base = serve(app)
     baseline = threading.active_count()
-    r = requests.post(f"{base}/runs/stream", json={"prompt": "Work"}, stream=True)
-    events = sse_events(r)
-    run_id = next(events)[1]["id"]
-    for name, _ in events:
-        if name == "tool_execution_start":
-            break
+    r, run_id = stream_until(base, "Work", tool_started)
     assert started.wait(WAIT)
     r.close()  # the browser tab is closed while the tool works
     assert noticed.wait(WAIT), "the tool kept running after its client left"
@@ -122,12 +108,7 @@ def test_client_disconnect_mid_answer_aborts_the_run(serve: Callable[[FastAPI], 
     model = ScriptedModel([reply("Streaming on and on. " * 200, hang=True)], delay=0.02)
     app = create_app(model, model.model)
     base = serve(app)
-    r = requests.post(f"{base}/runs/stream", json={"prompt": "Talk"}, stream=True)
-    events = sse_events(r)
-    run_id = next(events)[1]["id"]
-    for name, data in events:
-        if name == "message_update" and data["kind"] == "text_delta":
-            break
+    r, run_id = stream_until(base, "Talk", text_streaming)
     r.close()
     agent = app.state.runs[run_id]
     assert wait_until(lambda: not agent.state.is_streaming, timeout=WAIT), "the run kept going"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -11,7 +10,14 @@ import pytest
 import requests
 from flask import Flask
 from flask_app import create_app
-from sample_helpers import wait_until
+from sample_helpers import (
+    sse_events,
+    stream_demo_run,
+    stream_until,
+    text_streaming,
+    tool_started,
+    wait_until,
+)
 from werkzeug.serving import make_server
 
 from agentkit import tool
@@ -42,23 +48,6 @@ def serve() -> Iterator[Callable[[Flask], str]]:
         thread.join(5)
 
 
-def sse_events(response: requests.Response) -> Iterator[Event]:
-    """Parse a server-sent event stream as it arrives: ``(event, data)`` pairs."""
-    buffer = ""
-    for chunk in response.iter_content(chunk_size=None, decode_unicode=True):
-        buffer += chunk
-        while "\n\n" in buffer:
-            block, buffer = buffer.split("\n\n", 1)
-            name, data = "message", None
-            for line in block.splitlines():
-                if line.startswith("event: "):
-                    name = line[len("event: ") :]
-                elif line.startswith("data: "):
-                    data = json.loads(line[len("data: ") :])
-            if data is not None:
-                yield name, data
-
-
 @tool
 def slow_step(signal: AbortSignal) -> str:
     """A quiet step: no events for up to 30 s unless the run is aborted."""
@@ -74,23 +63,7 @@ def runs_of(app: Flask) -> Any:
 def test_stream_a_whole_run(serve: Callable[[Flask], str]) -> None:
     app = create_app()  # the offline demo model: a tool call, then an answer
     base = serve(app)
-    with requests.post(
-        f"{base}/runs/stream", json={"prompt": "What time is it?"}, stream=True
-    ) as r:
-        assert r.headers["Content-Type"].startswith("text/event-stream")
-        events = list(sse_events(r))
-    names = [name for name, _ in events]
-    assert names[:3] == ["run", "agent_start", "turn_start"]
-    assert names[-2:] == ["agent_end", "done"]
-    assert "tool_execution_end" in names
-    text = "".join(
-        d["delta"] for n, d in events if n == "message_update" and d["kind"] == "text_delta"
-    )
-    assert "Let me look at the clock." in text and "It is " in text
-    run_id = events[0][1]["id"]
-    assert events[-1][1] == {"id": run_id, "stop_reason": "stop"}
-    shown = requests.get(f"{base}/runs/{run_id}", timeout=5).json()
-    assert shown["status"] == "done"
+    shown = stream_demo_run(base, timeout=5)
     assert [m["role"] for m in shown["messages"]] == [
         "system", "user", "assistant", "tool_result", "assistant",
     ]  # fmt: skip
@@ -161,12 +134,7 @@ def test_client_disconnect_mid_stream_aborts_the_run(serve: Callable[[Flask], st
     base = serve(app)
     baseline = threading.active_count()
     session = requests.Session()
-    r = session.post(f"{base}/runs/stream", json={"prompt": "Talk"}, stream=True)
-    events = sse_events(r)
-    run_id = next(events)[1]["id"]
-    for name, data in events:
-        if name == "message_update" and data["kind"] == "text_delta":
-            break
+    r, run_id = stream_until(base, "Talk", text_streaming, client=session)
     r.close()  # the browser tab is closed mid-answer
     session.close()
     entry = runs_of(app).get(run_id)
@@ -181,12 +149,7 @@ def test_client_disconnect_mid_stream_aborts_the_run(serve: Callable[[Flask], st
 
 def leave_during_the_tool(app: Flask, base: str) -> Any:
     """Start a streamed run, disconnect once its tool starts; the run's registry entry."""
-    r = requests.post(f"{base}/runs/stream", json={"prompt": "Work"}, stream=True)
-    events = sse_events(r)
-    run_id = next(events)[1]["id"]
-    for name, _ in events:
-        if name == "tool_execution_start":
-            break
+    r, run_id = stream_until(base, "Work", tool_started)
     r.close()
     return runs_of(app).get(run_id)
 

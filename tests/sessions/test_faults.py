@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,17 +65,26 @@ def counting_tools() -> tuple[dict[str, int], list[AgentTool]]:
     return runs, [charge, lookup]
 
 
+def resume(
+    name: str, open_stores: Callable[[], SessionStore], answer: str
+) -> tuple[dict[str, int], list[Any]]:
+    """Continue session ``name`` in this process with the crashed child's tools (so the
+    transcript's declarations stay as they are) and a model that answers ``answer``; return how
+    often each tool ran and the stored transcript afterwards."""
+    runs, tools = counting_tools()
+    model = ScriptedModel([answer])
+    agent = Agent(model=model.model, stream_fn=model, tools=tools,
+                  session=Session(name, open_stores()))  # fmt: skip
+    agent.continue_()
+    return runs, Session(name, open_stores()).load()
+
+
 def test_killed_mid_tool_resumes_without_rerunning_it(
     store_url: str, open_stores: Callable[[], SessionStore], name: str
 ) -> None:
     kill_when_ready(start_child(store_url, name, "mid-tool"))
-    runs, tools = counting_tools()
-    model = ScriptedModel(["Could not charge; please check."])
-    agent = Agent(model=model.model, stream_fn=model, tools=tools,
-                  session=Session(name, open_stores()))  # fmt: skip
-    agent.continue_()
+    runs, stored = resume(name, open_stores, "Could not charge; please check.")
     assert runs == {"charge": 0, "lookup": 0}  # never executed twice
-    stored = Session(name, open_stores()).load()
     assert [m.role for m in stored] == ["system", "user", "assistant", "tool_result", "assistant"]
     assert stored[3].is_error
     assert stored[3].content[0].text == INTERRUPTED_TEXT.format(name="charge", id="call_1")
@@ -85,13 +95,8 @@ def test_killed_between_messages_reruns_the_idempotent_tool_once(
     store_url: str, open_stores: Callable[[], SessionStore], name: str
 ) -> None:
     kill_when_ready(start_child(store_url, name, "between-messages"))
-    runs, tools = counting_tools()
-    model = ScriptedModel(["The value is known."])
-    agent = Agent(model=model.model, stream_fn=model, tools=tools,
-                  session=Session(name, open_stores()))  # fmt: skip
-    agent.continue_()
+    runs, stored = resume(name, open_stores, "The value is known.")
     assert runs == {"charge": 0, "lookup": 1}
-    stored = Session(name, open_stores()).load()
     assert [m.role for m in stored] == ["system", "user", "assistant", "tool_result", "assistant"]
     assert stored[3].content[0].text == "value of k" and not stored[3].is_error
 
@@ -102,13 +107,8 @@ def test_killed_mid_message_loses_only_the_partial_message(
     kill_when_ready(start_child(store_url, name, "mid-message"))
     stored = Session(name, open_stores()).load()
     assert [m.role for m in stored] == ["system", "user"]  # the half-streamed answer is gone
-    model = ScriptedModel(["A complete answer."])
-    _, tools = counting_tools()  # the same tools: the transcript's declarations stay as they are
-    agent = Agent(model=model.model, stream_fn=model, tools=tools,
-                  session=Session(name, open_stores()))  # fmt: skip
-    agent.continue_()
-    assert [m.role for m in Session(name, open_stores()).load()] == [
-        "system", "user", "assistant"]  # fmt: skip
+    _, stored = resume(name, open_stores, "A complete answer.")
+    assert [m.role for m in stored] == ["system", "user", "assistant"]
 
 
 def test_two_processes_append_at_once(

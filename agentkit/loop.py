@@ -18,10 +18,9 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .abort import AbortController, AbortSignal
-from .approvals import Approvals
 from .budgets import REFUSED_TEXT, Budgets, BudgetTracker
 from .controls import TIMEOUT_TEXT, ToolControls
 from .errors import CannotContinueError, NoStreamFunctionError, ToolRetry
@@ -72,6 +71,9 @@ from .types import (
     role_of,
     to_serialisable,
 )
+
+if TYPE_CHECKING:  # an Approvals broker is made by the application, which imports the module
+    from .approvals import Approvals
 
 __all__ = [
     "AgentContext",

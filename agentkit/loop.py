@@ -970,7 +970,8 @@ def _run_prepared(
     timers = _CallTimers(inbox)
 
     def work(index: int) -> None:
-        result, is_error, duration = error_result(ABORTED_TEXT), True, None
+        result: AgentToolResult | None = None
+        is_error, duration = True, None
         try:
             if not signal.aborted:  # a call that never executed has no duration
                 call_signal = timers.start(index, batch[index].tool, signal)
@@ -982,6 +983,8 @@ def _run_prepared(
                 )
         finally:  # every call reports that it finished, whatever happened on its thread
             timers.finished(index)
+            if result is None:  # never executed, or its thread failed: made only then
+                result, is_error, duration = error_result(ABORTED_TEXT), True, None
             inbox.put(_Finished(index, result, is_error, duration))
 
     outcomes: list[ToolCallOutcome | None] = [None] * len(batch)

@@ -95,19 +95,31 @@ from .types import (
 )
 
 if TYPE_CHECKING:
+    from .approvals import ApprovalDecision, ApprovalRequest, Approvals
     from .providers import get_model, register_model
+
+_LAZY = {
+    "get_model": "agentkit.providers.catalog",
+    "register_model": "agentkit.providers.catalog",
+    "ApprovalDecision": "agentkit.approvals",
+    "ApprovalRequest": "agentkit.approvals",
+    "Approvals": "agentkit.approvals",
+}
+"""Public names whose module loads on first use, which keeps ``import agentkit`` quick: the
+catalog (with the providers and ``requests``) when a program names a model or makes a request,
+the approvals broker when a program makes one (a run without a broker never needs it)."""
 
 
 def __getattr__(name: str) -> Any:
-    """The catalog's names, imported on first use: the providers (and ``requests``) load only
-    when a program names a model or makes a request, which keeps ``import agentkit`` quick."""
-    if name in ("get_model", "register_model"):
-        from .providers import catalog
+    """A name of :data:`_LAZY`, imported from its module on first use."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentkit' has no attribute {name!r}")
+    import importlib
 
-        value = getattr(catalog, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'agentkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [
@@ -207,7 +219,6 @@ __all__ += ["AnthropicOptions", "GoogleOptions", "OpenAIOptions"]
 __version__ = "0.1.0"
 
 # --- appended by H6 (run envelope): results, budgets, typed output, tool controls, approvals ---
-from .approvals import ApprovalDecision, ApprovalRequest, Approvals  # noqa: E402
 from .budgets import DEFAULT_MAX_TURNS, Budgets  # noqa: E402
 from .controls import RunContext, current_run_context  # noqa: E402
 from .errors import ToolRetry  # noqa: E402

@@ -52,7 +52,7 @@ class Budgets(BaseModel):
     to sum up.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     max_turns: int | None = DEFAULT_MAX_TURNS
     max_tool_calls: int | None = None

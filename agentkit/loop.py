@@ -18,10 +18,9 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .abort import AbortController, AbortSignal
-from .approvals import Approvals
 from .budgets import REFUSED_TEXT, Budgets, BudgetTracker
 from .controls import TIMEOUT_TEXT, ToolControls
 from .errors import CannotContinueError, NoStreamFunctionError, ToolRetry
@@ -72,6 +71,9 @@ from .types import (
     role_of,
     to_serialisable,
 )
+
+if TYPE_CHECKING:  # an Approvals broker is made by the application, which imports the module
+    from .approvals import Approvals
 
 __all__ = [
     "AgentContext",
@@ -985,7 +987,8 @@ def _run_prepared(
     timers = _CallTimers(inbox)
 
     def work(index: int) -> None:
-        result, is_error, duration = error_result(ABORTED_TEXT), True, None
+        result: AgentToolResult | None = None
+        is_error, duration = True, None
         try:
             if not signal.aborted:  # a call that never executed has no duration
                 call_signal = timers.start(index, batch[index].tool, signal)
@@ -997,6 +1000,8 @@ def _run_prepared(
                 )
         finally:  # every call reports that it finished, whatever happened on its thread
             timers.finished(index)
+            if result is None:  # never executed, or its thread failed: made only then
+                result, is_error, duration = error_result(ABORTED_TEXT), True, None
             inbox.put(_Finished(index, result, is_error, duration))
 
     outcomes: list[ToolCallOutcome | None] = [None] * len(batch)

@@ -50,6 +50,7 @@ __all__ = [
     "validate_tool_arguments",
 ]
 
+
 def error_result(message: str, *, terminate: bool = False) -> AgentToolResult:
     """The reference's error result: the message as text, empty details, ``is_error`` set."""
     return AgentToolResult(
@@ -70,6 +71,8 @@ def validate_tool_arguments(tool: AgentTool | Tool, call: ToolCall) -> Any:
     original = call.arguments
     args = _drop_rejected_nulls(copy.deepcopy(original), schema)
     coerced = _coerce(args, schema, schema)
+    if isinstance(coerced, dict) and _surely_valid(coerced, schema):
+        return coerced
     validator = _validator(schema)
     if not isinstance(coerced, dict):
         # The reference's edge for non-object schemas: never throw, fall back to the original.
@@ -84,6 +87,65 @@ def validate_tool_arguments(tool: AgentTool | Tool, call: ToolCall) -> Any:
         + "\n".join(lines)
         + f"\n\nReceived arguments:\n{received}"
     )
+
+
+_PLAIN_KEYWORDS = frozenset(
+    {"type", "properties", "required", "additionalProperties", "items"}
+    | {"title", "description", "default", "examples"}
+)
+"""The keywords :func:`_surely_valid` understands (the last four only annotate)."""
+
+_PLAIN_TYPES: dict[str, Callable[[Any], bool]] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+}
+"""Type checks that agree with jsonschema's for every draft (a float never counts as an
+integer here; jsonschema decides those)."""
+
+
+def _surely_valid(value: Any, schema: Any) -> bool:
+    """Whether ``value`` is certainly valid against ``schema``, for plain schemas only.
+
+    ``True`` only when every (sub)schema that applies uses nothing but :data:`_PLAIN_KEYWORDS`
+    and the value passes; anything else (other keywords, ``$ref``, ``$schema``, an invalid
+    value) is ``False`` and jsonschema decides. Valid calls to ordinary tools then never load
+    jsonschema (about 3 MB of memory); its verdicts and messages are unchanged.
+    """
+    if not isinstance(schema, dict) or not _PLAIN_KEYWORDS.issuperset(schema):
+        return False
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = [kind] if isinstance(kind, str) else kind
+        if not isinstance(kinds, list) or not all(
+            isinstance(k, str) and k in _PLAIN_TYPES for k in kinds
+        ):
+            return False
+        if not any(_PLAIN_TYPES[k](value) for k in kinds):
+            return False
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        extra = schema.get("additionalProperties", True)
+        if not isinstance(props, dict) or not isinstance(required, list):
+            return False
+        if not isinstance(extra, bool) or any(
+            not isinstance(r, str) or r not in value for r in required
+        ):
+            return False
+        for key, item in value.items():
+            if key in props:
+                if not _surely_valid(item, props[key]):
+                    return False
+            elif not extra:
+                return False
+    if isinstance(value, list) and "items" in schema:
+        return all(_surely_valid(item, schema["items"]) for item in value)
+    return True
 
 
 def _resolve(schema: Any, root: dict[str, Any]) -> Any:

@@ -129,16 +129,14 @@ def declare_tool_changes(
     current: dict[str, Tool] = {}
     for t in tools:
         current.setdefault(t.name, to_tool_declaration(t))
-    added = [
-        decl
+    # each declaration serialised once (this runs before every request)
+    changed = {
+        name
         for name, decl in current.items()
-        if name not in declared or _decl_key(declared[name]) != _decl_key(decl)
-    ]
-    removed = [
-        ToolRef(name=name)
-        for name, decl in declared.items()
-        if name not in current or _decl_key(current[name]) != _decl_key(decl)
-    ]
+        if name in declared and _decl_key(declared[name]) != _decl_key(decl)
+    }
+    added = [decl for name, decl in current.items() if name not in declared or name in changed]
+    removed = [ToolRef(name=name) for name in declared if name not in current or name in changed]
 
     if last_system is not None:
         assert original_system is not None

@@ -268,7 +268,7 @@ class Context(_Data):
 class _Options(BaseModel):
     """Base for request options: a misspelt option raises instead of being ignored."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
 
 class AnthropicOptions(_Options):

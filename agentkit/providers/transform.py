@@ -147,15 +147,27 @@ def prepare_context(
                 continue  # a result for a call the model will not see
             pending.pop(call_id)
             content = [_image_or_note(b, accepts_images) for b in message.content]
-            out.append(message.model_copy(update={"tool_call_id": call_id, "content": content}))
+            if call_id != message.tool_call_id or _changed(content, message.content):
+                message = message.model_copy(update={"tool_call_id": call_id, "content": content})
+            out.append(message)
         else:
             flush_pending()
             if isinstance(message.content, list):
                 content = [_image_or_note(b, accepts_images) for b in message.content]
-                message = message.model_copy(update={"content": content})
+                if _changed(content, message.content):
+                    message = message.model_copy(update={"content": content})
             out.append(message)
     flush_pending()
     return PreparedContext(system_prompt=prompt, tools=tools, messages=out)
+
+
+def _changed(new: list[Any], old: list[Any]) -> bool:
+    """Whether a converted content list differs from the original (block by block identity).
+
+    Unchanged messages and blocks are passed on as they are: the converters only read them, and
+    copying every message of a growing transcript on every request is the cost of a long run.
+    """
+    return len(new) != len(old) or any(a is not b for a, b in zip(new, old, strict=True))
 
 
 def _image_or_note(block: Any, accepts_images: bool) -> Any:
@@ -176,17 +188,23 @@ def _convert_assistant(
             elif block.thinking.strip() and not block.redacted:
                 content.append(TextContent(text=block.thinking))
         elif isinstance(block, ToolCall):
-            update: dict[str, Any] = {"id": map_id(block.id)}
+            call_id = map_id(block.id)
+            if call_id == block.id and (same or block.thought_signature is None):
+                content.append(block)
+                continue
+            update: dict[str, Any] = {"id": call_id}
             if not same:
                 update["thought_signature"] = None
             content.append(block.model_copy(update=update))
         elif isinstance(block, TextContent):
-            if same:
+            if same or block.text_signature is None:
                 content.append(block)
             else:
                 content.append(block.model_copy(update={"text_signature": None}))
     if not content:
         return None
+    if not _changed(content, message.content):
+        return message
     return message.model_copy(update={"content": content})
 
 

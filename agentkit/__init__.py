@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from .abort import AbortController, AbortSignal
 from .agent import Agent, AgentRunStream, AgentState, PendingMessageQueue, Run
+from .budgets import DEFAULT_MAX_TURNS, Budgets
+from .controls import RunContext, current_run_context
 from .errors import (
     AbortError,
     AgentBusyError,
@@ -16,6 +18,7 @@ from .errors import (
     NoStreamFunctionError,
     ProviderError,
     ToolArgumentsError,
+    ToolRetry,
 )
 from .event_stream import AssistantMessageEventStream, EventStream, StreamEndedError
 from .events import (
@@ -67,6 +70,14 @@ from .loop import (
     run_tool_call,
     set_default_stream_fn,
 )
+from .output import OutputSpec
+from .results import (
+    BudgetExceededError,
+    OutputValidationError,
+    RunResult,
+    RunStopReason,
+    RunUsage,
+)
 from .tools import AgentTool, AgentToolResult, tool, validate_tool_arguments
 from .transcript import (
     get_current_system_message,
@@ -74,13 +85,16 @@ from .transcript import (
     get_current_tools,
 )
 from .types import (
+    AnthropicOptions,
     AssistantMessage,
     Context,
     Cost,
+    GoogleOptions,
     ImageContent,
     Message,
     Model,
     ModelCost,
+    OpenAIOptions,
     StopReason,
     StreamOptions,
     SystemMessage,
@@ -97,6 +111,8 @@ from .types import (
 if TYPE_CHECKING:
     from .approvals import ApprovalDecision, ApprovalRequest, Approvals
     from .providers import get_model, register_model
+
+__version__ = "0.1.0"
 
 _LAZY = {
     "get_model": "agentkit.providers.catalog",
@@ -140,17 +156,25 @@ __all__ = [
     "AgentState",
     "AgentTool",
     "AgentToolResult",
+    "AnthropicOptions",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "Approvals",
     "AssistantMessage",
     "AssistantMessageEvent",
     "AssistantMessageEventStream",
     "BeforeToolCallContext",
     "BeforeToolCallResult",
+    "BudgetExceededError",
+    "Budgets",
     "CannotContinueError",
     "Context",
     "Cost",
+    "DEFAULT_MAX_TURNS",
     "DoneEvent",
     "ErrorEvent",
     "EventStream",
+    "GoogleOptions",
     "ImageContent",
     "Message",
     "MessageEndEvent",
@@ -159,10 +183,17 @@ __all__ = [
     "Model",
     "ModelCost",
     "NoStreamFunctionError",
+    "OpenAIOptions",
+    "OutputSpec",
+    "OutputValidationError",
     "PendingMessageQueue",
     "ProviderError",
     "RequestContext",
     "Run",
+    "RunContext",
+    "RunResult",
+    "RunStopReason",
+    "RunUsage",
     "StartEvent",
     "StopReason",
     "StreamEndedError",
@@ -188,6 +219,7 @@ __all__ = [
     "ToolExecutionStartEvent",
     "ToolExecutionUpdateEvent",
     "ToolResultMessage",
+    "ToolRetry",
     "TurnContext",
     "TurnEndEvent",
     "TurnStartEvent",
@@ -196,54 +228,19 @@ __all__ = [
     "UserMessage",
     "agent_loop",
     "agent_loop_continue",
+    "current_run_context",
     "default_convert_to_llm",
     "event_to_dict",
     "get_current_system_message",
     "get_current_system_prompt",
     "get_current_tools",
-    "get_default_stream_fn", "get_model", "register_model",
+    "get_default_stream_fn",
+    "get_model",
+    "register_model",
     "run_agent_loop",
     "run_agent_loop_continue",
     "run_tool_call",
     "set_default_stream_fn",
     "tool",
     "validate_tool_arguments",
-]
-
-# --- appended by H2 (providers): per-API request option groups --------------------------------
-from .types import AnthropicOptions, GoogleOptions, OpenAIOptions  # noqa: E402
-
-__all__ += ["AnthropicOptions", "GoogleOptions", "OpenAIOptions"]
-
-# --- appended by the CLI (H3) ---
-__version__ = "0.1.0"
-
-# --- appended by H6 (run envelope): results, budgets, typed output, tool controls, approvals ---
-from .budgets import DEFAULT_MAX_TURNS, Budgets  # noqa: E402
-from .controls import RunContext, current_run_context  # noqa: E402
-from .errors import ToolRetry  # noqa: E402
-from .output import OutputSpec  # noqa: E402
-from .results import (  # noqa: E402
-    BudgetExceededError,
-    OutputValidationError,
-    RunResult,
-    RunStopReason,
-    RunUsage,
-)
-
-__all__ += [
-    "ApprovalDecision",
-    "ApprovalRequest",
-    "Approvals",
-    "BudgetExceededError",
-    "Budgets",
-    "DEFAULT_MAX_TURNS",
-    "OutputSpec",
-    "OutputValidationError",
-    "RunContext",
-    "RunResult",
-    "RunStopReason",
-    "RunUsage",
-    "ToolRetry",
-    "current_run_context",
 ]

@@ -52,9 +52,6 @@ class ProviderError(AgentError):
         self.retryable = retryable
 
 
-# --- appended by H6 (run envelope) ------------------------------------------------------------
-
-
 class ToolRetry(AgentError):
     """Raised by a tool to ask the model to call it again, differently: the message is sent
     back as the call's error result. Each tool has a retry budget per run (``max_retries``);

@@ -357,6 +357,13 @@ def _clean_str(text: str) -> str:
     return text
 
 
+def _clean_scalar(value: Any) -> bool:
+    """Whether ``value`` is a scalar :func:`clean_message` would leave as it is."""
+    if isinstance(value, str):
+        return value.isascii() or _clean_str(value) is value
+    return value is None or isinstance(value, (bool, int, float))
+
+
 def to_serialisable(value: Any) -> Any:
     """``value`` as plain JSON data that every encoder accepts: the form data enters in.
 
@@ -395,6 +402,8 @@ def clean_message(message: Any) -> Any:
     """
     if not isinstance(message, BaseModel):
         return message
+    if not message.__pydantic_extra__ and all(map(_clean_scalar, message.__dict__.values())):
+        return message  # the common case (plain text, an image), without dumping it
     dumped = message.model_dump(mode="python")
     cleaned = _clean_json(dumped, False)
     return message if cleaned is dumped else type(message).model_validate(cleaned)

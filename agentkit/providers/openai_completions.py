@@ -19,6 +19,7 @@ Provider-specific options (extra keys of the stream options): ``reasoning_effort
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -62,8 +63,31 @@ _REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_text")
 
 def resolve_compat(model: Model) -> dict[str, Any]:
     """The effective quirks for ``model``: defaults, then the provider table's, then
-    ``model.compat`` (a misspelt key raises ``ValueError``)."""
+    ``model.compat`` (a misspelt key raises ``ValueError``).
+
+    Every request asks, so the merge is remembered per (provider, base URL, compat) and each
+    caller gets its own copy; a ``compat`` with unhashable values is merged afresh each time."""
+    try:
+        own = tuple(sorted(model.compat.items())) if model.compat else ()
+        hash(own)
+    except TypeError:
+        return _merge_compat(model)
+    return dict(_cached_compat(model.provider, model.base_url, own))
+
+
+def _merge_compat(model: Model) -> dict[str, Any]:
     return DEFAULT_COMPAT.merged(provider_compat(model)).model_dump()
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_compat(
+    provider: str, base_url: str, own: tuple[tuple[str, Any], ...]
+) -> dict[str, Any]:
+    """The merge for one model identity (never handed out: :func:`resolve_compat` copies it)."""
+    model = Model(
+        id="", name="", api=API, provider=provider, base_url=base_url, compat=dict(own) or None
+    )
+    return _merge_compat(model)
 
 
 def normalize_tool_call_id(tool_call_id: str) -> str:

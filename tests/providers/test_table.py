@@ -9,6 +9,7 @@ from replay_server import ReplayServer, Reply, collect, make_model, options
 from agentkit import ProviderError
 from agentkit.providers import configured_provider, get_env_api_key, model_from_spec, stream
 from agentkit.providers.keys import ENV_KEYS
+from agentkit.providers.openai_completions import resolve_compat
 from agentkit.providers.table import PROVIDERS, ModelCompat, provider_compat, provider_label
 from agentkit.types import Context, Model, UserMessage
 
@@ -76,6 +77,24 @@ def test_quirks_layer_table_then_model() -> None:
     assert provider_compat(own).max_tokens_field == "max_completion_tokens"
     with pytest.raises(ValueError):
         ModelCompat.model_validate({"suports_store": True})
+
+
+def test_resolved_quirks_follow_the_model_and_are_each_callers_own() -> None:
+    """The merge is remembered per model identity, never shared or stale."""
+    model = Model(id="m", api="openai-completions", provider="deepseek", base_url="https://x/v1")
+    first = resolve_compat(model)
+    assert first["max_tokens_field"] == "max_tokens"
+    first["max_tokens_field"] = "changed by a caller"
+    assert resolve_compat(model)["max_tokens_field"] == "max_tokens"
+    model.compat = {"max_tokens_field": "max_completion_tokens"}  # changed in place
+    assert resolve_compat(model)["max_tokens_field"] == "max_completion_tokens"
+    model.compat = {"max_tokens_field": ["unhashable"]}
+    with pytest.raises(ValueError):
+        resolve_compat(model)
+    model.compat = {"suports_store": True}
+    for _ in range(2):  # a misspelt key is refused every time, not only the first
+        with pytest.raises(ValueError):
+            resolve_compat(model)
 
 
 def test_a_missing_key_names_every_variable(

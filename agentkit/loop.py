@@ -56,7 +56,7 @@ from .hooks import (
 from .output import DEFAULT_OUTPUT_RETRIES, OutputSpec
 from .results import OutputValidationError, RunResult, finish_result
 from .tools import error_result, validate_tool_arguments
-from .transcript import declare_tool_changes
+from .transcript import ToolDeclarations, declare_tool_changes
 from .types import (
     AgentContext,
     AgentTool,
@@ -314,6 +314,7 @@ class _LoopState:
     controls: ToolControls = field(default_factory=ToolControls)
     output_failures: int = 0
     tool_threads: _ToolThreads = field(default_factory=lambda: _ToolThreads())
+    declarations: ToolDeclarations = field(default_factory=ToolDeclarations)
 
 
 class _ToolThreads:
@@ -471,7 +472,7 @@ def _turns(state: _LoopState) -> None:
                 if not pending:
                     pending = _poll(config.get_steering_messages)
                 emit(TurnStartEvent())
-            incoming = declare_tool_changes(
+            incoming = state.declarations(
                 state.context.messages,
                 state.context.tools,
                 [clean_message(m) for m in prepared + pending],

@@ -4,7 +4,6 @@ Over real HTTP from the local replay server."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -81,21 +80,6 @@ def test_an_abort_ends_a_stalled_read_of_a_run_at_once(server: ReplayServer) -> 
     finally:
         server.release.set()
     assert not http_threads()
-
-
-@pytest.fixture
-def full_listener() -> Iterator[int]:
-    """A port whose accept queue is full: a new connect() to it hangs until its timeout."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    port = listener.getsockname()[1]
-    filler = socket.create_connection(("127.0.0.1", port), timeout=1)
-    try:
-        yield port
-    finally:
-        filler.close()
-        listener.close()
 
 
 def test_an_abort_while_a_run_connects_ends_it_at_once(

@@ -4,6 +4,10 @@ Both layers use it: a provider's answer is an :class:`AssistantMessageEventStrea
 ``agent_loop`` hands back an :class:`EventStream` of agent events. Unlike the reference, a stream
 never leaves its consumer hanging: if the producer fails, iteration and :meth:`EventStream.result`
 re-raise the failure, and a stream ended without a result says so instead of blocking forever.
+
+A producer either runs on a thread of its own (:meth:`EventStream.set_producer`) or, when the
+consumer asked for it with :func:`consuming_here`, is a generator that the consumer's own reads
+advance (:meth:`EventStream.set_pump`): no thread start and no cross-thread hand-off per event.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 from .errors import AgentError
@@ -41,6 +46,30 @@ _END = _End()
 WAKE = _Wake()
 """What :meth:`EventStream.get` returns after :meth:`EventStream.wake` was called."""
 
+_here = threading.local()
+"""``consuming``: whether this thread reads the stream a producer is about to make at once."""
+
+
+@contextmanager
+def consuming_here() -> Iterator[None]:
+    """Tell producers started inside the block that this thread reads their stream itself,
+    at once and to its end, so they may produce on it (:meth:`EventStream.set_pump`).
+
+    The agent loop wraps its ``stream_fn`` call in it. A producer that cannot be advanced step
+    by step (or whose caller did not ask) keeps its own thread.
+    """
+    before = getattr(_here, "consuming", False)
+    _here.consuming = True
+    try:
+        yield
+    finally:
+        _here.consuming = before
+
+
+def consumed_here() -> bool:
+    """Whether the current thread is inside :func:`consuming_here`."""
+    return bool(getattr(_here, "consuming", False))
+
 
 class EventStream(Generic[E, R]):
     """An iterable, thread-safe queue of events with a result.
@@ -66,6 +95,7 @@ class EventStream(Generic[E, R]):
         self._result: Any = None
         self._error: BaseException | None = None
         self._producer: threading.Thread | None = None
+        self._pump: Iterator[object] | None = None
 
     # --- producer side ---------------------------------------------------------------------
 
@@ -112,6 +142,37 @@ class EventStream(Generic[E, R]):
         producer thread outlives the consumer's use of the stream."""
         self._producer = thread
 
+    def set_pump(self, steps: Iterator[object]) -> None:
+        """Produce on the consumer's thread: each step of ``steps`` does a bounded piece of work
+        (one read) and pushes what it made. :meth:`get`, iteration and :meth:`result` advance
+        it while they have nothing to return; :meth:`close` closes it. Meant for one consumer,
+        the thread that asked for it with :func:`consuming_here`.
+
+        ``steps`` must end the stream before it is exhausted, and every blocking wait in it must
+        be woken by its own abort signal (the consumer has no other way out of a step)."""
+        self._pump = steps
+
+    def close(self) -> None:
+        """The consumer is done with the stream: close a pump still running (its ``finally``
+        blocks run, giving back what it holds). A producer thread is left to end on its own."""
+        pump, self._pump = self._pump, None
+        close = getattr(pump, "close", None)
+        if close is not None:
+            close()
+
+    def _step(self) -> None:
+        """Advance the pump once; drop it when it is exhausted (or raised)."""
+        pump = self._pump
+        if pump is None:
+            return
+        try:
+            next(pump)
+        except StopIteration:
+            self._pump = None
+        except BaseException:
+            self._pump = None
+            raise
+
     # --- consumer side ---------------------------------------------------------------------
 
     def wake(self) -> None:
@@ -121,8 +182,12 @@ class EventStream(Generic[E, R]):
     def get(self, timeout: float | None = None) -> E | _Wake | None:
         """The next event, :data:`WAKE` after :meth:`wake`, or ``None`` once the stream ended.
 
-        Raises ``queue.Empty`` after ``timeout`` seconds without anything to return.
+        Raises ``queue.Empty`` after ``timeout`` seconds without anything to return. With a
+        pump, the pump is advanced first while nothing is queued (a step is not cut short by
+        ``timeout``; it ends when its read does, or when its signal aborts).
         """
+        while self._pump is not None and self._queue.empty():
+            self._step()
         item = self._queue.get(timeout=timeout)
         if item is _END:
             self._queue.put(_END)  # stay ended for every later call
@@ -149,7 +214,11 @@ class EventStream(Generic[E, R]):
         return self._settled.is_set()
 
     def result(self, timeout: float | None = None) -> R:
-        """Block until the stream settles and return its result, or raise why it has none."""
+        """Block until the stream settles and return its result, or raise why it has none.
+
+        A pump is run to its end first, as a producer thread is waited for."""
+        while self._pump is not None:
+            self._step()
         if not self._settled.wait(timeout):
             raise TimeoutError("the stream did not end in time")
         producer = self._producer

@@ -25,7 +25,7 @@ from .abort import AbortController, AbortSignal
 from .budgets import REFUSED_TEXT, Budgets, BudgetTracker
 from .controls import TIMEOUT_TEXT, ToolControls
 from .errors import CannotContinueError, NoStreamFunctionError, ToolRetry
-from .event_stream import WAKE, AssistantMessageEventStream, EventStream
+from .event_stream import WAKE, AssistantMessageEventStream, EventStream, consuming_here
 from .events import (
     AgentEndEvent,
     AgentEvent,
@@ -56,7 +56,7 @@ from .hooks import (
 from .output import DEFAULT_OUTPUT_RETRIES, OutputSpec
 from .results import OutputValidationError, RunResult, finish_result
 from .tools import error_result, validate_tool_arguments
-from .transcript import declare_tool_changes
+from .transcript import ToolDeclarations, declare_tool_changes
 from .types import (
     AgentContext,
     AgentTool,
@@ -314,6 +314,7 @@ class _LoopState:
     controls: ToolControls = field(default_factory=ToolControls)
     output_failures: int = 0
     tool_threads: _ToolThreads = field(default_factory=lambda: _ToolThreads())
+    declarations: ToolDeclarations = field(default_factory=ToolDeclarations)
 
 
 class _ToolThreads:
@@ -471,7 +472,7 @@ def _turns(state: _LoopState) -> None:
                 if not pending:
                     pending = _poll(config.get_steering_messages)
                 emit(TurnStartEvent())
-            incoming = declare_tool_changes(
+            incoming = state.declarations(
                 state.context.messages,
                 state.context.tools,
                 [clean_message(m) for m in prepared + pending],
@@ -621,9 +622,16 @@ def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
     api_key = None
     if config.get_api_key is not None:
         api_key = config.get_api_key(config.model.provider)
-    response = state.stream_fn(
-        config.model, Context(messages=list(llm_messages)), _request_options(state, api_key)
-    )
+    request_context = Context(messages=list(llm_messages))
+    options = _request_options(state, api_key)
+    if state.tracker.ends is None:
+        # This thread reads the stream at once and to its end, so the request may be read on
+        # it (an abort shuts the request's socket). A run deadline needs the waits below to
+        # wake on time, so with one the request keeps a thread of its own.
+        with consuming_here():
+            response = state.stream_fn(config.model, request_context, options)
+    else:
+        response = state.stream_fn(config.model, request_context, options)
 
     context_messages = state.context.messages
     partial: AssistantMessage | None = None
@@ -649,6 +657,9 @@ def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
                 state.emit(MessageUpdateEvent(_snapshot(partial), event))
     finally:
         events.close()
+        close = getattr(response, "close", None)
+        if close is not None:
+            close()  # a request read on this thread and left early gives back its connection
     if final is None:  # the stream ignored the abort for the whole grace period
         final = _aborted_message(partial, config.model)
 

@@ -7,6 +7,7 @@ that tells the model when the executable tools differ from what it was told.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -160,3 +161,49 @@ def declare_tool_changes(
             return result
     result.append(declaration)
     return result
+
+
+class ToolDeclarations:
+    """:func:`declare_tool_changes` for the requests of one run, without the replay when nothing
+    it reads has changed.
+
+    The loop asks before every request, usually with nothing pending. When the last answer
+    declared nothing, and the transcript still has the same system message objects and the
+    executable tools have the same names, descriptions and parameters, the answer is again
+    "nothing to declare", so the transcript is not replayed. Anything else takes the full path.
+    A system message changed in place (rather than replaced) is not noticed: the transcript's
+    messages are values, replaced when they change.
+    """
+
+    def __init__(self) -> None:
+        self._systems: list[Any] | None = None
+        self._tools: list[tuple[Any, str, str, Any]] = []
+
+    def __call__(
+        self, context_messages: Sequence[Any], tools: Sequence[Any], pending: list[Any]
+    ) -> list[Any]:
+        """What :func:`declare_tool_changes` returns for the same arguments."""
+        systems = [m for m in context_messages if role_of(m) == "system"]
+        if not pending and self._unchanged(systems, tools):
+            return pending
+        result = declare_tool_changes(context_messages, tools, pending)
+        if pending or result is not pending or any(isinstance(m, dict) for m in systems):
+            self._systems = None  # the transcript is about to change, or may change in place
+        else:
+            self._systems = systems
+            self._tools = [(t, t.name, t.description, copy.deepcopy(t.parameters)) for t in tools]
+        return result
+
+    def _unchanged(self, systems: list[Any], tools: Sequence[Any]) -> bool:
+        known = self._systems
+        if known is None or len(known) != len(systems) or len(self._tools) != len(tools):
+            return False
+        if not all(a is b for a, b in zip(known, systems, strict=True)):
+            return False
+        return all(
+            tool is t
+            and tool.name == name
+            and tool.description == description
+            and tool.parameters == parameters
+            for tool, (t, name, description, parameters) in zip(tools, self._tools, strict=True)
+        )

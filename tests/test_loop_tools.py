@@ -914,3 +914,32 @@ def test_run_tool_call_runs_in_a_copy_of_the_callers_contextvars() -> None:
         CALL.reset(token)
     assert outcome.result.text == "done"
     assert seen == ["caller", "hook"]
+
+
+def test_a_batch_wider_than_max_tool_workers_reuses_its_threads() -> None:
+    two_running = threading.Barrier(2, timeout=WAIT)
+    lock = threading.Lock()
+    running, most, names = 0, 0, set()
+
+    def body(*_: Any) -> str:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+            names.add(threading.current_thread().name)
+        two_running.wait()  # four calls in pairs: each pair must run at once (or this raises)
+        with lock:
+            running -= 1
+        return "ok"
+
+    calls = [tool_call("p", {}, id=f"c{i}") for i in range(4)]
+    run = run_loop([reply(*calls), "done"], tools=[make_tool("p", body)], max_tool_workers=2)
+
+    ends = run.rec.of("tool_execution_end")
+    assert sorted((e.tool_call_id, e.is_error) for e in ends) == [
+        (f"c{i}", False) for i in range(4)
+    ]
+    results = [m for m in run.new_messages if m.role == "tool_result"]
+    assert [m.tool_call_id for m in results] == [f"c{i}" for i in range(4)]  # asked order
+    assert most == 2 and len(names) == 2  # two threads, each reused for later calls
+    assert not [t for t in threading.enumerate() if t.name.startswith("agentkit-tool")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentkit import SystemMessage, TextContent, Tool, UserMessage
 from agentkit.transcript import (
+    ToolDeclarations,
     declare_tool_changes,
     get_current_system_message,
     get_current_system_prompt,
@@ -96,3 +97,38 @@ def test_callers_tools_added_is_overwritten_by_the_executable_set() -> None:
     [out] = declare_tool_changes(context, [tool_a], [intent])
     assert out is not intent
     assert out.tools_added is None and out.tools_removed is None
+
+
+def test_tool_declarations_answer_as_the_full_replay_while_things_change() -> None:
+    declare = ToolDeclarations()
+    tool_a = make_tool("a", parameters={"type": "object", "properties": {}})
+    tools = [tool_a]
+    transcript: list[object] = [UserMessage(content="hi")]
+
+    def both(pending: list[object]) -> list[object]:
+        expected = declare_tool_changes(transcript, tools, list(pending))
+        got = declare(transcript, tools, pending)
+        assert [m.model_dump(exclude={"timestamp"}) for m in got] == [  # type: ignore[attr-defined]
+            m.model_dump(exclude={"timestamp"}) for m in expected  # type: ignore[attr-defined]
+        ]
+        transcript.extend(got)
+        return got
+
+    assert [m.role for m in both([])] == ["system"]  # a declares itself once
+    assert both([]) == [] and both([]) == []  # then nothing changes, twice (the fast path)
+    tools.append(make_tool("b"))
+    [added] = both([])
+    assert [t.name for t in added.tools_added] == ["b"]  # type: ignore[attr-defined]
+    assert both([]) == []
+    tool_a.parameters["properties"]["x"] = {"type": "integer"}  # changed in place
+    [changed] = both([])
+    assert [t.name for t in changed.tools_added] == ["a"]  # type: ignore[attr-defined]
+    assert [t.name for t in changed.tools_removed] == ["a"]  # type: ignore[attr-defined]
+    assert both([]) == []
+    transcript.append(SystemMessage(tools_removed=[ToolRef(name="b")]))  # a caller removes b
+    [again] = both([])
+    assert [t.name for t in again.tools_added] == ["b"]  # type: ignore[attr-defined]
+    tools.pop()
+    [removed] = both([UserMessage(content="more")])[:1]
+    assert [t.name for t in removed.tools_removed] == ["b"]  # type: ignore[attr-defined]
+    assert both([]) == []

@@ -9,8 +9,10 @@ Connections come from one process-wide urllib3 pool manager (thread-safe), so th
 and TLS session of one turn are reused by the next turn and the next run. A response read to its
 end gives its connection back to the pool; one left early is closed. While a request lives, an
 abort callback shuts down the socket of that request's own connection only (other requests on
-the same pool are untouched), so a read stalled on the network returns at once. Every message
-that leaves this module has the API key scrubbed out of it, before it is cut to length.
+the same pool are untouched), so a read stalled on the network returns at once. A new connection
+(name resolution and ``connect()``, which nothing can interrupt) is made on a short-lived thread
+that the request waits for or, on abort, gives up on at once. Every message that leaves this
+module has the API key scrubbed out of it, before it is cut to length.
 """
 
 from __future__ import annotations
@@ -156,6 +158,7 @@ class _ConnectionTracker:
         self._connections: list[Any] = []
         self._aborted = False
         self._detached = False
+        self._connecting: threading.Event | None = None  # set when a connect ends or is aborted
 
     def track(self, connection: Any) -> None:
         """Record a connection taken from the pool; if the request was aborted, shut it."""
@@ -173,12 +176,46 @@ class _ConnectionTracker:
             if self._aborted and not self._detached:
                 _shutdown_socket(getattr(connection, "sock", None))
 
+    def connect(self, connection: Any, connect: Callable[[], None]) -> None:
+        """Run ``connect()`` (name resolution, TCP, TLS) on a short-lived thread and wait for
+        it; an abort ends the wait at once, raising ``_RequestAborted``. A connect given up on
+        closes its connection when it returns."""
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                connect()
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the waiting thread
+                failure.append(exc)
+            with self._lock:
+                gave_up = self._aborted
+            if gave_up:
+                connection.close()
+            done.set()
+
+        with self._lock:
+            if self._aborted:
+                raise _RequestAborted()
+            self._connecting = done
+        threading.Thread(target=run, name="agentkit-http", daemon=True).start()
+        done.wait()
+        with self._lock:
+            self._connecting = None
+            if self._aborted:
+                raise _RequestAborted()
+        if failure:
+            raise failure[0]
+
     def abort(self) -> None:
-        """Shut down every tracked socket, waking any thread blocked reading from it."""
+        """Shut down every tracked socket, waking any thread blocked reading from it (or
+        waiting for a connect)."""
         with self._lock:
             if self._detached:
                 return
             self._aborted = True
+            if self._connecting is not None:
+                self._connecting.set()
             for connection in self._connections:
                 _shutdown_socket(getattr(connection, "sock", None))
 
@@ -202,16 +239,18 @@ def _shutdown_socket(sock: Any) -> None:
 
 
 def _hook_connect(connection: Any) -> None:
-    """Make ``connection.connect`` report to the tracker it currently belongs to (once)."""
+    """Make ``connection.connect`` go through the tracker it currently belongs to (once)."""
     if getattr(connection, "_agentkit_hooked", False):
         return
     original = connection.connect
 
     def connect() -> None:
-        original()
         tracker = getattr(connection, "_agentkit_tracker", None)
-        if tracker is not None:
-            tracker.after_connect(connection)
+        if tracker is None:
+            original()
+            return
+        tracker.connect(connection, original)
+        tracker.after_connect(connection)
 
     connection.connect = connect
     connection._agentkit_hooked = True
@@ -331,7 +370,6 @@ class StreamingRequest:
         options: StreamOptions,
         provider_label: str,
         secrets: Sequence[str | None] = (),
-        on_abort_while_connecting: Callable[[], None] | None = None,
     ) -> None:
         self.url = url
         self.headers = {"Accept-Encoding": "gzip, deflate", **headers}
@@ -344,7 +382,6 @@ class StreamingRequest:
         self._tracker = _ConnectionTracker()
         self._response: Any = None
         self._complete = False  # the body was read to its end: the connection may be reused
-        self._on_abort_while_connecting = on_abort_while_connecting
         self._remove_callback: Callable[[], None] | None = None
         if self.signal is not None:
             self._remove_callback = self.signal.add_callback(self._on_abort)
@@ -382,16 +419,10 @@ class StreamingRequest:
 
     def _on_abort(self) -> None:
         # Runs on the aborting thread. Shutting the socket down is what wakes a read blocked on
-        # the network (closing alone does not interrupt a recv() in another thread). The worker
-        # then sees the failure, finds the signal set and reports "aborted".
+        # the network (closing alone does not interrupt a recv() in another thread); a connect
+        # in progress is given up on. The reader then sees the failure, finds the signal set
+        # and reports "aborted".
         self._tracker.abort()
-        if self._response is None and self._on_abort_while_connecting is not None:
-            # Name resolution and connect() cannot be interrupted: end the stream from here
-            # rather than after the connect timeout (the worker ends when connect() returns).
-            try:
-                self._on_abort_while_connecting()
-            except Exception:
-                pass
 
     def _check_abort(self) -> None:
         if self.aborted:

@@ -1,9 +1,12 @@
 """Running one model request: the skeleton of every provider's ``stream``, and its retry policy.
 
-:func:`run_stream` returns the event stream at once and does the HTTP work on a daemon thread
-(``agentkit-http``) that ends with the request. It never raises for a request failure; it ends
-the stream with an ``error`` event instead (``reason`` ``"aborted"`` when the signal fired).
-Every path out of that thread pushes exactly one terminal event, whatever raises and where.
+:func:`run_stream` returns the event stream at once. The HTTP work is a generator that yields
+after each read; it runs on a daemon thread (``agentkit-http``) that ends with the request, or,
+when the caller reads the stream itself at once (the agent loop, see
+:func:`~agentkit.event_stream.consuming_here`), on the caller's thread as it reads: an abort
+shuts the request's socket, which ends the read in progress. It never raises for a request
+failure; it ends the stream with an ``error`` event instead (``reason`` ``"aborted"`` when the
+signal fired). Every path out of it pushes exactly one terminal event, whatever raises and where.
 
 The retry policy is here and only here: each attempt is one :class:`StreamingRequest`; a
 connection error, HTTP 408/409/429/5xx, or a stream that breaks before its first event is tried
@@ -16,14 +19,14 @@ from __future__ import annotations
 import inspect
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from pydantic_core import from_json
 
 from ..errors import ProviderError
-from ..event_stream import AssistantMessageEventStream
+from ..event_stream import AssistantMessageEventStream, consumed_here
 from ..types import Context, Model, StreamOptions, as_stream_options
 from .builder import ABORTED_MESSAGE, MessageBuilder
 from .http import (
@@ -112,7 +115,8 @@ def run_stream(
     context: Context | dict[str, Any] | None,
     options: StreamOptions | dict[str, Any] | None,
 ) -> AssistantMessageEventStream:
-    """Start one streamed request on a background thread and return its event stream at once."""
+    """Start one streamed request and return its event stream at once: on a background thread,
+    or inside the caller's reads when it asked with ``consuming_here``."""
     stream = AssistantMessageEventStream()
     builder = MessageBuilder(model, stream)
     try:
@@ -121,15 +125,19 @@ def run_stream(
     except Exception as exc:  # bad options must not raise either
         builder.fail("error", f"Invalid stream options or context: {exc}")
         return stream
-    thread = threading.Thread(
-        target=_run_request,
-        args=(spec, model, ctx, opts, builder),
-        name="agentkit-http",
-        daemon=True,
-    )
+    steps = _run_request(spec, model, ctx, opts, builder)
+    if consumed_here():
+        stream.set_pump(steps)
+        return stream
+    thread = threading.Thread(target=_drain, args=(steps,), name="agentkit-http", daemon=True)
     stream.set_producer(thread)  # result() returns once the request thread is gone
     thread.start()
     return stream
+
+
+def _drain(steps: Iterator[None]) -> None:
+    for _ in steps:
+        pass
 
 
 def _run_request(
@@ -138,7 +146,8 @@ def _run_request(
     context: Context,
     options: StreamOptions,
     builder: MessageBuilder,
-) -> None:
+) -> Iterator[None]:
+    """The whole request, yielding after each read that may have pushed events."""
     secrets: list[str | None] = [options.api_key]
     signal = options.signal
     label = provider_label(model)
@@ -156,7 +165,7 @@ def _run_request(
         # What enters a message is made serialisable where it enters (builder, json_stream);
         # "replace" only guards against a lone surrogate an application put in the transcript.
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8", "replace")
-        _with_retries(_Call(spec, prepared, body, options, builder, label, secrets))
+        yield from _with_retries(_Call(spec, prepared, body, options, builder, label, secrets))
     except _RequestAborted:
         builder.fail("aborted", ABORTED_MESSAGE)
     except ProviderError as exc:
@@ -188,7 +197,7 @@ class _Call:
     secrets: list[str | None]
 
 
-def _with_retries(call: _Call) -> None:
+def _with_retries(call: _Call) -> Iterator[None]:
     """The one retry loop: attempts until one succeeds, fails for good, or the signal fires."""
     options, builder, label = call.options, call.builder, call.label
     signal = options.signal
@@ -197,7 +206,7 @@ def _with_retries(call: _Call) -> None:
     attempt = 0
     while True:
         try:
-            _attempt(call)
+            yield from _attempt(call)
             return
         except ProviderError as exc:
             # Nothing reached the consumer yet (a refused connection, a 503, a drop right after
@@ -233,8 +242,10 @@ def _wait(signal: Any, seconds: float) -> None:
         threading.Event().wait(max(seconds, 0.0))
 
 
-def _attempt(call: _Call) -> None:
-    """One request, from sending to the parser's ``finish``."""
+def _attempt(call: _Call) -> Iterator[None]:
+    """One request, from sending to the parser's ``finish``; yields after each read that
+    pushed events, until the message ends (the rest of the body is then read in one go, so
+    that the connection goes back to the pool)."""
     builder = call.builder
     with StreamingRequest(
         url=call.prepared.url,
@@ -243,7 +254,6 @@ def _attempt(call: _Call) -> None:
         options=call.options,
         provider_label=call.label,
         secrets=call.secrets,
-        on_abort_while_connecting=lambda: builder.fail("aborted", ABORTED_MESSAGE),
     ) as request:
         request.open()
         parser = call.spec.parser(builder)
@@ -254,6 +264,8 @@ def _attempt(call: _Call) -> None:
             for event, data in decoder.feed(chunk):
                 parser.handle(event, data)
             builder.flush()  # coalesced tool-argument deltas: as fresh as the last read
+            if not builder.ended:
+                yield
         for event, data in decoder.close():
             parser.handle(event, data)
         if request.aborted:

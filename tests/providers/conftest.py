@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -16,3 +17,18 @@ def server() -> Iterator[ReplayServer]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture
+def full_listener() -> Iterator[int]:
+    """A port whose accept queue is full: a new connect() to it hangs until its timeout."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port), timeout=1)
+    try:
+        yield port
+    finally:
+        filler.close()
+        listener.close()

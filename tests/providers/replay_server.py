@@ -229,6 +229,18 @@ def make_model(api: str, base: str, **overrides: Any) -> Model:
     return Model.model_validate(data)
 
 
+def chat_sse(
+    *deltas: dict[str, Any], finish: str = "stop", usage: dict[str, Any] | None = None
+) -> bytes:
+    """A Chat Completions stream: one chunk per delta, the finish chunk, usage, [DONE]."""
+    chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if usage is not None:
+        chunks.append({"choices": [], "usage": usage})
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return body.encode()
+
+
 def options(**extra: Any) -> dict[str, Any]:
     """Stream options for tests: the fake key and tiny retry delays."""
     base: dict[str, Any] = {"api_key": API_KEY, "retry_base_delay_ms": 1, "timeout": (5, 5)}

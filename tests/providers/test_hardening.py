@@ -21,6 +21,7 @@ from replay_server import (
     API_KEY,
     ReplayServer,
     Reply,
+    chat_sse,
     collect,
     fixture_bytes,
     make_model,
@@ -39,18 +40,6 @@ from agentkit.types import Context, ToolCall, UserMessage
 
 CTX = Context(messages=[UserMessage(content="hi")])
 CHAT = "openai-completions"
-
-
-def chat_sse(
-    *deltas: dict[str, Any], finish: str = "stop", usage: dict[str, Any] | None = None
-) -> bytes:
-    """A Chat Completions stream: one chunk per delta, the finish chunk, usage, [DONE]."""
-    chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
-    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-    if usage is not None:
-        chunks.append({"choices": [], "usage": usage})
-    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-    return body.encode()
 
 
 def tool_call_deltas(arguments: str, piece: int = 16) -> list[dict[str, Any]]:

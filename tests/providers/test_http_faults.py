@@ -384,29 +384,17 @@ def test_text_content_survives_errors(server: ReplayServer) -> None:
     assert message.content == [TextContent(text="The capital of the UK is")]
 
 
-def test_abort_while_connecting_ends_the_stream_at_once() -> None:
-    import socket
-
-    # A listener whose accept queue is full: the next connect() hangs until its timeout.
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    port = listener.getsockname()[1]
-    filler = socket.create_connection(("127.0.0.1", port), timeout=1)
-    try:
-        controller = AbortController()
-        model = make_model("anthropic-messages", f"http://127.0.0.1:{port}")
-        s = stream(model, CTX, options(signal=controller.signal, timeout=(0.5, 5), max_retries=0))
-        assert not s.done()  # connect() hangs on the full accept queue until its timeout
-        start = time.monotonic()
-        controller.abort()
-        message = s.result(timeout=5)
-        assert time.monotonic() - start < 0.1
-        assert message.stop_reason == "aborted"
-        assert wait_no_http_threads(3)  # the worker ends when connect() gives up
-    finally:
-        filler.close()
-        listener.close()
+def test_abort_while_connecting_ends_the_stream_at_once(full_listener: int) -> None:
+    controller = AbortController()
+    model = make_model("anthropic-messages", f"http://127.0.0.1:{full_listener}")
+    s = stream(model, CTX, options(signal=controller.signal, timeout=(0.5, 5), max_retries=0))
+    assert not s.done()  # connect() hangs on the full accept queue until its timeout
+    start = time.monotonic()
+    controller.abort()
+    message = s.result(timeout=5)
+    assert time.monotonic() - start < 0.1
+    assert message.stop_reason == "aborted"
+    assert wait_no_http_threads(3)  # the connect thread ends when connect() gives up
 
 
 def test_local_servers_bypass_proxies_from_the_environment(

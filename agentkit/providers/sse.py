@@ -115,9 +115,16 @@ class SSEParser:
             if line.startswith("data:"):
                 data.append(line[6:] if line.startswith(" ", 5) else line[5:])
             elif not line:
-                if data:
-                    events.append(self._dispatch())
-                    data = self._data
+                if data:  # dispatch, inlined: one event per streamed delta makes this hot
+                    events.append(
+                        SSEEvent(
+                            self._event or "message",
+                            data[0] if len(data) == 1 else "\n".join(data),
+                            self._id,
+                        )
+                    )
+                    self._event = ""
+                    data = self._data = []
                 else:
                     self._event = ""
             else:

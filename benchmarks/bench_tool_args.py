@@ -7,6 +7,10 @@ Printed: seconds per ``prompt()``, the 2 MB / 1 MB ratio (2.0 is linear), and ho
 ``message_update`` events a listener saw for the call (the builder coalesces the deltas of one
 network read into one update, so this is the number of reads, not of deltas).
 
+Beside it, in the same run, the floor: a hand-written ``requests`` loop that makes the same two
+requests, decodes every event with ``json.loads``, joins the argument pieces and parses them once.
+The machine's load moves both; their ratio is what to compare across runs.
+
 Targets (issue 8): 1 MB <= 0.5 s, 2 MB <= 2.2x the 1 MB time.
 """
 
@@ -22,6 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import requests  # noqa: E402
 from _sse_server import SSEServer  # noqa: E402
 
 from agentkit import Agent, AgentTool, AgentToolResult, TextContent  # noqa: E402
@@ -119,18 +124,45 @@ def run_once(server: Server, size: int) -> tuple[float, int, int]:
     return elapsed, updates[0], size
 
 
+def floor_once(server: Server, session: requests.Session, size: int) -> float:
+    """Seconds for the same two requests in hand-written code: no events, no listener."""
+    server.bodies[:] = [tool_call_body(size), TEXT_BODY]
+    url = f"{server.url}/v1/chat/completions"
+    start = time.perf_counter()
+    pieces: list[str] = []
+    with session.post(url, json={"stream": True}, stream=True) as response:
+        for line in response.iter_lines():
+            if line.startswith(b"data: {"):
+                for call in json.loads(line[6:])["choices"][0]["delta"].get("tool_calls", ()):
+                    pieces.append(call["function"]["arguments"])
+    arguments = json.loads("".join(pieces))
+    with session.post(url, json={"stream": True}, stream=True) as response:
+        answer = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith(b"data: {")]
+    elapsed = time.perf_counter() - start
+    assert len(arguments["text"]) == size and answer, "the floor read the wrong stream"
+    return elapsed
+
+
 def main() -> None:
     server = Server()
+    session = requests.Session()
     try:
         run_once(server, 100_000)  # warm up: imports, the pooled connection
+        floor_once(server, session, 100_000)
         one = min(run_once(server, 1_000_000) for _ in range(3))
+        floor_one = min(floor_once(server, session, 1_000_000) for _ in range(3))
         two = min(run_once(server, 2_000_000) for _ in range(3))
     finally:
+        session.close()
         server.close()
     print(f"Tool argument in {DELTA}-byte deltas through Agent.prompt() over local HTTP:")
     print(f"  1 MB: {one[0] * 1000:7.0f} ms   ({one[1]} message_update events)")
     print(f"  2 MB: {two[0] * 1000:7.0f} ms   ({two[1]} message_update events)")
     print(f"  ratio 2 MB / 1 MB: {two[0] / one[0]:.2f} (2.0 = linear; target <= 2.2)")
+    print(
+        f"  floor (hand-written requests loop), 1 MB: {floor_one * 1000:7.0f} ms"
+        f"   (agentkit {one[0] / floor_one:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,13 @@ repaired through the framework's ``prepare_arguments`` seam and its result start
 that lists the repairs, so the model learns the right shape::
 
     agent = Agent(model=model, tools=[with_argument_repair(t) for t in tools])
+
+Small models also write a call as text now and then, often in a code fence.
+:func:`with_text_tool_calls` wraps a stream function so that a reply which is exactly one JSON
+call to a declared tool becomes that call (:func:`parse_text_tool_call` says what counts; prose
+never does)::
+
+    agent = Agent(model=model, tools=tools, stream_fn=with_text_tool_calls())
 """
 
 from __future__ import annotations

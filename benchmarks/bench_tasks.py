@@ -196,6 +196,26 @@ TASKS: list[Task] = [
     ),
 ]
 
+FRESH_TASKS: list[Task] = [
+    Task(
+        "fresh-replace-word",
+        "In README.md, replace the word minute with hour.",
+        file_has("README.md", "every hour", "Weather station", absent=("minute",)),
+    ),
+    Task(
+        "fresh-top-files",
+        "Which files are in the top folder of the workspace?",
+        answer_has("config.json", "todo.md"),
+    ),
+    Task(
+        "fresh-coffee",
+        "Is coffee on the shopping list in notes.txt? Answer yes or no.",
+        answer_has("yes"),
+    ),
+]
+"""Tasks kept out of every tuning of prompts and tool descriptions (``--fresh`` runs them),
+so they show whether the tuning generalises; report them apart from :data:`TASKS`."""
+
 
 def make_workspace(parent: Path) -> Path:
     workspace = parent / "ws"
@@ -292,6 +312,7 @@ def main() -> None:
     parser.add_argument("-k", action="append", default=[], help="only tasks whose name has this")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per task")
     parser.add_argument("--out", default="bench_tasks.jsonl", help="where results are appended")
+    parser.add_argument("--fresh", action="store_true", help="run the fresh tasks instead")
     parser.add_argument("--keep", help="a folder to keep each task's event lines and stderr in")
     parser.add_argument("--report", help="only summarise this JSONL file of earlier results")
     args = parser.parse_args()
@@ -299,7 +320,8 @@ def main() -> None:
         lines = Path(args.report).read_text(encoding="utf-8").splitlines()
         print(json.dumps(summarise([json.loads(x) for x in lines if x.strip()]), indent=2))
         return
-    chosen = [t for t in TASKS if not args.k or any(word in t.name for word in args.k)]
+    pool = FRESH_TASKS if args.fresh else TASKS
+    chosen = [t for t in pool if not args.k or any(word in t.name for word in args.k)]
     results = []
     with open(args.out, "a", encoding="utf-8") as out:
         for task in chosen:

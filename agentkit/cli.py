@@ -39,7 +39,7 @@ from .sessions.cli import (
     session_for,
 )
 from .tools import AgentTool
-from .types import Model, TextContent, UserMessage
+from .types import Model, TextContent, ToolCall, UserMessage
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful coding assistant working in the user's workspace folder. Use the tools to "
@@ -187,6 +187,10 @@ def main(
         return _chat(agent, io, after_run=cache.save if cache is not None else None)
 
 
+PREFIX_FORMAT = "tools declared in the system text, v1"
+"""Part of the saved prefix's key: how the request lays out the prompt (see agentkit.local)."""
+
+
 class _PrefixCache:
     """The embedded model's saved KV cache for this agent's fixed prompt prefix (system prompt
     and tool declarations): restored before the first request, saved after the first run, so
@@ -196,7 +200,7 @@ class _PrefixCache:
         self.server = server
         declared = [[t.name, t.description, t.parameters] for t in tools]
         self.key = server.prefix_key(
-            system_prompt, json.dumps(declared, sort_keys=True, default=str)
+            system_prompt, json.dumps(declared, sort_keys=True, default=str), PREFIX_FORMAT
         )
         self.saved = server.has_saved_prefix(self.key)
 
@@ -456,6 +460,16 @@ def _build_agent(
 
     system = args.system or (SMALL_MODEL_SYSTEM_PROMPT if small else DEFAULT_SYSTEM_PROMPT)
     io.prefix = (system, tools)
+    if io.local_server is not None and model is None:
+        # The embedded server: tools declared in text, calls constrained by a grammar and
+        # read back from the reply's text (the server's own parser fails on fenced calls).
+        from .local import with_constrained_tool_calls
+
+        stream_fn = with_constrained_tool_calls(stream_fn)
+    if small:  # a small model writes a call as text now and then, often in a code fence
+        from .repair import with_text_tool_calls
+
+        stream_fn = with_text_tool_calls(stream_fn)
     agent = Agent(
         model=chosen,
         system_prompt=system,
@@ -573,23 +587,50 @@ class _TextPrinter:
     """Prints streamed text and each tool call with its arguments, duration and outcome, with
     control characters shown escaped."""
 
+    HOLD = ("{", "`", "<")
+    """How a reply that may be a tool call written as text begins: such text is held back
+    until the reply ends, and shown only if it did not become a call."""
+
     def __init__(self, io: _Io) -> None:
         self.io = io
         self.open_line = False
+        self.held: str | None = None  # text of a reply that may still become a tool call
+        self.shown = False  # whether this reply's text has started to show
 
     def _end_line(self) -> None:
         if self.open_line:
             self.io.out("")
             self.open_line = False
 
+    def _text(self, delta: str) -> None:
+        if self.held is not None:
+            self.held += delta
+            return
+        if not self.shown and not delta.strip():
+            self.held = delta
+            return
+        if not self.shown and delta.lstrip().startswith(self.HOLD):
+            self.held = delta
+            return
+        self.shown = True
+        self.io.out(visible(delta), end="")
+        self.open_line = True
+
     def __call__(self, event: Any) -> None:
         kind = event.type
         if kind == "message_update":
             inner = event.assistant_message_event
             if inner.type == "text_delta" and inner.delta:
-                self.io.out(visible(inner.delta), end="")
-                self.open_line = True
+                if self.held is not None and not self.shown and not self.held.strip():
+                    delta, self.held = self.held + inner.delta, None  # only spaces so far
+                    self._text(delta)
+                else:
+                    self._text(inner.delta)
         elif kind == "message_end" and event.message.role == "assistant":
+            held, self.held, self.shown = self.held, None, False
+            if held and not any(isinstance(c, ToolCall) for c in event.message.content):
+                self.io.out(visible(held), end="")
+                self.open_line = True
             self._end_line()
             if event.message.error_message:
                 reason = event.message.stop_reason

@@ -16,6 +16,13 @@ repaired through the framework's ``prepare_arguments`` seam and its result start
 that lists the repairs, so the model learns the right shape::
 
     agent = Agent(model=model, tools=[with_argument_repair(t) for t in tools])
+
+Small models also write a call as text now and then, often in a code fence.
+:func:`with_text_tool_calls` wraps a stream function so that a reply which is exactly one JSON
+call to a declared tool becomes that call (:func:`parse_text_tool_call` says what counts; prose
+never does)::
+
+    agent = Agent(model=model, tools=tools, stream_fn=with_text_tool_calls())
 """
 
 from __future__ import annotations
@@ -23,13 +30,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import secrets
 import threading
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from .abort import AbortSignal
+from .event_stream import AssistantMessageEventStream
+from .events import DoneEvent
+from .loop import StreamFn, get_default_stream_fn
 from .tools import AgentTool, AgentToolResult, OnUpdate
-from .types import TextContent
+from .transcript import get_current_tools
+from .types import AssistantMessage, Context, Model, TextContent, ToolCall
 
 _WRAPPER_KEYS = ("value", "default", "const", "example")
 _INTEGER = re.compile(r"^[+-]?\d+$")
@@ -176,3 +189,98 @@ def with_argument_repair(tool: AgentTool) -> AgentTool:
 
 def _key(arguments: Any) -> str:
     return json.dumps(arguments, sort_keys=True, default=str)
+
+
+# --- tool calls written as text ----------------------------------------------------------------
+
+_FENCED = re.compile(r"^```[\w+-]*[ \t]*\n?(?P<body>.*?)\n?[ \t]*(?:```)?$", re.DOTALL)
+_TAGGED = re.compile(r"^<tool_call>\s*(?P<body>.*?)\s*(?:</tool_call>)?$", re.DOTALL)
+
+
+def parse_text_tool_call(text: str, tool_names: Iterable[str]) -> tuple[str, dict[str, Any]] | None:
+    """``(name, arguments)`` when ``text`` is exactly one tool call written as JSON, else ``None``.
+
+    The whole reply must be one ``{"name": ..., "arguments": {...}}`` object naming a tool in
+    ``tool_names``: bare, in one code fence (```` ```json ````, the closing fence optional), or
+    in ``<tool_call>`` tags. ``"parameters"`` is accepted for ``"arguments"``, and arguments
+    given as a JSON string holding an object are decoded. Anything else -- prose, a fence with
+    text around it, two calls, an unknown tool, other keys -- is not a call.
+    """
+    body = text.strip()
+    for wrapper in (_FENCED, _TAGGED):
+        match = wrapper.match(body) if body[:1] in "`<" else None
+        if match is not None:
+            body = match.group("body").strip()
+            break
+    if not body.startswith("{") or not body.endswith("}"):
+        return None
+    try:
+        call = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    keys = set(call) - {"name"}
+    if len(keys) > 1 or not keys <= {"arguments", "parameters"}:
+        return None
+    name = call["name"]
+    if name not in set(tool_names):
+        return None
+    arguments: Any = call[keys.pop()] if keys else {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return name, arguments
+
+
+def as_tool_call(message: AssistantMessage, tool_names: Iterable[str]) -> AssistantMessage | None:
+    """``message`` with its text turned into a tool call, when it ended normally (``stop``),
+    has no tool call, and its whole text is one call to a known tool
+    (:func:`parse_text_tool_call`); else ``None``. Thinking blocks are kept."""
+    if message.stop_reason != "stop" or any(isinstance(c, ToolCall) for c in message.content):
+        return None
+    parsed = parse_text_tool_call(message.text, tool_names)
+    if parsed is None:
+        return None
+    name, arguments = parsed
+    call = ToolCall(id=f"call_{secrets.token_hex(8)}", name=name, arguments=arguments)
+    kept = [c for c in message.content if not isinstance(c, TextContent)]
+    return message.model_copy(update={"content": [*kept, call], "stop_reason": "tool_use"})
+
+
+def with_text_tool_calls(stream_fn: StreamFn | None = None) -> StreamFn:
+    """A stream function that turns a reply which is exactly one JSON tool call written as
+    text (see :func:`parse_text_tool_call`) into that tool call, for models that write calls as
+    text now and then (small local ones, often in a code fence). The tools are those the
+    request declares; other replies pass through unchanged. ``stream_fn`` defaults to the
+    process's default stream function, looked up at each request."""
+
+    def stream(model: Model, context: Context, options: Any) -> AssistantMessageEventStream:
+        inner = (stream_fn or get_default_stream_fn())(model, context, options)
+        names = {t.name for t in [*get_current_tools(context.messages), *(context.tools or [])]}
+        if not names:
+            return inner
+        outer = AssistantMessageEventStream()
+
+        def pump() -> None:
+            try:
+                for event in inner:
+                    if isinstance(event, DoneEvent):
+                        converted = as_tool_call(event.message, names)
+                        if converted is not None:
+                            event = DoneEvent(reason="tool_use", message=converted)
+                    outer.push(event)
+                outer.end(inner.result())
+            except BaseException as exc:  # the consumer sees the inner stream's failure
+                outer.fail(exc)
+
+        thread = threading.Thread(target=pump, name="agentkit-text-calls", daemon=True)
+        outer.set_producer(thread)
+        thread.start()
+        return outer
+
+    return stream

@@ -196,6 +196,26 @@ TASKS: list[Task] = [
     ),
 ]
 
+FRESH_TASKS: list[Task] = [
+    Task(
+        "fresh-replace-word",
+        "In README.md, replace the word minute with hour.",
+        file_has("README.md", "every hour", "Weather station", absent=("minute",)),
+    ),
+    Task(
+        "fresh-top-files",
+        "Which files are in the top folder of the workspace?",
+        answer_has("config.json", "todo.md"),
+    ),
+    Task(
+        "fresh-coffee",
+        "Is coffee on the shopping list in notes.txt? Answer yes or no.",
+        answer_has("yes"),
+    ),
+]
+"""Tasks kept out of every tuning of prompts and tool descriptions (``--fresh`` runs them),
+so they show whether the tuning generalises; report them apart from :data:`TASKS`."""
+
 
 def make_workspace(parent: Path) -> Path:
     workspace = parent / "ws"
@@ -211,8 +231,9 @@ def agentkit_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "agentkit"]
 
 
-def run_task(task: Task, timeout: float) -> dict[str, object]:
-    """Run one task in a fresh workspace; its outcome and timings."""
+def run_task(task: Task, timeout: float, keep: Path | None = None) -> dict[str, object]:
+    """Run one task in a fresh workspace; its outcome and timings. With ``keep``, the run's
+    JSON event lines and stderr are written to ``keep/<task>.jsonl`` and ``.err`` to study."""
     with tempfile.TemporaryDirectory(prefix="agentkit-task-") as tmp:
         workspace = make_workspace(Path(tmp))
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
@@ -235,6 +256,10 @@ def run_task(task: Task, timeout: float) -> dict[str, object]:
         except subprocess.TimeoutExpired:
             return {"task": task.name, "ok": False, "why": f"timeout after {timeout:g} s"}
         total = time.monotonic() - started
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"{task.name}.jsonl").write_text(done.stdout, encoding="utf-8")
+            (keep / f"{task.name}.err").write_text(done.stderr, encoding="utf-8")
         answer, first_token, tool_calls, errors = "", None, [], []
         for line in done.stdout.splitlines():
             try:
@@ -287,17 +312,20 @@ def main() -> None:
     parser.add_argument("-k", action="append", default=[], help="only tasks whose name has this")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per task")
     parser.add_argument("--out", default="bench_tasks.jsonl", help="where results are appended")
+    parser.add_argument("--fresh", action="store_true", help="run the fresh tasks instead")
+    parser.add_argument("--keep", help="a folder to keep each task's event lines and stderr in")
     parser.add_argument("--report", help="only summarise this JSONL file of earlier results")
     args = parser.parse_args()
     if args.report:
         lines = Path(args.report).read_text(encoding="utf-8").splitlines()
         print(json.dumps(summarise([json.loads(x) for x in lines if x.strip()]), indent=2))
         return
-    chosen = [t for t in TASKS if not args.k or any(word in t.name for word in args.k)]
+    pool = FRESH_TASKS if args.fresh else TASKS
+    chosen = [t for t in pool if not args.k or any(word in t.name for word in args.k)]
     results = []
     with open(args.out, "a", encoding="utf-8") as out:
         for task in chosen:
-            result = run_task(task, args.timeout)
+            result = run_task(task, args.timeout, Path(args.keep) if args.keep else None)
             results.append(result)
             out.write(json.dumps(result) + "\n")
             out.flush()

@@ -655,3 +655,39 @@ def test_the_command_question_says_whether_it_is_sandboxed(
     )
     assert code == 0
     assert f'Allow run_command {{"command": "ls"}}? {says}' in out
+
+
+def test_a_call_written_as_text_runs_and_is_not_shown_as_text(workspace: Path) -> None:
+    fenced = '```json\n{"name": "read_file", "arguments": {"path": "notes.txt"}}\n```'
+    model = ScriptedModel([fenced, "It says milk."])
+    small = model.model.model_copy(update={"context_window": 4096})  # as the embedded one
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = cli.main(
+        ["run", "read notes", "--workspace", str(workspace)],
+        stream_fn=model,
+        model=small,
+        stdin=io.StringIO(""),
+        stdout=stdout,
+        stderr=stderr,
+    )
+    out, err = stdout.getvalue(), stderr.getvalue()
+    assert code == 0, err
+    assert "```" not in out and '"arguments"' not in out  # held back, then it became a call
+    assert '-> read_file {"path": "notes.txt"}' in out
+    assert "remember the milk" in last_tool_result(model).content[0].text
+    assert out.splitlines()[-1] == "It says milk."
+
+
+def test_text_that_only_looks_like_a_call_is_shown_when_the_reply_ends(workspace: Path) -> None:
+    answer = '{"host": "localhost"} is the whole file.'
+    model = ScriptedModel([answer])
+    stdout = io.StringIO()
+    code = cli.main(
+        ["run", "show it", "--workspace", str(workspace)],
+        stream_fn=model,
+        model=model.model.model_copy(update={"context_window": 4096}),
+        stdin=io.StringIO(""),
+        stdout=stdout,
+        stderr=io.StringIO(),
+    )
+    assert code == 0 and stdout.getvalue().splitlines()[-1] == answer

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from agentkit import Agent, tool
-from agentkit.repair import repair_arguments, with_argument_repair
+from agentkit.repair import (
+    parse_text_tool_call,
+    repair_arguments,
+    with_argument_repair,
+    with_text_tool_calls,
+)
 from agentkit.testing import ScriptedModel, reply, tool_call
+from agentkit.types import ToolCall
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -76,3 +84,112 @@ def test_the_model_is_told_what_was_changed() -> None:
     agent.prompt("read it")
     failed = [m for m in agent.state.messages if m.role == "tool_result"][-1]
     assert failed.is_error and "Validation failed" in failed.content[0].text
+
+
+# --- tool calls written as text ---------------------------------------------------------------
+
+TOOLS = ("read_file", "write_file")
+CALL = '{"name": "read_file", "arguments": {"path": "notes.txt"}}'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        CALL,
+        f"\n  {CALL}  \n",
+        f"```json\n{CALL}\n```",
+        f"```\n{CALL}\n```",
+        f"```json\n{CALL}",  # the model stopped before closing the fence
+        f"<tool_call>\n{CALL}\n</tool_call>",
+        '{"name": "read_file", "parameters": {"path": "notes.txt"}}',
+        '{"name": "read_file", "arguments": "{\\"path\\": \\"notes.txt\\"}"}',
+    ],
+)
+def test_a_reply_that_is_one_json_call_is_read_as_that_call(text: str) -> None:
+    assert parse_text_tool_call(text, TOOLS) == ("read_file", {"path": "notes.txt"})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The file notes.txt says: remember the milk.",
+        f"I will call the tool now: {CALL}",
+        f"Here it is:\n```json\n{CALL}\n```",
+        f"```json\n{CALL}\n```\nThat reads the file.",
+        f"{CALL}\n{CALL}",
+        '{"name": "delete_everything", "arguments": {}}',
+        '{"name": "read_file", "arguments": {"path": "a"}, "id": 1}',
+        '{"name": "read_file", "arguments": ["notes.txt"]}',
+        '{"host": "localhost", "port": 8080}',
+        '{"name": "read_file", "arguments": {"path": ',
+        "```python\nprint('hi')\n```",
+        "",
+    ],
+)
+def test_prose_and_anything_else_is_never_a_call(text: str) -> None:
+    assert parse_text_tool_call(text, TOOLS) is None
+
+
+def _read_tool() -> Any:
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return f"contents of {path}"
+
+    return read_file
+
+
+def test_a_fenced_call_runs_the_tool_and_its_arguments_are_repaired() -> None:
+    fenced = '```json\n{"name": "read_file", "arguments": {"path": "a.txt", "type": "string"}}\n```'
+    model = ScriptedModel([fenced, "It holds the contents."])
+    agent = Agent(
+        model=model.model,
+        stream_fn=with_text_tool_calls(model),
+        tools=[with_argument_repair(_read_tool())],
+    )
+    result = agent.prompt("read a.txt")
+    call_message = result[1]
+    assert call_message.stop_reason == "tool_use"
+    calls = [c for c in call_message.content if isinstance(c, ToolCall)]
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("read_file", {"path": "a.txt", "type": "string"})  # as the model wrote them
+    ]
+    assert call_message.text == ""  # the text became the call
+    tool_result = [m for m in agent.state.messages if m.role == "tool_result"][-1]
+    assert not tool_result.is_error
+    assert "dropped unknown key 'type'" in tool_result.content[0].text
+    assert tool_result.content[1].text == "contents of a.txt"
+    assert result[-1].text == "It holds the contents."
+    # The next request replays the call as a call, not as text.
+    replayed = model.requests[1].messages
+    assert any(
+        isinstance(c, ToolCall) for m in replayed if m.role == "assistant" for c in m.content
+    )
+
+
+def test_prose_and_calls_to_undeclared_tools_pass_through_unchanged() -> None:
+    answers = [
+        'Use {"name": "read_file", "arguments": {"path": "a.txt"}} to read it.',
+        '{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}',
+    ]
+    for answer in answers:
+        model = ScriptedModel([answer])
+        agent = Agent(
+            model=model.model, stream_fn=with_text_tool_calls(model), tools=[_read_tool()]
+        )
+        result = agent.prompt("read a.txt")
+        assert result[-1].text == answer and result[-1].stop_reason == "stop"
+        assert len(model.requests) == 1
+
+
+def test_without_tools_the_stream_is_not_wrapped() -> None:
+    model = ScriptedModel([CALL])
+    agent = Agent(model=model.model, stream_fn=with_text_tool_calls(model))
+    assert agent.prompt("hi")[-1].text == CALL
+
+
+def test_a_failing_stream_fails_through_the_wrapper() -> None:
+    model = ScriptedModel([reply("", error="boom")])
+    agent = Agent(model=model.model, stream_fn=with_text_tool_calls(model), tools=[_read_tool()])
+    last = agent.prompt("read a.txt")[-1]
+    assert last.stop_reason == "error" and last.error_message == "boom"

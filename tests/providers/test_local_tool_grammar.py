@@ -1,0 +1,131 @@
+"""Tool calls of the embedded model, constrained and read from text: the request shape against
+a local replay server over real HTTP, and the calls read back through the agent loop."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from replay_server import ReplayServer, Reply
+
+from agentkit import Agent, tool
+from agentkit.local import (
+    TOOLS_POSTAMBLE,
+    constrain_tool_calls,
+    local_model,
+    tool_call_grammar,
+    with_constrained_tool_calls,
+)
+from agentkit.repair import with_text_tool_calls
+from agentkit.types import ToolCall
+
+
+def sse(*texts: str) -> bytes:
+    """A Chat Completions stream that writes ``texts`` as content and stops."""
+    chunks = [{"choices": [{"index": 0, "delta": {"content": t}}]} for t in texts]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    return body + b"data: [DONE]\n\n"
+
+
+@tool
+def read_file(path: str, limit: int = 10) -> str:
+    """Read a file."""
+    return f"{path} says hello ({limit} lines)"
+
+
+def test_the_call_is_constrained_declared_in_text_and_read_back(server: ReplayServer) -> None:
+    server.enqueue(
+        Reply(body=sse('{"name": "read_file", ', '"arguments": {"path": "a.txt"}}'), chunk=9),
+        Reply(body=sse("It says hello.")),
+    )
+    agent = Agent(
+        model=local_model(server.url),
+        system_prompt="Use the tools.",
+        tools=[read_file],
+        stream_fn=with_text_tool_calls(with_constrained_tool_calls()),
+    )
+    result = agent.prompt("read a.txt")
+    assert result[-1].text == "It says hello."
+
+    first = server.requests[0].json
+    assert server.requests[0].path == "/v1/chat/completions"
+    assert "tools" not in first and "tool_choice" not in first  # the server refuses both
+    system = first["messages"][0]
+    assert system["role"] == "system" and system["content"].startswith("Use the tools.")
+    assert system["content"].endswith(TOOLS_POSTAMBLE)
+    declared = json.loads(system["content"].split("<tools>\n")[1].split("\n</tools>")[0])
+    assert declared["function"]["name"] == "read_file"
+    assert set(declared["function"]["parameters"]["properties"]) == {"path", "limit"}
+    assert first["grammar"].startswith("root ::= call | answer")
+    assert 'calls ::= "\\"read_file\\""' in first["grammar"]
+
+    calls = [c for c in result[1].content if isinstance(c, ToolCall)]
+    assert [(c.name, c.arguments) for c in calls] == [("read_file", {"path": "a.txt"})]
+    tool_result = [m for m in agent.state.messages if m.role == "tool_result"][-1]
+    assert tool_result.content[0].text == "a.txt says hello (10 lines)"
+    # The call is replayed as a call, with its result, in the next request.
+    second = server.requests[1].json["messages"]
+    assert second[2]["tool_calls"][0]["function"]["name"] == "read_file"
+    assert second[3]["role"] == "tool" and "says hello" in second[3]["content"]
+
+
+def _payload(**extra: Any) -> dict[str, Any]:
+    declaration = {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "mode": {"enum": ["text", "raw"]}},
+                "required": ["path"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    payload = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [declaration],
+        "stream": True,
+    }
+    payload.update(extra)
+    return payload
+
+
+def test_requests_that_must_not_change_are_left_alone() -> None:
+    for payload in (
+        _payload(tools=[]),
+        _payload(tool_choice="none"),
+        _payload(grammar='root ::= "x"'),
+        _payload(response_format={"type": "json_object"}),
+        _payload(messages=[{"role": "system", "content": [{"type": "text", "text": "s"}]}]),
+    ):
+        assert constrain_tool_calls(payload) is payload
+
+
+def test_without_a_system_message_one_is_added_and_the_grammar_is_optional() -> None:
+    payload = _payload(tool_choice="auto")
+    changed = constrain_tool_calls(payload, grammar=False)
+    assert "grammar" not in changed and "tools" not in changed and "tool_choice" not in changed
+    assert changed["messages"][0]["role"] == "system"
+    assert changed["messages"][1:] == payload["messages"]
+    assert "tools" in payload  # the caller's payload is not changed
+
+
+def test_the_grammar_names_only_declared_tools_keys_and_types() -> None:
+    grammar = tool_call_grammar(_payload()["tools"])
+    rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines() if line.strip())
+    assert rules["root"] == 'call | answer | ""'
+    assert rules["call"].count('\\"name\\"') == 1 and rules["calls"].startswith('"\\"read_file')
+    pairs = rules["tool0-args-kv"]
+    assert '"\\"path\\"" ws ":" ws string' in pairs
+    assert '"\\"text\\""' in rules["tool0-args-p1"] and '"\\"raw\\""' in rules["tool0-args-p1"]
+    assert "string \":\" ws value" not in pairs  # no keys beyond the declared ones
+    # An answer may begin with anything but the start of a call, fenced or not.
+    assert rules["answer"].startswith("[^{`] .*")
+    assert rules["call"].startswith("fence? sp")
+    open_schema = _payload()["tools"][0]
+    open_schema["function"]["parameters"].pop("additionalProperties")
+    assert 'string ":" ws value' in tool_call_grammar([open_schema])

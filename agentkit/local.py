@@ -839,6 +839,7 @@ def with_constrained_tool_calls(stream_fn: Any = None, *, grammar: bool = True) 
     server. Pair it with :func:`agentkit.repair.with_text_tool_calls`, which reads the calls
     back: ``with_text_tool_calls(with_constrained_tool_calls())``."""
     from .loop import get_default_stream_fn
+    from .providers.runner import on_payload_before
     from .types import as_stream_options
 
     def stream(model: Model, context: Any, options: Any) -> Any:
@@ -846,16 +847,9 @@ def with_constrained_tool_calls(stream_fn: Any = None, *, grammar: bool = True) 
         if model.api != "openai-completions":
             return inner(model, context, options)
         options = as_stream_options(options)
-        user_hook = options.on_payload
-
-        def on_payload(payload: dict[str, Any], model: Model) -> Any:
-            payload = constrain_tool_calls(payload, grammar=grammar)
-            if user_hook is None:
-                return payload
-            from .providers.runner import _apply_on_payload
-
-            return _apply_on_payload(options, payload, model)
-
+        on_payload = on_payload_before(
+            options, lambda payload, _model: constrain_tool_calls(payload, grammar=grammar)
+        )
         return inner(model, context, options.model_copy(update={"on_payload": on_payload}))
 
     return stream

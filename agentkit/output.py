@@ -152,18 +152,9 @@ class OutputSpec:
     def request_options(self, options: StreamOptions, model: Model) -> dict[str, Any]:
         """The request-option changes that ask for this output: an ``on_payload`` applying
         :meth:`apply` before the caller's own ``on_payload``, and :meth:`headers`."""
-        user_hook = options.on_payload
+        from .providers.runner import on_payload_before
 
-        def on_payload(payload: dict[str, Any], model: Model) -> Any:
-            payload = self.apply(payload, model)
-            if user_hook is None:
-                return payload
-            # The caller's hook is called the way the providers call one (1 or 2 arguments).
-            from .providers.runner import _apply_on_payload
-
-            return _apply_on_payload(options, payload, model)
-
-        update: dict[str, Any] = {"on_payload": on_payload}
+        update: dict[str, Any] = {"on_payload": on_payload_before(options, self.apply)}
         extra = self.headers(model)
         if extra:
             headers = dict(options.headers or {})

@@ -273,6 +273,18 @@ def _attempt(call: _Call) -> Iterator[None]:
         parser.finish()
 
 
+def on_payload_before(
+    options: StreamOptions, first: Callable[[dict[str, Any], Model], Any]
+) -> Callable[[dict[str, Any], Model], Any]:
+    """An ``on_payload`` that applies ``first(payload, model)``, then the caller's own
+    ``options.on_payload`` the way the providers call one (with one or two arguments)."""
+
+    def on_payload(payload: dict[str, Any], model: Model) -> Any:
+        return _apply_on_payload(options, first(payload, model), model)
+
+    return on_payload
+
+
 def _apply_on_payload(options: StreamOptions, payload: dict[str, Any], model: Model) -> Any:
     """Let ``options.on_payload(payload, model)`` (or ``(payload)``) see or replace the body."""
     hook = options.on_payload

@@ -302,16 +302,22 @@ def test_run_command_timeout_kills_the_process_and_its_children(ws: Path) -> Non
 
 def test_run_command_abort_kills_the_process(ws: Path) -> None:
     controller = AbortController()
-    threading.Timer(0.3, controller.abort).start()
+
+    def abort_once_started(update: AgentToolResult) -> None:
+        # The shell has written its pid once "started" is in the streamed output.
+        if "started" in "".join(getattr(c, "text", "") for c in update.content):
+            controller.abort()
+
     started = time.monotonic()
     with pytest.raises(AbortError, match="aborted"):
         call(
             ws,
             "run_command",
             signal=controller.signal,
-            command="echo started; echo $$ > pid; sleep 30",
+            on_update=abort_once_started,
+            command="echo $$ > pid; echo started; sleep 30",
         )
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 25  # the sleep is 30 s: the abort ended it
     assert wait_gone(int((ws / "pid").read_text()))
 
 

@@ -1,7 +1,7 @@
 """A huge streamed tool argument through ``Agent.prompt()`` over local HTTP (one command:
 ``python benchmarks/bench_tool_args.py``).
 
-A local Chat Completions server streams one tool call whose argument is 1 MB (then 2 MB) of
+A local Chat Completions server (a process of its own) streams one tool call whose argument is 1 MB (then 2 MB) of
 JSON text in 16-byte deltas (one SSE event each), then a short text answer after the tool ran.
 Printed: seconds per ``prompt()``, the 2 MB / 1 MB ratio (2.0 is linear), and how many
 ``message_update`` events a listener saw for the call (the builder coalesces the deltas of one
@@ -17,8 +17,8 @@ Targets (issue 8): 1 MB <= 0.5 s, 2 MB <= 2.2x the 1 MB time.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -81,29 +81,57 @@ TEXT_BODY = sse(
 )
 
 
-class Server(SSEServer):
-    """Answers each request with the next queued body (a tool call, then the text answer)."""
+SIZES = (100_000, 1_000_000, 2_000_000)
+"""The argument sizes the server has bodies for (the first one warms up)."""
+
+
+def serve() -> None:
+    """The server process: bodies for every size made before it listens, so that no request
+    waits for one; the request's model id names the size (``bench-<size>``), and a request
+    that carries a tool result gets the text answer. Prints its URL, stops when stdin closes."""
+    bodies = {f"bench-{size}": tool_call_body(size) for size in SIZES}
+
+    def answer(request: bytes) -> bytes:
+        payload = json.loads(request)
+        if any(m.get("role") == "tool" for m in payload.get("messages", ())):
+            return TEXT_BODY
+        return bodies[payload["model"]]
+
+    server = SSEServer(answer=answer, piece_size=16384)
+    print(server.url, flush=True)
+    sys.stdin.read()
+    server.close()
+
+
+class Server:
+    """The server, in a process of its own so that it does not compete with the measured
+    client for the interpreter lock."""
 
     def __init__(self) -> None:
-        self.bodies: list[bytes] = []
-        self.lock = threading.Lock()  # guards bodies: each request runs on its own thread
-        super().__init__(self._next_body, piece_size=16384)
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().strip()
 
-    def _next_body(self) -> bytes:
-        with self.lock:
-            return self.bodies.pop(0)
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(10)
 
 
 def run_once(server: Server, size: int) -> tuple[float, int, int]:
     """Seconds for one ``prompt()``, the updates a listener saw, and the argument length."""
-    server.bodies[:] = [tool_call_body(size), TEXT_BODY]
     received: list[int] = []
 
     def save(call_id: str, params: dict[str, Any], signal: Any, update: Any) -> AgentToolResult:
         received.append(len(params["text"]))
         return AgentToolResult(content=[TextContent(text="saved")])
 
-    model = Model(id="bench", api="openai-completions", provider="local", base_url=f"{server.url}/v1")
+    model = Model(id=f"bench-{size}", api="openai-completions", provider="local", base_url=f"{server.url}/v1")
     agent = Agent(
         model=model,
         stream_fn=stream_simple,
@@ -126,17 +154,18 @@ def run_once(server: Server, size: int) -> tuple[float, int, int]:
 
 def floor_once(server: Server, session: requests.Session, size: int) -> float:
     """Seconds for the same two requests in hand-written code: no events, no listener."""
-    server.bodies[:] = [tool_call_body(size), TEXT_BODY]
     url = f"{server.url}/v1/chat/completions"
+    first = {"model": f"bench-{size}", "stream": True, "messages": [{"role": "user"}]}
     start = time.perf_counter()
     pieces: list[str] = []
-    with session.post(url, json={"stream": True}, stream=True) as response:
+    with session.post(url, json=first, stream=True) as response:
         for line in response.iter_lines():
             if line.startswith(b"data: {"):
                 for call in json.loads(line[6:])["choices"][0]["delta"].get("tool_calls", ()):
                     pieces.append(call["function"]["arguments"])
     arguments = json.loads("".join(pieces))
-    with session.post(url, json={"stream": True}, stream=True) as response:
+    second = {**first, "messages": [{"role": "user"}, {"role": "tool", "content": "saved"}]}
+    with session.post(url, json=second, stream=True) as response:
         answer = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith(b"data: {")]
     elapsed = time.perf_counter() - start
     assert len(arguments["text"]) == size and answer, "the floor read the wrong stream"
@@ -144,14 +173,17 @@ def floor_once(server: Server, session: requests.Session, size: int) -> float:
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+        return
     server = Server()
     session = requests.Session()
     try:
         run_once(server, 100_000)  # warm up: imports, the pooled connection
         floor_once(server, session, 100_000)
-        one = min(run_once(server, 1_000_000) for _ in range(3))
-        floor_one = min(floor_once(server, session, 1_000_000) for _ in range(3))
-        two = min(run_once(server, 2_000_000) for _ in range(3))
+        one = min(run_once(server, 1_000_000) for _ in range(5))
+        floor_one = min(floor_once(server, session, 1_000_000) for _ in range(5))
+        two = min(run_once(server, 2_000_000) for _ in range(5))
     finally:
         session.close()
         server.close()

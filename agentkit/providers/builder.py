@@ -143,8 +143,9 @@ class MessageBuilder:
             content=[], api=model.api, provider=model.provider, model=model.id
         )
         self.started = False
-        # Guards _ended: the worker ends the stream, except that an abort while the request is
-        # still connecting ends it from the aborting thread (see StreamingRequest).
+        # Guards _ended. Agentkit's runner ends the stream from the one thread producing it;
+        # the lock keeps "exactly one terminal event" true for a provider that also ends it
+        # from another thread (an abort callback, say).
         self._end_lock = threading.Lock()
         self._ended = False
         self._args: dict[int, ToolArgsBuffer] = {}

@@ -71,6 +71,11 @@ def consumed_here() -> bool:
     return bool(getattr(_here, "consuming", False))
 
 
+def _drain(steps: Iterator[object]) -> None:
+    for _ in steps:
+        pass
+
+
 class EventStream(Generic[E, R]):
     """An iterable, thread-safe queue of events with a result.
 
@@ -141,6 +146,16 @@ class EventStream(Generic[E, R]):
         """Name the thread that feeds this stream; :meth:`result` waits for it to exit, so no
         producer thread outlives the consumer's use of the stream."""
         self._producer = thread
+
+    def start_producer(self, steps: Iterator[object], name: str) -> None:
+        """Produce with ``steps`` (see :meth:`set_pump`): on the consumer's own thread when it
+        asked with :func:`consuming_here`, else on a daemon thread called ``name``."""
+        if consumed_here():
+            self.set_pump(steps)
+            return
+        thread = threading.Thread(target=_drain, args=(steps,), name=name, daemon=True)
+        self.set_producer(thread)  # result() returns once the thread is gone
+        thread.start()
 
     def set_pump(self, steps: Iterator[object]) -> None:
         """Produce on the consumer's thread: each step of ``steps`` does a bounded piece of work

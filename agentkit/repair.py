@@ -33,7 +33,7 @@ import re
 import secrets
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .abort import AbortSignal
@@ -266,7 +266,7 @@ def with_text_tool_calls(stream_fn: StreamFn | None = None) -> StreamFn:
             return inner
         outer = AssistantMessageEventStream()
 
-        def pump() -> None:
+        def relay() -> Iterator[None]:
             try:
                 for event in inner:
                     if isinstance(event, DoneEvent):
@@ -274,13 +274,19 @@ def with_text_tool_calls(stream_fn: StreamFn | None = None) -> StreamFn:
                         if converted is not None:
                             event = DoneEvent(reason="tool_use", message=converted)
                     outer.push(event)
+                    yield
                 outer.end(inner.result())
+            except GeneratorExit:  # the consumer left early: so does the inner request
+                raise
             except BaseException as exc:  # the consumer sees the inner stream's failure
                 outer.fail(exc)
+            finally:
+                close = getattr(inner, "close", None)  # a stream_fn's own stream may lack it
+                if close is not None:
+                    close()
 
-        thread = threading.Thread(target=pump, name="agentkit-text-calls", daemon=True)
-        outer.set_producer(thread)
-        thread.start()
+        # Like a provider's request: relayed on the loop's thread as it reads, or on its own.
+        outer.start_producer(relay(), "agentkit-text-calls")
         return outer
 
     return stream

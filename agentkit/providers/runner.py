@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol
 from pydantic_core import from_json
 
 from ..errors import ProviderError
-from ..event_stream import AssistantMessageEventStream, consumed_here
+from ..event_stream import AssistantMessageEventStream
 from ..types import Context, Model, StreamOptions, as_stream_options
 from .builder import ABORTED_MESSAGE, MessageBuilder
 from .http import (
@@ -125,19 +125,8 @@ def run_stream(
     except Exception as exc:  # bad options must not raise either
         builder.fail("error", f"Invalid stream options or context: {exc}")
         return stream
-    steps = _run_request(spec, model, ctx, opts, builder)
-    if consumed_here():
-        stream.set_pump(steps)
-        return stream
-    thread = threading.Thread(target=_drain, args=(steps,), name="agentkit-http", daemon=True)
-    stream.set_producer(thread)  # result() returns once the request thread is gone
-    thread.start()
+    stream.start_producer(_run_request(spec, model, ctx, opts, builder), "agentkit-http")
     return stream
-
-
-def _drain(steps: Iterator[None]) -> None:
-    for _ in steps:
-        pass
 
 
 def _run_request(

@@ -20,10 +20,11 @@ from replay_server import (
     wait_no_http_threads,
 )
 
-from agentkit import Agent
+from agentkit import Agent, tool
 from agentkit.event_stream import EventStream
 from agentkit.providers import http as http_module
 from agentkit.providers import stream_simple
+from agentkit.repair import with_text_tool_calls
 
 CHAT = "openai-completions"
 
@@ -133,3 +134,50 @@ def test_a_pump_is_advanced_by_reads_and_closed_by_its_consumer() -> None:
     assert early.get() == 1
     early.close()  # the consumer left early: the producer's finally runs now
     assert closed.is_set() and steps == [1]
+
+
+def test_a_relayed_stream_is_read_on_the_worker_thread_and_aborted_at_once(
+    server: ReplayServer,
+) -> None:
+    """``with_text_tool_calls`` relays the request like a provider does: on the run's worker
+    thread, with no relay thread, and an abort of a stalled read ends it at once."""
+    text = chat_sse(*[{"content": f"w{i} "} for i in range(20)])
+    server.enqueue(Reply(text, stall_after=text.index(b"\n\n") + 2))
+    agent = Agent(
+        model=make_model(CHAT, server.url),
+        stream_fn=with_text_tool_calls(stream_simple),
+        api_key=API_KEY,
+        tools=[tool(echo)],  # a declared tool, so the stream is relayed, not passed through
+    )
+    relays: list[list[str]] = []
+
+    def listener(event: Any) -> None:
+        if event.type == "message_update":
+            relays.append([t.name for t in threading.enumerate() if t.name == "agentkit-text-calls"])
+            streaming.set()
+
+    streaming = threading.Event()
+    agent.subscribe(listener)
+    run = agent.start("hello")
+    try:
+        assert streaming.wait(5)
+        started = time.monotonic()
+        run.abort()
+        assert run.wait(5)
+        assert time.monotonic() - started < 1.0
+        result = run.result()
+        assert result.stop_reason == "aborted"
+        assert result[-1].text == "w0 "
+    finally:
+        server.release.set()
+    assert relays and not any(relays)  # no relay thread: the worker thread relayed it
+    assert not http_threads()
+
+
+def echo(text: str) -> str:
+    """Say ``text`` back.
+
+    Args:
+        text: What to say.
+    """
+    return text

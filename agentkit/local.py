@@ -748,16 +748,35 @@ class _Grammar:
         return "value"
 
     def object(self, schema: dict[str, Any], name: str) -> str:
-        """Known keys in any order, each value matching its schema (unknown keys only when the
-        schema allows them); whether the required ones are there is left to validation."""
+        """The declared keys, each value matching its schema. When the schema allows no other
+        keys, each key may appear once, in declared order, and the required ones must: a small
+        model that repeats a key then has to close the object instead of looping on it.
+        Otherwise any known or unknown key in any order (validation still checks the call)."""
+        properties = list(schema["properties"].items())
         pairs = []
-        for i, (key, sub) in enumerate(schema["properties"].items()):
+        for i, (key, sub) in enumerate(properties):
             label = _gbnf_literal(json.dumps(key, ensure_ascii=False))
-            pairs.append(f'{label} ws ":" ws {self.schema(sub, f"{name}-p{i}")}')
+            pairs.append(self.add(f"{name}-p{i}-kv", f'{label} ws ":" ws {self.schema(sub, f"{name}-p{i}")}'))
         if schema.get("additionalProperties") is not False:
-            pairs.append('string ":" ws value')
-        pair = self.add(f"{name}-kv", " | ".join(pairs))
-        return self.add(name, f'"{{" ws ({pair} ("," ws {pair})*)? ws "}}"')
+            pair = self.add(f"{name}-kv", " | ".join([*pairs, 'string ":" ws value']))
+            return self.add(name, f'"{{" ws ({pair} ("," ws {pair})*)? ws "}}"')
+        required = set(schema.get("required") or ())
+        # first<i>: the keys from i on, with none written before; next<i>: the same after one.
+        first = after = ""
+        for i in reversed(range(len(properties))):
+            chain = f"{pairs[i]} {after}".rstrip()
+            optional = properties[i][0] not in required
+            if i > 0:
+                step = f'"," ws {chain}'
+                body = _either(step, after) if optional else step
+                after = self.add(f"{name}-next{i}", body)
+            first = self.add(f"{name}-first{i}", _either(chain, first) if optional else chain)
+        return self.add(name, f'"{{" ws {first} ws "}}"' if first else '"{" ws "}"')
+
+
+def _either(rule: str, otherwise: str) -> str:
+    """``rule`` or else ``otherwise``, where an empty ``otherwise`` is nothing at all."""
+    return f"{rule} | {otherwise}" if otherwise else f"({rule})?"
 
 
 _GBNF_REPLY = r"""

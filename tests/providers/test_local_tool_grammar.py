@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gbnf import matches
 from replay_server import ReplayServer, Reply
 
 from agentkit import Agent, tool
@@ -116,16 +117,42 @@ def test_without_a_system_message_one_is_added_and_the_grammar_is_optional() -> 
 
 def test_the_grammar_names_only_declared_tools_keys_and_types() -> None:
     grammar = tool_call_grammar(_payload()["tools"])
-    rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines() if line.strip())
-    assert rules["root"] == 'call | answer | ""'
-    assert rules["call"].count('\\"name\\"') == 1 and rules["calls"].startswith('"\\"read_file')
-    pairs = rules["tool0-args-kv"]
-    assert '"\\"path\\"" ws ":" ws string' in pairs
-    assert '"\\"text\\""' in rules["tool0-args-p1"] and '"\\"raw\\""' in rules["tool0-args-p1"]
-    assert "string \":\" ws value" not in pairs  # no keys beyond the declared ones
-    # An answer may begin with anything but the start of a call, fenced or not.
-    assert rules["answer"].startswith("[^{`] .*")
-    assert rules["call"].startswith("fence? sp")
+    call = '{"name": "read_file", "arguments": %s}'
+    for arguments in ('{"path": "a.txt"}', '{"path": "a.txt", "mode": "raw"}', '{ "path" : "" }'):
+        assert matches(grammar, call % arguments), arguments
+    fenced = '```json\n{\n  "name": "read_file",\n  "arguments": {\n    "path": "a"\n  }\n}\n```'
+    assert matches(grammar, fenced)
+    for arguments in (
+        '{"path": "a", "type": "string"}',  # a key beyond the declared ones
+        '{"path": 3}',  # a value of the wrong type
+        '{"path": "a", "mode": "fast"}',  # outside the enum
+        '{"mode": "raw"}',  # the required key missing
+    ):
+        assert not matches(grammar, call % arguments), arguments
+    assert not matches(grammar, '{"name": "write_file", "arguments": {"path": "a"}}')
+    assert not matches(grammar, '{"name": "read_file", "arguments": {"path": "a"}} and more')
+    # Any reply that does not begin like a call is an answer, fenced code and JSON included.
+    for answer in ("", "It says hello.\nTwo lines.", "```python\nprint(1)\n```", '{"a": 1}'):
+        assert matches(grammar, answer), answer
+
+
+def test_a_key_comes_once_in_declared_order_so_a_repeating_model_must_stop() -> None:
+    # The embedded model, fenced, once looped on '"path": ".",' until the context ran out.
+    grammar = tool_call_grammar(_payload()["tools"])
+    call = '{"name": "read_file", "arguments": %s}'
+    assert not matches(grammar, call % '{"path": ".", "path": "."}')
+    assert not matches(grammar, call % '{"mode": "raw", "path": "a"}')  # out of declared order
+    assert matches(grammar, call % '{"path": "a", "mode": "text"}')
+
+
+def test_an_open_schema_lets_any_key_through_and_a_keyless_one_only_braces() -> None:
     open_schema = _payload()["tools"][0]
     open_schema["function"]["parameters"].pop("additionalProperties")
-    assert 'string ":" ws value' in tool_call_grammar([open_schema])
+    grammar = tool_call_grammar([open_schema])
+    call = '{"name": "read_file", "arguments": %s}'
+    assert matches(grammar, call % '{"mode": "raw", "path": "a", "extra": [1, {"b": null}]}')
+    keyless = {"type": "function", "function": {"name": "now", "parameters": {
+        "type": "object", "properties": {}, "additionalProperties": False}}}
+    grammar = tool_call_grammar([keyless])
+    assert matches(grammar, '{"name": "now", "arguments": { }}')
+    assert not matches(grammar, '{"name": "now", "arguments": {"at": 1}}')

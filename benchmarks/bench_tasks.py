@@ -12,8 +12,8 @@ Run from the repository root::
 
     python benchmarks/bench_tasks.py                  # all tasks
     python benchmarks/bench_tasks.py -k edit -k read  # tasks whose name contains a word
-    python benchmarks/bench_tasks.py -k read --repeat 7 --cold   # a cold run, then six warm
-    python benchmarks/bench_tasks.py -k read --repeat 6 --no-keep-server  # a server per run
+    python benchmarks/bench_tasks.py --only read --repeat 7 --cold   # a cold run, six warm
+    python benchmarks/bench_tasks.py --only read --repeat 6 --no-keep-server  # a server per run
     python benchmarks/bench_tasks.py --report results.jsonl   # summarise earlier results
 """
 
@@ -335,6 +335,7 @@ def summarise(results: list[dict[str, object]]) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", action="append", default=[], help="only tasks whose name has this")
+    parser.add_argument("--only", action="append", default=[], help="only the task of this name")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per task")
     parser.add_argument("--out", default="bench_tasks.jsonl", help="where results are appended")
     parser.add_argument("--fresh", action="store_true", help="run the fresh tasks instead")
@@ -354,6 +355,7 @@ def main() -> None:
         return
     pool = FRESH_TASKS if args.fresh else TASKS
     chosen = [t for t in pool if not args.k or any(word in t.name for word in args.k)]
+    chosen = [t for t in chosen if not args.only or t.name in args.only]
     chosen = chosen * max(1, args.repeat)
     extra = ("--no-keep-server",) if args.no_keep_server else ()
     if args.cold:

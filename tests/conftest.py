@@ -46,7 +46,21 @@ def kept_servers_stay_in_the_suite(tmp_path_factory: pytest.TempPathFactory) -> 
         from agentkit.local_server import stop_kept_server
 
         stop_kept_server()
+        left = [
+            entry.name
+            for entry in Path("/proc").glob("[0-9]*")
+            if _runs_kept_server_in(entry / "cmdline", directory)
+        ]
+        assert not left, f"kept local servers outlived the test suite: pids {left}"
         if before is None:
             os.environ.pop("AGENTKIT_SERVER_DIR", None)
         else:
             os.environ["AGENTKIT_SERVER_DIR"] = before
+
+
+def _runs_kept_server_in(cmdline: Path, directory: Path) -> bool:
+    try:
+        argv = cmdline.read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"agentkit.local_server" in argv and str(directory).encode() in argv

@@ -399,10 +399,17 @@ def _local_model(path: str | None, ctx_size: int | None, io: _Io) -> Model:
     if path is not None:
         options["model_path"] = path
     try:
-        from .local_server import keep_server_default, kept_server
-
         server: local.LocalModel
-        if io.keep_server or (io.keep_server is None and keep_server_default()):
+        keep = io.keep_server
+        if os.name != "posix":  # the kept server needs fcntl locks and sessions
+            keep = False
+        elif keep is None:
+            from .local_server import keep_server_default
+
+            keep = keep_server_default()
+        if keep:
+            from .local_server import kept_server
+
             server = kept_server(on_start=starting, **options)
             if server.reused:
                 io.err(f"agentkit: using the local model server kept from an earlier run "
@@ -418,6 +425,9 @@ def _local_model(path: str | None, ctx_size: int | None, io: _Io) -> Model:
 
 def _server_command(args: argparse.Namespace, io: _Io) -> int:
     """Carry out ``agentkit server status|start|stop``; return the exit status."""
+    if os.name != "posix":
+        io.err("agentkit: the kept local model server needs a POSIX system")
+        return 2
     from . import local
     from .local_server import kept_server, read_state, server_dir, stale_reason, stop_kept_server
 

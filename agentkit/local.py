@@ -297,18 +297,20 @@ def local_model(
     *,
     context_window: int = CONTEXT_WINDOW,
     max_tokens: int = MAX_TOKENS,
+    api_key: str | None = None,
 ) -> Model:
     """The :class:`Model` for an embedded server at ``url`` (``http://127.0.0.1:PORT``).
 
     ``openai-completions`` and ``openai-responses`` get ``url + "/v1"``, ``anthropic-messages``
     the host root. Costs are zero; the llama.cpp server quirks come from the providers' preset.
+    ``api_key`` is the server's own key (a kept server has one), sent as a bearer token.
     """
     from .providers.catalog import local_model as local_server_model
 
     if api not in LOCAL_APIS:
         raise ValueError(f"the local server does not speak {api!r}; use one of {LOCAL_APIS}")
     root = url.rstrip("/")
-    return local_server_model(
+    model = local_server_model(
         root if api == "anthropic-messages" else root + "/v1",
         MODEL_ID,
         server="llamacpp",
@@ -318,6 +320,23 @@ def local_model(
         max_tokens=min(max_tokens, context_window),
         provider=PROVIDER,
     )
+    if api_key is None:
+        return model
+    return model.model_copy(update={"headers": {**(model.headers or {}), **_auth(api_key)}})
+
+
+def _auth(api_key: str | None) -> dict[str, str]:
+    """The header that llama.cpp's server checks its key in (none without a key)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _loopback_session(api_key: str | None = None) -> requests.Session:
+    """A session for calls to a server on this machine: no proxy from the environment, and the
+    server's key when it has one."""
+    session = requests.Session()
+    session.trust_env = False  # a proxy from the environment must not see loopback calls
+    session.headers.update(_auth(api_key))
+    return session
 
 
 # --- the server -------------------------------------------------------------------------------
@@ -327,11 +346,21 @@ class LocalModel:
     """A running embedded llama.cpp server and the :class:`Model` objects that reach it.
 
     Made by :func:`start_local_model`. It keeps serving until :meth:`stop` (idempotent), the end
-    of a ``with`` block, or interpreter exit.
+    of a ``with`` block, or interpreter exit. A server kept across processes
+    (:func:`agentkit.local_server.kept_server`) is one too: there :meth:`stop` only lets go of
+    it, and the server process ends by itself once idle.
     """
 
     def __init__(
-        self, server: Any, url: str, model_path: Path, n_ctx: int, slot_dir: Path | None = None
+        self,
+        server: Any,
+        url: str,
+        model_path: Path,
+        n_ctx: int,
+        slot_dir: Path | None = None,
+        *,
+        api_key: str | None = None,
+        pid: int | None = None,
     ) -> None:
         # Guards _server: stop() may race with itself (atexit, another thread).
         self._lock = threading.Lock()
@@ -342,6 +371,12 @@ class LocalModel:
         self.n_ctx = n_ctx
         self.slot_dir = slot_dir
         """Where saved KV caches live (None: prefix caching is off)."""
+        self.api_key = api_key
+        """The key the server requires (None: it requires none); never shown in its repr."""
+        self.pid = pid if pid is not None else os.getpid()
+        """The process the server runs in (this one, unless it is a kept server)."""
+        self.reused = False
+        """Whether a kept server was found running rather than started for this caller."""
         host_port = self.url.split("://", 1)[-1]
         host, _, port = host_port.rpartition(":")
         self.host = host
@@ -364,7 +399,7 @@ class LocalModel:
 
     def model_for(self, api: LocalApi = "openai-completions") -> Model:
         """The server as a model speaking ``api``."""
-        return local_model(self.url, api, context_window=self.n_ctx)
+        return local_model(self.url, api, context_window=self.n_ctx, api_key=self.api_key)
 
     def openai_responses_model(self) -> Model:
         """The server as an ``openai-responses`` model (base URL ``.../v1``)."""
@@ -377,8 +412,7 @@ class LocalModel:
     def _slot_action(self, action: str, key: str, timeout: float) -> bool:
         if not self.running or self.slot_dir is None or not _KEY.match(key):
             return False
-        with requests.Session() as session:
-            session.trust_env = False
+        with _loopback_session(self.api_key) as session:
             try:
                 response = session.post(
                     f"{self.url}/slots/0?action={action}",
@@ -439,7 +473,7 @@ class LocalModel:
         """Whether the server answers ``/health`` with 200 right now."""
         if not self.running:
             return False
-        return _probe_health(self.url, timeout) is None
+        return _probe_health(self.url, timeout, self.api_key) is None
 
     def stop(self) -> None:
         """Stop the server and free its port and threads; calling it again does nothing."""
@@ -504,12 +538,13 @@ def _port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def _probe_health(url: str, timeout: float) -> str | None:
-    """``None`` when ``/health`` says 200, else a short description of what it said."""
-    with requests.Session() as session:
-        session.trust_env = False  # a proxy from the environment must not see loopback calls
+def _probe_health(url: str, timeout: float, api_key: str | None = None) -> str | None:
+    """``None`` when ``/health`` says 200 (with a key: when ``/v1/models`` accepts it), else a
+    short description of what it said."""
+    with _loopback_session(api_key) as session:
         try:
-            response = session.get(url + "/health", timeout=timeout)
+            path = "/v1/models" if api_key else "/health"
+            response = session.get(url + path, timeout=timeout)
         except requests.RequestException as exc:
             return f"{type(exc).__name__}: {exc}"
     if response.status_code == 200:
@@ -517,14 +552,16 @@ def _probe_health(url: str, timeout: float) -> str | None:
     return f"HTTP {response.status_code}: {response.text[:200]}"
 
 
-def _wait_healthy(url: str, timeout: float, signal: AbortSignal | None) -> None:
+def _wait_healthy(
+    url: str, timeout: float, signal: AbortSignal | None, api_key: str | None = None
+) -> None:
     """Poll ``/health`` until it answers 200; raise on timeout, or on abort."""
     deadline = time.monotonic() + timeout
     while True:
         if signal is not None:
             signal.throw_if_aborted()
         remaining = deadline - time.monotonic()
-        problem = _probe_health(url, max(0.1, min(2.0, remaining)))
+        problem = _probe_health(url, max(0.1, min(2.0, remaining)), api_key)
         if problem is None:
             return
         if time.monotonic() >= deadline:
@@ -551,6 +588,9 @@ def start_local_model(
     startup_timeout: float = 60.0,
     signal: AbortSignal | None = None,
     prefix_cache: bool = True,
+    api_key: str | None = None,
+    metrics: bool = False,
+    n_batch: int = 512,
 ) -> LocalModel:
     """Start the embedded server in this process and return it once ``/health`` answers.
 
@@ -558,7 +598,12 @@ def start_local_model(
     otherwise the verified weights come from :func:`prepare_weights` (``parts`` and
     ``cache_directory`` pass through). ``startup_timeout`` bounds the health wait and ``signal``
     aborts it (and the first-time join). ``prefix_cache`` enables :meth:`LocalModel.save_prefix`
-    and :meth:`LocalModel.restore_prefix` (files under ``cache_dir()/kv``). Raises :class:`LocalModelError` (or a subclass) with
+    and :meth:`LocalModel.restore_prefix` (files under ``cache_dir()/kv``). With ``api_key``
+    every request but ``/health`` must carry it (``Authorization: Bearer ...``; the models of
+    the returned server do); ``metrics`` turns on llama.cpp's ``/metrics``. ``n_batch`` is the
+    number of prompt tokens read per step: the server notices a request whose client left only
+    between steps. Raises
+    :class:`LocalModelError` (or a subclass) with
     what to do when the extra is missing, the weights are wrong, the port is taken, or the
     server does not start.
     """
@@ -596,11 +641,14 @@ def start_local_model(
     params.verbosity = 0
     # The server notices a cancelled request between batches: a smaller batch bounds the CPU a
     # request keeps using after its client left (Ctrl-C in chat) to about one batch.
-    params.n_batch = 512
+    params.n_batch = n_batch
     params.warmup = False  # an empty warm-up decode costs start-up time and buys nothing here
     # Fitting probes device memory to offload layers to a GPU; on this CPU-only runtime it only
     # loads the model twice (about 1.3 s of a 3 s start on two cores).
     params.fit_params = False
+    if api_key:
+        params.api_keys = [api_key]
+    params.endpoint_metrics = metrics
     slot_dir: Path | None = None
     if prefix_cache:
         slot_dir = Path(cache_directory) if cache_directory is not None else cache_dir()
@@ -624,11 +672,13 @@ def start_local_model(
             f"file is a GGUF model (delete {where} to rebuild it) and that about 700 MB of "
             "memory is free"
         ) from exc
-    local = LocalModel(server, str(server.listening_address), path, n_ctx, slot_dir)
+    local = LocalModel(
+        server, str(server.listening_address), path, n_ctx, slot_dir, api_key=api_key
+    )
     with _registry_lock:
         _running.add(local)
     try:
-        _wait_healthy(local.url, startup_timeout, signal)
+        _wait_healthy(local.url, startup_timeout, signal, api_key)
     except BaseException:
         local.stop()
         raise

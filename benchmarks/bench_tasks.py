@@ -3,13 +3,17 @@ the answer. Reports the success rate, time to first token and total time per tas
 
 Every task runs as a user would run it: the installed command in a subprocess (``--yes``,
 ``--json``), in a fresh copy of a small workspace, with no provider key, so on the embedded
-local model. The first task also pays for saving the prompt prefix's KV cache; the rest reuse
-it. Results are appended to a JSONL file as they come, so an interrupted run still reports.
+local model. The first run starts the kept local server (unless one runs already) and saves
+the prompt prefix's KV cache; the rest reuse both. Results are appended to a JSONL file as they
+come, so an interrupted run still reports. A kept server the bench started is stopped at its
+end.
 
 Run from the repository root::
 
     python benchmarks/bench_tasks.py                  # all tasks
     python benchmarks/bench_tasks.py -k edit -k read  # tasks whose name contains a word
+    python benchmarks/bench_tasks.py --only read --repeat 7 --cold   # a cold run, six warm
+    python benchmarks/bench_tasks.py --only read --repeat 6 --no-keep-server  # a server per run
     python benchmarks/bench_tasks.py --report results.jsonl   # summarise earlier results
 """
 
@@ -231,9 +235,24 @@ def agentkit_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "agentkit"]
 
 
-def run_task(task: Task, timeout: float, keep: Path | None = None) -> dict[str, object]:
+def server_running() -> bool:
+    """Whether a kept local server runs (``agentkit server status``)."""
+    done = subprocess.run(
+        [*agentkit_command(), "server", "status"], capture_output=True, text=True, cwd=ROOT
+    )
+    return done.returncode == 0
+
+
+def stop_server() -> None:
+    subprocess.run([*agentkit_command(), "server", "stop"], capture_output=True, cwd=ROOT)
+
+
+def run_task(
+    task: Task, timeout: float, keep: Path | None = None, extra: tuple[str, ...] = ()
+) -> dict[str, object]:
     """Run one task in a fresh workspace; its outcome and timings. With ``keep``, the run's
-    JSON event lines and stderr are written to ``keep/<task>.jsonl`` and ``.err`` to study."""
+    JSON event lines and stderr are written to ``keep/<task>.jsonl`` and ``.err`` to study.
+    ``extra`` are more options for ``agentkit run``."""
     with tempfile.TemporaryDirectory(prefix="agentkit-task-") as tmp:
         workspace = make_workspace(Path(tmp))
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
@@ -247,6 +266,7 @@ def run_task(task: Task, timeout: float, keep: Path | None = None) -> dict[str, 
             "--json",
             "--max-turns",
             "6",
+            *extra,
         ]
         started = time.monotonic()
         try:
@@ -285,6 +305,7 @@ def run_task(task: Task, timeout: float, keep: Path | None = None) -> dict[str, 
             "rc": done.returncode,
             "total_s": round(total, 2),
             "first_token_s": first_token,
+            "server": "started" if "starting the local model" in done.stderr else "reused",
             "tools": tool_calls,
             "answer": answer[:300],
             "errors": errors,
@@ -303,6 +324,10 @@ def summarise(results: list[dict[str, object]]) -> dict[str, object]:
         "success_rate": round(len(ok) / len(ran), 3) if ran else None,
         "median_total_s": round(statistics.median(totals), 2) if totals else None,
         "median_first_token_s": round(statistics.median(firsts), 2) if firsts else None,
+        "first_run_total_s": ran[0].get("total_s") if ran else None,
+        "runs_after_the_first_median_total_s": (
+            round(statistics.median(totals[1:]), 2) if len(totals) > 1 else None
+        ),
         "failed": [r["task"] for r in ran if not r["ok"]],
     }
 
@@ -310,11 +335,19 @@ def summarise(results: list[dict[str, object]]) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", action="append", default=[], help="only tasks whose name has this")
+    parser.add_argument("--only", action="append", default=[], help="only the task of this name")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per task")
     parser.add_argument("--out", default="bench_tasks.jsonl", help="where results are appended")
     parser.add_argument("--fresh", action="store_true", help="run the fresh tasks instead")
     parser.add_argument("--keep", help="a folder to keep each task's event lines and stderr in")
     parser.add_argument("--report", help="only summarise this JSONL file of earlier results")
+    parser.add_argument("--repeat", type=int, default=1, help="run the chosen tasks N times")
+    parser.add_argument(
+        "--cold", action="store_true", help="stop the kept server first: the first run starts it"
+    )
+    parser.add_argument(
+        "--no-keep-server", action="store_true", help="give every run a server of its own"
+    )
     args = parser.parse_args()
     if args.report:
         lines = Path(args.report).read_text(encoding="utf-8").splitlines()
@@ -322,15 +355,25 @@ def main() -> None:
         return
     pool = FRESH_TASKS if args.fresh else TASKS
     chosen = [t for t in pool if not args.k or any(word in t.name for word in args.k)]
+    chosen = [t for t in chosen if not args.only or t.name in args.only]
+    chosen = chosen * max(1, args.repeat)
+    extra = ("--no-keep-server",) if args.no_keep_server else ()
+    if args.cold:
+        stop_server()
+    was_running = server_running()
     results = []
     with open(args.out, "a", encoding="utf-8") as out:
         for task in chosen:
-            result = run_task(task, args.timeout, Path(args.keep) if args.keep else None)
+            keep = Path(args.keep) if args.keep else None
+            result = run_task(task, args.timeout, keep, extra)
             results.append(result)
             out.write(json.dumps(result) + "\n")
             out.flush()
             mark = "ok  " if result["ok"] else "FAIL"
-            print(f"{mark} {task.name:18} {result.get('total_s', '-')} s", flush=True)
+            took = f"{result.get('total_s', '-')} s, first token {result.get('first_token_s')} s"
+            print(f"{mark} {task.name:18} {took} ({result.get('server')})", flush=True)
+    if not was_running:
+        stop_server()
     print(json.dumps(summarise(results), indent=2))
 
 

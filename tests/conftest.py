@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,3 +31,36 @@ def embedded_server() -> Any:
         return local.get_local_server()
     except local.LocalModelNotInstalledError as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kept_servers_stay_in_the_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterable[Path]:
+    """A kept local server that a test starts (``agentkit run`` keeps one by default) lives in
+    a folder of the suite's own, never the user's, and is stopped when the suite ends."""
+    directory = tmp_path_factory.mktemp("kept-server")
+    before = os.environ.get("AGENTKIT_SERVER_DIR")
+    os.environ["AGENTKIT_SERVER_DIR"] = str(directory)
+    try:
+        yield directory
+    finally:
+        from agentkit.local_server import stop_kept_server
+
+        stop_kept_server()
+        left = [
+            entry.name
+            for entry in Path("/proc").glob("[0-9]*")
+            if _runs_kept_server_in(entry / "cmdline", directory)
+        ]
+        assert not left, f"kept local servers outlived the test suite: pids {left}"
+        if before is None:
+            os.environ.pop("AGENTKIT_SERVER_DIR", None)
+        else:
+            os.environ["AGENTKIT_SERVER_DIR"] = before
+
+
+def _runs_kept_server_in(cmdline: Path, directory: Path) -> bool:
+    try:
+        argv = cmdline.read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"agentkit.local_server" in argv and str(directory).encode() in argv

@@ -157,6 +157,7 @@ def test_default_model_is_the_embedded_one_without_keys(monkeypatch: pytest.Monk
 
     for _, env, _ in cli.DEFAULT_MODELS:
         monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv("AGENTKIT_KEEP_SERVER", "0")  # the in-process server, replaced below
     fake = Model(id="qwen", api="openai-completions", provider="local", base_url="http://x/v1")
     monkeypatch.setattr(local, "get_local_server", lambda **kw: type("S", (), {"model": fake})())
     err = io.StringIO()
@@ -617,6 +618,7 @@ def test_json_says_the_local_model_is_starting(
 
     for _, env, _ in cli.DEFAULT_MODELS:
         monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv("AGENTKIT_KEEP_SERVER", "0")  # the in-process server, replaced below
     weights = workspace.parent / "m.gguf"
     weights.write_bytes(b"GGUF")
     server = local.LocalModel(object(), "http://127.0.0.1:9", weights, 4096, slot_dir=None)

@@ -16,8 +16,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -74,6 +72,8 @@ from .types import (
 )
 
 if TYPE_CHECKING:  # an Approvals broker is made by the application, which imports the module
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from .approvals import Approvals
 
 __all__ = [
@@ -331,6 +331,10 @@ class _ToolThreads:
     ) -> Future[None]:
         """Run ``fn(index)`` on the pool inside ``scope``, the call's own contextvars."""
         if self.pool is None:
+            # Imported with a run's first pool: ``import agentkit`` never needs it, nor the
+            # ``logging`` it imports (together a few ms of every start-up).
+            from concurrent.futures import ThreadPoolExecutor
+
             self.pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="agentkit-tool")
         return self.pool.submit(scope.run, fn, index)
 
@@ -1071,7 +1075,9 @@ def _run_prepared(
             if not signal.aborted:
                 # The run is failing mid-batch (an ``on_end`` listener raised): give the running
                 # tools the grace period to finish, but never hang the failure on them.
-                wait_futures(futures, timeout=grace)
+                from concurrent.futures import wait
+
+                wait(futures, timeout=grace)
             threads.clean = False  # the pool's owner must not wait for a tool given up on
     return [o for o in outcomes if o is not None]
 

@@ -207,33 +207,19 @@ def test_dict_messages_are_not_remembered() -> None:
     assert len(MEMO) == before
 
 
+def look_call(call_id: str, n: int) -> dict[str, Any]:
+    """A streamed delta calling the ``look`` tool with ``{"n": n}``."""
+    function = {"name": "look", "arguments": json.dumps({"n": n})}
+    return {"tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": function}]}
+
+
 def test_hooks_that_edit_the_transcript_are_seen_over_http(server: ReplayServer) -> None:
     """A run of three requests whose ``transform_context`` edits an earlier tool result in place
-    before each request, and whose ``convert_to_llm`` hands over copies: every request body
-    carries the transcript as it is at that moment."""
-    call = {
-        "tool_calls": [
-            {
-                "index": 0,
-                "id": "c1",
-                "type": "function",
-                "function": {"name": "look", "arguments": '{"n": 1}'},
-            }
-        ]
-    }
-    call2 = {
-        "tool_calls": [
-            {
-                "index": 0,
-                "id": "c2",
-                "type": "function",
-                "function": {"name": "look", "arguments": '{"n": 2}'},
-            }
-        ]
-    }
+    before each request, and whose ``convert_to_llm`` returns a new list each time: every
+    request body carries the transcript as it is at that moment."""
     server.enqueue(
-        Reply(chat_sse(call, finish="tool_calls")),
-        Reply(chat_sse(call2, finish="tool_calls")),
+        Reply(chat_sse(look_call("c1", 1), finish="tool_calls")),
+        Reply(chat_sse(look_call("c2", 2), finish="tool_calls")),
         Reply(chat_sse({"content": "done"})),
     )
     requests = 0

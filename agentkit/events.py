@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from .types import (
     AgentToolResult,
     AssistantMessage,
+    FieldsEqRepr,
     ToolCall,
     ToolResultMessage,
     to_serialisable,
@@ -32,18 +33,12 @@ _event = dataclass(slots=True, init=False, repr=False, eq=False)
 slots, whose methods come from :class:`_Event` and its own ``__init__``."""
 
 
-class _Event:
-    """What every event shares: frozen (assigning or deleting a field raises
-    ``dataclasses.FrozenInstanceError``), equal to an event of the same class with equal fields,
-    hashable when its fields are, a dataclass-style ``repr``, and copyable and picklable.
-
-    The fields are the class's ``__match_args__``, which ``@dataclass`` sets in field order."""
+class _Event(FieldsEqRepr):
+    """What every event shares: equality and ``repr`` by fields (:class:`FieldsEqRepr`),
+    frozen (assigning or deleting a field raises ``dataclasses.FrozenInstanceError``), hashable
+    when its fields are, and copyable and picklable."""
 
     __slots__ = ()
-    __match_args__: tuple[str, ...] = ()
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple([getattr(self, name) for name in self.__match_args__])
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -51,18 +46,8 @@ class _Event:
     def __delattr__(self, name: str) -> None:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, _Event)
-        return self._values() == other._values()
-
     def __hash__(self) -> int:
         return hash(self._values())
-
-    def __repr__(self) -> str:
-        fields_ = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__match_args__)
-        return f"{self.__class__.__qualname__}({fields_})"
 
     def __getstate__(self) -> tuple[Any, ...]:
         return self._values()

@@ -61,6 +61,7 @@ from .types import (
     AgentToolResult,
     AssistantMessage,
     Context,
+    FieldsEqRepr,
     Model,
     StreamOptions,
     ThinkingLevel,
@@ -109,8 +110,8 @@ def default_convert_to_llm(messages: list[Any]) -> list[Any]:
     return [m for m in messages if role_of(m) in LLM_ROLES]
 
 
-@dataclass
-class AgentLoopConfig:
+@dataclass(eq=False, repr=False)
+class AgentLoopConfig(FieldsEqRepr):
     """Every hook and option of a run (SPEC 2.7), each defined here once.
 
     Hooks run on the loop's thread; a hook that raises fails the run, except the tool hooks,
@@ -301,8 +302,8 @@ def _loop_stream(run: Callable[[Emit], list[Any]]) -> EventStream[AgentEvent, li
 # --- the loop ---------------------------------------------------------------------------------
 
 
-@dataclass
-class _LoopState:
+@dataclass(eq=False, repr=False)
+class _LoopState(FieldsEqRepr):
     context: AgentContext
     config: AgentLoopConfig
     new_messages: RunResult
@@ -708,8 +709,8 @@ def _aborted_message(partial: AssistantMessage | None, model: Model) -> Assistan
 # group of one without events.
 
 
-@dataclass
-class _Prepared:
+@dataclass(eq=False, repr=False)
+class _Prepared(FieldsEqRepr):
     tool_call: ToolCall
     tool: AgentTool
     args: Any

@@ -201,7 +201,7 @@ def build_messages(
         entry, images = kept
         if isinstance(message, ToolResultMessage):
             pending_images.extend(images)  # sent after the run of results this one is in
-        else:
+        elif pending_images:
             flush_images()
         if entry is not None:
             messages.append(entry)

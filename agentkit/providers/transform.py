@@ -93,8 +93,6 @@ _CONVERTIBLE = frozenset(_BY_ROLE.values())
 
 
 def _validate(message: Any) -> UserMessage | AssistantMessage | ToolResultMessage | None:
-    if message.__class__ in _CONVERTIBLE:  # one of ours already (the usual case)
-        return message
     cls = _BY_ROLE.get(role_of(message) or "")
     if cls is None:
         return None
@@ -153,10 +151,6 @@ def fingerprint(message: Any) -> tuple[Any, ...] | None:
     return tuple(parts)
 
 
-def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    return len(a) == len(b) and all(map(operator.is_, a, b))
-
-
 class _Entry:
     """One message's remembered conversion: for which message (weakly), under which settings,
     as of which fingerprint; ``converted`` is ``_SAME`` when the message itself is passed on
@@ -206,7 +200,8 @@ class ConversionMemo:
             entry is not None
             and entry.ref() is message
             and entry.key == key
-            and _same(entry.fingerprint, current)
+            and len(entry.fingerprint) == len(current)
+            and all(map(operator.is_, entry.fingerprint, current))
         ):
             return (message if entry.converted is _SAME else entry.converted), entry.memo
         converted = convert(message)
@@ -271,7 +266,7 @@ def prepare_context(
         pending.clear()
 
     for raw in rest:
-        message = _validate(raw)
+        message = raw if raw.__class__ in _CONVERTIBLE else _validate(raw)
         if message is None:
             continue
         if message is raw:
@@ -279,7 +274,8 @@ def prepare_context(
         else:  # validated from a dict or another object: new on every request
             converted, memo = convert(message), None
         if isinstance(message, AssistantMessage):
-            flush_pending()
+            if pending:
+                flush_pending()
             if converted is None:  # failed, aborted, or nothing left to send
                 continue
             for block in converted.content:
@@ -288,7 +284,7 @@ def prepare_context(
         elif isinstance(message, ToolResultMessage):
             if pending.pop(converted.tool_call_id, None) is None:
                 continue  # a result for a call the model will not see
-        else:
+        elif pending:
             flush_pending()
         out.append(converted)
         memos.append(memo)

@@ -11,7 +11,6 @@ import contextvars
 import dataclasses
 import functools
 import importlib
-import logging
 import queue
 import threading
 import time
@@ -68,9 +67,18 @@ from .types import (
 )
 
 if TYPE_CHECKING:
+    import logging
+
     from .sessions import Session, SessionWriter
 
-logger = logging.getLogger("agentkit")
+
+def _logger() -> logging.Logger:
+    """The ``agentkit`` logger. Only failures are logged (a raising callback or listener), so
+    ``logging`` is imported at the first one rather than with agentkit (a few ms of import)."""
+    import logging
+
+    return logging.getLogger("agentkit")
+
 
 QueueMode = Literal["all", "one-at-a-time"]
 Listener = Callable[[AgentEvent], Any]
@@ -317,7 +325,7 @@ class Run:
             try:
                 fn(self)
             except Exception:
-                logger.exception("agentkit: a run's done callback raised")
+                _logger().exception("agentkit: a run's done callback raised")
 
 
 class Agent:
@@ -618,7 +626,7 @@ class Agent:
             try:
                 fn()
             except Exception:
-                logger.exception("agentkit: a close callback raised")
+                _logger().exception("agentkit: a close callback raised")
 
     def add_close_callback(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` when :meth:`close` has ended the agent's last run."""
@@ -864,9 +872,9 @@ class Agent:
                 try:
                     listener(event)
                 except Exception:
-                    logger.exception("agentkit: a listener raised while reporting a failed run")
+                    _logger().exception("agentkit: a listener raised while reporting a failed run")
         if not isinstance(exc, Exception):  # KeyboardInterrupt/SystemExit inside a hook
-            logger.warning("agentkit: run stopped by %s", type(exc).__name__)
+            _logger().warning("agentkit: run stopped by %s", type(exc).__name__)
         return [failure]
 
 

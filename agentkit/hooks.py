@@ -12,6 +12,7 @@ from .types import (
     AgentContext,
     AgentToolResult,
     AssistantMessage,
+    FieldsEqRepr,
     Model,
     ThinkingLevel,
     ToolCall,
@@ -20,8 +21,8 @@ from .types import (
 )
 
 
-@dataclass
-class BeforeToolCallContext:
+@dataclass(eq=False, repr=False)
+class BeforeToolCallContext(FieldsEqRepr):
     """For ``before_tool_call(ctx, signal)``, called after a call's arguments were validated.
 
     ``args`` is the validated dict; changes to it are executed without re-validation.
@@ -34,8 +35,8 @@ class BeforeToolCallContext:
     context: AgentContext
 
 
-@dataclass
-class BeforeToolCallResult:
+@dataclass(eq=False, repr=False)
+class BeforeToolCallResult(FieldsEqRepr):
     """``block`` stops the call with ``reason`` (or "Tool execution was blocked") as its error;
     ``terminate`` on a blocked call asks the loop to stop after the batch."""
 
@@ -44,8 +45,8 @@ class BeforeToolCallResult:
     terminate: bool = False
 
 
-@dataclass
-class AfterToolCallContext:
+@dataclass(eq=False, repr=False)
+class AfterToolCallContext(FieldsEqRepr):
     """For ``after_tool_call(ctx, signal)``, called after a tool ran, before its end event."""
 
     assistant_message: AssistantMessage
@@ -56,8 +57,8 @@ class AfterToolCallContext:
     context: AgentContext
 
 
-@dataclass
-class AfterToolCallResult:
+@dataclass(eq=False, repr=False)
+class AfterToolCallResult(FieldsEqRepr):
     """Field-level replacements of the tool's result; ``None`` keeps a field.
 
     Replacing ``content`` without giving ``structured_content`` drops the old one.
@@ -72,8 +73,8 @@ class AfterToolCallResult:
     terminate: bool | None = None
 
 
-@dataclass
-class TurnContext:
+@dataclass(eq=False, repr=False)
+class TurnContext(FieldsEqRepr):
     """A finished turn, for ``finish_turn(turn, signal)`` and ``prepare_next_turn(turn)``."""
 
     message: AssistantMessage
@@ -82,8 +83,8 @@ class TurnContext:
     new_messages: list[Any]
 
 
-@dataclass
-class RequestContext:
+@dataclass(eq=False, repr=False)
+class RequestContext(FieldsEqRepr):
     """For ``prepare_request(request, signal)``, called before every model request."""
 
     context: AgentContext
@@ -91,8 +92,8 @@ class RequestContext:
     thinking_level: ThinkingLevel
 
 
-@dataclass
-class TurnUpdate:
+@dataclass(eq=False, repr=False)
+class TurnUpdate(FieldsEqRepr):
     """What ``prepare_next_turn`` or ``prepare_request`` may change; ``None`` keeps a value.
 
     A ``context`` replaces the loop context for this request and every later one;
@@ -109,8 +110,8 @@ class TurnUpdate:
 FinishTurnDecision = Literal["end", "continue"]
 
 
-@dataclass
-class ToolCallOutcome:
+@dataclass(eq=False, repr=False)
+class ToolCallOutcome(FieldsEqRepr):
     """One call's final result; ``duration_ms`` is ``None`` for a call that never executed."""
 
     tool_call: ToolCall

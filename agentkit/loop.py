@@ -16,8 +16,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -63,6 +61,7 @@ from .types import (
     AgentToolResult,
     AssistantMessage,
     Context,
+    FieldsEqRepr,
     Model,
     StreamOptions,
     ThinkingLevel,
@@ -74,6 +73,8 @@ from .types import (
 )
 
 if TYPE_CHECKING:  # an Approvals broker is made by the application, which imports the module
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from .approvals import Approvals
 
 __all__ = [
@@ -109,8 +110,8 @@ def default_convert_to_llm(messages: list[Any]) -> list[Any]:
     return [m for m in messages if role_of(m) in LLM_ROLES]
 
 
-@dataclass
-class AgentLoopConfig:
+@dataclass(eq=False, repr=False)
+class AgentLoopConfig(FieldsEqRepr):
     """Every hook and option of a run (SPEC 2.7), each defined here once.
 
     Hooks run on the loop's thread; a hook that raises fails the run, except the tool hooks,
@@ -301,8 +302,8 @@ def _loop_stream(run: Callable[[Emit], list[Any]]) -> EventStream[AgentEvent, li
 # --- the loop ---------------------------------------------------------------------------------
 
 
-@dataclass
-class _LoopState:
+@dataclass(eq=False, repr=False)
+class _LoopState(FieldsEqRepr):
     context: AgentContext
     config: AgentLoopConfig
     new_messages: RunResult
@@ -331,6 +332,10 @@ class _ToolThreads:
     ) -> Future[None]:
         """Run ``fn(index)`` on the pool inside ``scope``, the call's own contextvars."""
         if self.pool is None:
+            # Imported with a run's first pool: ``import agentkit`` never needs it, nor the
+            # ``logging`` it imports (together a few ms of every start-up).
+            from concurrent.futures import ThreadPoolExecutor
+
             self.pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="agentkit-tool")
         return self.pool.submit(scope.run, fn, index)
 
@@ -704,8 +709,8 @@ def _aborted_message(partial: AssistantMessage | None, model: Model) -> Assistan
 # group of one without events.
 
 
-@dataclass
-class _Prepared:
+@dataclass(eq=False, repr=False)
+class _Prepared(FieldsEqRepr):
     tool_call: ToolCall
     tool: AgentTool
     args: Any
@@ -1071,7 +1076,9 @@ def _run_prepared(
             if not signal.aborted:
                 # The run is failing mid-batch (an ``on_end`` listener raised): give the running
                 # tools the grace period to finish, but never hang the failure on them.
-                wait_futures(futures, timeout=grace)
+                from concurrent.futures import wait
+
+                wait(futures, timeout=grace)
             threads.clean = False  # the pool's owner must not wait for a tool given up on
     return [o for o in outcomes if o is not None]
 

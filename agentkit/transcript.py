@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .types import SystemMessage, TextContent, Tool, ToolRef, now_ms, role_of, to_tool_declaration
@@ -36,15 +36,34 @@ def content_text(content: str | list[TextContent]) -> str:
     return "\n".join(block.text for block in content)
 
 
-def get_current_tools(messages: Sequence[Any]) -> list[Tool]:
-    """The tools the model has been told about: removals then additions, message by message."""
+def _replay(systems: list[SystemMessage]) -> tuple[list[str], dict[str, str], list[Tool]]:
+    """System messages replayed, in order: their non-empty texts, the sections left standing,
+    and the declared tools (removals, then additions, message by message)."""
+    texts = [t for t in (content_text(m.content) for m in systems) if t]
+    sections: dict[str, str] = {}
     tools: dict[str, Tool] = {}
-    for message in system_messages(messages):
+    for message in systems:
+        for name, value in (message.sections or {}).items():
+            if value is None:
+                sections.pop(name, None)
+            else:
+                sections[name] = value
         for ref in message.tools_removed or []:
             tools.pop(ref.name, None)
         for decl in message.tools_added or []:
             tools[decl.name] = decl
-    return list(tools.values())
+    return texts, sections, list(tools.values())
+
+
+def _render(content: str, sections: Mapping[str, str | None] | None) -> str:
+    parts = [content]
+    parts.extend(v for v in (sections or {}).values() if v)
+    return "\n\n".join(p for p in parts if p)
+
+
+def get_current_tools(messages: Sequence[Any]) -> list[Tool]:
+    """The tools the model has been told about: removals then additions, message by message."""
+    return _replay(system_messages(messages))[2]
 
 
 def get_current_system_message(messages: Sequence[Any]) -> SystemMessage | None:
@@ -52,15 +71,7 @@ def get_current_system_message(messages: Sequence[Any]) -> SystemMessage | None:
     systems = system_messages(messages)
     if not systems:
         return None
-    texts = [t for t in (content_text(m.content) for m in systems) if t]
-    sections: dict[str, str | None] = {}
-    for message in systems:
-        for name, value in (message.sections or {}).items():
-            if value is None:
-                sections.pop(name, None)
-            else:
-                sections[name] = value
-    tools = get_current_tools(systems)
+    texts, sections, tools = _replay(systems)
     return SystemMessage(
         content="\n\n".join(texts),
         sections=sections or None,
@@ -73,9 +84,7 @@ def render_system_prompt(message: SystemMessage | None) -> str:
     """A replayed system message as prompt text: the content, then the non-empty sections."""
     if message is None:
         return ""
-    parts = [content_text(message.content)]
-    parts.extend(v for v in (message.sections or {}).values() if v)
-    return "\n\n".join(p for p in parts if p)
+    return _render(content_text(message.content), message.sections)
 
 
 def get_current_system_prompt(messages: Sequence[Any]) -> str:
@@ -85,10 +94,19 @@ def get_current_system_prompt(messages: Sequence[Any]) -> str:
 
 def split_transcript(messages: Sequence[Any]) -> tuple[str, list[Tool], list[Any]]:
     """For providers with one system prompt: the replayed prompt, the declared tools, and the
-    messages that are not system messages, in order."""
-    current = get_current_system_message(messages)
-    rest = [m for m in messages if role_of(m) != "system"]
-    return render_system_prompt(current), list(current.tools_added or []) if current else [], rest
+    messages that are not system messages, in order.
+
+    It runs before every request over the whole transcript, so it reads each message's role
+    once and builds no replayed :class:`SystemMessage`."""
+    systems: list[SystemMessage] = []
+    rest: list[Any] = []
+    for message in messages:
+        if role_of(message) == "system":
+            systems.append(as_system_message(message))
+        else:
+            rest.append(message)
+    texts, sections, tools = _replay(systems)
+    return _render("\n\n".join(texts), sections), tools, rest
 
 
 def create_initial_system_message(

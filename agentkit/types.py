@@ -448,12 +448,40 @@ class AgentToolResult(BaseModel):
         return "\n".join(c.text for c in self.content if isinstance(c, TextContent))
 
 
+class FieldsEqRepr:
+    """Equality and ``repr`` by a dataclass's fields, for the dataclasses declared
+    ``@dataclass(eq=False, repr=False)``: what ``@dataclass`` would generate for each class,
+    written once. Python 3.11 compiles every generated method from source at import, which was
+    a sizeable part of ``import agentkit``.
+
+    Equal means the same class and equal fields; a class defining ``__eq__`` without
+    ``__hash__`` is unhashable, as a mutable dataclass is. The fields are ``__match_args__``,
+    which ``@dataclass`` sets to the ``__init__`` fields in order (every field, here).
+    """
+
+    __slots__ = ()
+    __match_args__: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple([getattr(self, name) for name in self.__match_args__])
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, FieldsEqRepr)
+        return self._values() == other._values()
+
+    def __repr__(self) -> str:
+        fields_ = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__match_args__)
+        return f"{self.__class__.__qualname__}({fields_})"
+
+
 ToolExecute = Callable[[str, dict[str, Any], AbortSignal, OnUpdate], AgentToolResult]
 """``execute(tool_call_id, params, signal, on_update) -> AgentToolResult``."""
 
 
-@dataclass
-class AgentTool:
+@dataclass(eq=False, repr=False)
+class AgentTool(FieldsEqRepr):
     """A tool the agent can run: its declaration for the model plus the code that executes it.
 
     ``execute(tool_call_id, params, signal, on_update)`` runs on a pool thread; it should watch
@@ -500,8 +528,8 @@ def to_tool_declaration(tool: AgentTool | Tool) -> Tool:
     )
 
 
-@dataclass
-class AgentContext:
+@dataclass(eq=False, repr=False)
+class AgentContext(FieldsEqRepr):
     """What the loop works on: the transcript and the executable tools."""
 
     messages: list[Any] = field(default_factory=list)

@@ -14,7 +14,8 @@ def test_import_leaves_the_catalog_and_approvals_unloaded() -> None:
     code = (
         "import sys, agentkit\n"
         "from agentkit import Agent, Model, tool\n"
-        "loaded = [m for m in ('agentkit.approvals', 'agentkit.providers', 'requests', 'jsonschema')"
+        "loaded = [m for m in ('agentkit.approvals', 'agentkit.providers', 'requests', 'jsonschema',"
+        " 'logging', 'concurrent.futures')"
         " if m in sys.modules]\n"
         "assert not loaded, loaded\n"
         "from agentkit import Approvals, get_model\n"

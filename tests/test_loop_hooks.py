@@ -468,3 +468,26 @@ def test_b46_prepare_next_turn_only_before_a_further_turn() -> None:
     )
 
     assert counts == [0, 1, 0, 0]
+
+
+def test_hook_types_are_dataclasses_equal_and_printed_by_fields() -> None:
+    import dataclasses
+
+    from agentkit.hooks import BeforeToolCallResult, ToolCallOutcome, TurnUpdate
+    from agentkit.loop import AgentLoopConfig
+    from agentkit.types import AgentContext, AgentTool
+
+    blocked = BeforeToolCallResult(block=True, reason="no")
+    assert blocked == BeforeToolCallResult(block=True, reason="no")
+    assert blocked != BeforeToolCallResult(block=True)
+    assert repr(blocked) == "BeforeToolCallResult(block=True, reason='no', terminate=False)"
+    assert dataclasses.replace(TurnUpdate(), thinking_level="off").thinking_level == "off"
+    for value in (blocked, TurnUpdate(), AgentContext()):
+        with pytest.raises(TypeError):
+            hash(value)  # mutable dataclasses are unhashable
+    assert AgentContext() == AgentContext() and repr(AgentContext()) == (
+        "AgentContext(messages=[], tools=[])"
+    )
+    assert [f.name for f in dataclasses.fields(ToolCallOutcome)][-1] == "duration_ms"
+    assert AgentTool("t", "", {}, print) == AgentTool("t", "", {}, print)
+    assert "model=" in repr(AgentLoopConfig(model=None))  # type: ignore[arg-type]

@@ -37,6 +37,7 @@ from ..types import (
     ThinkingContent,
     ToolCall,
     ToolResultMessage,
+    UserMessage,
 )
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
@@ -98,7 +99,7 @@ def normalize_tool_call_id(tool_call_id: str) -> str:
 # --- request ------------------------------------------------------------------------------------
 
 
-def _user_content(content: Any, model: Model) -> Any:
+def _user_content(content: Any) -> Any:
     if isinstance(content, str):
         return content
     parts: list[dict[str, Any]] = []
@@ -138,8 +139,31 @@ def _assistant_entry(message: AssistantMessage, compat: dict[str, Any]) -> dict[
     return entry
 
 
-def build_messages(model: Model, context: Context, compat: dict[str, Any]) -> tuple[list[Any], Any]:
-    """The ``messages`` array and the ``tools`` list for a request."""
+def _entry(
+    message: UserMessage | AssistantMessage | ToolResultMessage, compat: dict[str, Any]
+) -> tuple[dict[str, Any] | None, list[ImageContent]]:
+    """One prepared message's ``messages`` entry (``None``: nothing to send) and, for a tool
+    result, its images (sent after the results, in a user message)."""
+    if isinstance(message, ToolResultMessage):
+        text = text_of(message.content)
+        images = images_of(message.content)
+        if not text:
+            text = "(see attached image)" if images else "(no output)"
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": text}, images
+    if isinstance(message, AssistantMessage):
+        return _assistant_entry(message, compat), []
+    return {"role": "user", "content": _user_content(message.content)}, []
+
+
+def build_messages(
+    model: Model, context: Context, compat: dict[str, Any], remember: bool = True
+) -> tuple[list[Any], Any]:
+    """The ``messages`` array and the ``tools`` list for a request.
+
+    Each message's entry is kept in its :class:`~agentkit.providers.transform.PreparedContext`
+    memo and handed out again while the message is unchanged, so the entries of one request
+    are shared with the next: ``remember=False`` builds fresh ones, for a caller that lets
+    anything change the body in place (an ``on_payload`` hook)."""
     prepared = prepare_context(model, context, normalize_tool_call_id)
     messages: list[dict[str, Any]] = []
     if prepared.system_prompt:
@@ -164,22 +188,23 @@ def build_messages(model: Model, context: Context, compat: dict[str, Any]) -> tu
             messages.append({"role": "user", "content": parts})
             pending_images.clear()
 
-    for message in prepared.messages:
+    # the settings an entry depends on besides its message
+    key = (API, bool(compat.get("send_reasoning")), compat.get("reasoning_field"))
+    memos = prepared.memos if remember else ()
+    for index, message in enumerate(prepared.messages):
+        memo = memos[index] if index < len(memos) else None
+        kept = memo.get(key) if memo is not None else None
+        if kept is None:
+            kept = _entry(message, compat)
+            if memo is not None:
+                memo[key] = kept
+        entry, images = kept
         if isinstance(message, ToolResultMessage):
-            text = text_of(message.content)
-            images = images_of(message.content)
-            if not text:
-                text = "(see attached image)" if images else "(no output)"
-            messages.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": text})
-            pending_images.extend(images)
-            continue
-        flush_images()
-        if isinstance(message, AssistantMessage):
-            entry = _assistant_entry(message, compat)
-            if entry is not None:
-                messages.append(entry)
-        else:
-            messages.append({"role": "user", "content": _user_content(message.content, model)})
+            pending_images.extend(images)  # sent after the run of results this one is in
+        elif pending_images:
+            flush_images()
+        if entry is not None:
+            messages.append(entry)
     flush_images()
     tools = [
         {
@@ -200,7 +225,7 @@ def prepare(
 ) -> PreparedRequest:
     """URL, headers and body of a streamed Chat Completions request."""
     compat = resolve_compat(model)
-    messages, tools = build_messages(model, context, compat)
+    messages, tools = build_messages(model, context, compat, options.on_payload is None)
     payload: dict[str, Any] = {"model": model.id, "messages": messages, "stream": True}
     if compat.get("supports_usage_in_streaming"):
         payload["stream_options"] = {"include_usage": True}

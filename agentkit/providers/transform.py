@@ -6,14 +6,20 @@ acceptable to the target API: failed or aborted assistant turns are dropped, thi
 only to the API (and provider) that signed it, tool-call ids are rewritten to what the target
 accepts (consistently for calls and their results), calls that never got a result get a
 placeholder one, and images become a note for text-only models.
+
+Each message's conversion is remembered (:class:`ConversionMemo`) while the message lives and
+nothing a conversion reads has changed, so a growing transcript is not converted again, message
+by message, on every request of a run.
 """
 
 from __future__ import annotations
 
 import hashlib
+import operator
 import re
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..transcript import split_transcript
@@ -39,11 +45,20 @@ _SAFE_ID = re.compile(r"[^a-zA-Z0-9_-]")
 
 @dataclass
 class PreparedContext:
-    """A transcript ready to convert: the system prompt, tools, and the conversation."""
+    """A transcript ready to convert: the system prompt, tools, and the conversation.
+
+    ``memos`` runs beside ``messages``: for each message, a dict in which a provider may keep
+    its wire form of that message, under a key naming the API and the settings the form
+    depends on (``None``: nothing may be kept, e.g. for a placeholder result). A dict lives as
+    long as the transcript message it came from stays unchanged (see :class:`ConversionMemo`).
+    The prepared messages and what is kept are shared between requests: read them, never change
+    them.
+    """
 
     system_prompt: str
     tools: list[Tool]
     messages: list[UserMessage | AssistantMessage | ToolResultMessage]
+    memos: list[dict[Any, Any] | None] = field(default_factory=list)
 
 
 def short_hash(text: str, length: int = 12) -> str:
@@ -69,14 +84,16 @@ def call_part(tool_call_id: str) -> str:
     return tool_call_id.split("|", 1)[0] or tool_call_id
 
 
+_BY_ROLE: dict[str, Any] = {
+    "user": UserMessage,
+    "assistant": AssistantMessage,
+    "tool_result": ToolResultMessage,
+}
+_CONVERTIBLE = frozenset(_BY_ROLE.values())
+
+
 def _validate(message: Any) -> UserMessage | AssistantMessage | ToolResultMessage | None:
-    role = role_of(message)
-    types: dict[str, Any] = {
-        "user": UserMessage,
-        "assistant": AssistantMessage,
-        "tool_result": ToolResultMessage,
-    }
-    cls = types.get(role or "")
+    cls = _BY_ROLE.get(role_of(message) or "")
     if cls is None:
         return None
     if isinstance(message, cls):
@@ -91,6 +108,120 @@ def same_source(message: AssistantMessage, model: Model) -> bool:
     return message.provider == model.provider and message.api == model.api
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+"""Types whose values never change: a fingerprint compares them by identity."""
+_BLOCKS = frozenset({TextContent, ImageContent, ThinkingContent, ToolCall})
+
+
+def fingerprint(message: Any) -> tuple[Any, ...] | None:
+    """Everything of a pydantic ``message`` that a conversion may read, as a flat tuple of
+    objects, or ``None`` when some of it could change without any of these objects being
+    replaced (a list or dict inside tool arguments, a block of another kind).
+
+    That is the message's fields, then its content blocks and their fields, and a tool call's
+    arguments. Other nested objects (``usage``, ``details``) count by identity only: no
+    conversion reads into them. Block fields are strings, flags or ``None``, as typed.
+
+    Two fingerprints taken while the same objects stay alive are equal element by element
+    (``is``) exactly when nothing was replaced, added, removed or reordered: every list, block
+    and dict is followed by its length and what it holds, strings and numbers never change in
+    place, and the fingerprint holds its objects, so none of them can be freed and its id
+    reused.
+    """
+    parts = [message.__class__, *message.__dict__.values()]
+    content = message.content
+    if content.__class__ is list:
+        parts.append(len(content))
+        for block in content:
+            kind = block.__class__
+            if kind not in _BLOCKS:
+                return None
+            parts.append(block)
+            parts.extend(block.__dict__.values())
+            if kind is ToolCall:
+                arguments = block.arguments
+                values = list(arguments.values())
+                if not _ATOMS.issuperset(map(type, values)):
+                    return None
+                parts.append(len(values))
+                parts.extend(arguments)
+                parts.extend(values)
+    elif content.__class__ is not str:
+        return None
+    return tuple(parts)
+
+
+class _Entry:
+    """One message's remembered conversion: for which message (weakly), under which settings,
+    as of which fingerprint; ``converted`` is ``_SAME`` when the message itself is passed on
+    (so the entry never keeps its message alive); ``memo`` is what providers keep."""
+
+    __slots__ = ("ref", "key", "fingerprint", "converted", "memo")
+
+    def __init__(
+        self, ref: weakref.ref[Any], key: Any, fingerprint: tuple[Any, ...], converted: Any
+    ) -> None:
+        self.ref = ref
+        self.key = key
+        self.fingerprint = fingerprint
+        self.converted = converted
+        self.memo: dict[Any, Any] = {}
+
+
+_SAME = object()
+
+
+class ConversionMemo:
+    """Each transcript message's conversion, remembered while the message lives and its
+    :func:`fingerprint` is unchanged.
+
+    A run sends the whole transcript with every request, and the transcript grows by a few
+    messages a turn; without this, every message is converted again on every request. The
+    fingerprint sees a message edited in place (a block's text, a tool call's arguments, a
+    content list appended to) as well as one replaced, so an edit by a hook or an application
+    is never answered from memory. Entries are keyed by ``id(message)`` and removed when the
+    message is freed (a weak reference's callback), before that id can be reused. The dict's
+    single-key reads and writes are atomic, so agents on several threads may share it.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, _Entry] = {}
+
+    def converted(
+        self, message: Any, key: Any, convert: Callable[[Any], Any]
+    ) -> tuple[Any, dict[Any, Any] | None]:
+        """``convert(message)`` (remembered under ``key``) and the dict in which providers may
+        keep its wire forms (``None`` when the message cannot be remembered)."""
+        current = fingerprint(message)
+        if current is None:
+            return convert(message), None
+        entry = self._entries.get(id(message))
+        if (
+            entry is not None
+            and entry.ref() is message
+            and entry.key == key
+            and len(entry.fingerprint) == len(current)
+            and all(map(operator.is_, entry.fingerprint, current))
+        ):
+            return (message if entry.converted is _SAME else entry.converted), entry.memo
+        converted = convert(message)
+        entries, ident = self._entries, id(message)
+        try:
+            ref = weakref.ref(message, lambda _ref: entries.pop(ident, None))
+        except TypeError:  # an object without weak references: not remembered
+            return converted, None
+        entry = _Entry(ref, key, current, _SAME if converted is message else converted)
+        entries[ident] = entry
+        return converted, entry.memo
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+MEMO = ConversionMemo()
+"""The conversions of every transcript message alive (one for the process)."""
+
+
 def prepare_context(
     model: Model,
     context: Context,
@@ -103,8 +234,8 @@ def prepare_context(
     if context.tools is not None:
         tools = list(context.tools)
     accepts_images = "image" in model.input
-
-    validated = [m for m in (_validate(m) for m in rest) if m is not None]
+    # What a message's conversion depends on besides the message itself.
+    key = (model.provider, model.api, accepts_images, normalize_id)
     id_map: dict[str, str] = {}
 
     def map_id(raw: str) -> str:
@@ -114,7 +245,11 @@ def prepare_context(
             id_map[raw] = normalize_id(raw)
         return id_map[raw]
 
+    def convert(message: UserMessage | AssistantMessage | ToolResultMessage) -> Any:
+        return _convert(message, model, accepts_images, map_id)
+
     out: list[UserMessage | AssistantMessage | ToolResultMessage] = []
+    memos: list[dict[Any, Any] | None] = []
     pending: dict[str, ToolCall] = {}  # calls of the last assistant turn without a result yet
 
     def flush_pending() -> None:
@@ -127,38 +262,59 @@ def prepare_context(
                     is_error=True,
                 )
             )
+            memos.append(None)
         pending.clear()
 
-    for message in validated:
+    for raw in rest:
+        message = raw if raw.__class__ in _CONVERTIBLE else _validate(raw)
+        if message is None:
+            continue
+        if message is raw:
+            converted, memo = MEMO.converted(message, key, convert)
+        else:  # validated from a dict or another object: new on every request
+            converted, memo = convert(message), None
         if isinstance(message, AssistantMessage):
-            flush_pending()
-            if message.stop_reason in ("error", "aborted"):
+            if pending:
+                flush_pending()
+            if converted is None:  # failed, aborted, or nothing left to send
                 continue
-            converted = _convert_assistant(message, model, map_id)
-            if converted is None:
-                continue
-            out.append(converted)
             for block in converted.content:
                 if isinstance(block, ToolCall):
                     pending[block.id] = block
         elif isinstance(message, ToolResultMessage):
-            call_id = map_id(message.tool_call_id)
-            if call_id not in pending:
+            if pending.pop(converted.tool_call_id, None) is None:
                 continue  # a result for a call the model will not see
-            pending.pop(call_id)
-            content = [_image_or_note(b, accepts_images) for b in message.content]
-            if call_id != message.tool_call_id or _changed(content, message.content):
-                message = message.model_copy(update={"tool_call_id": call_id, "content": content})
-            out.append(message)
-        else:
+        elif pending:
             flush_pending()
-            if isinstance(message.content, list):
-                content = [_image_or_note(b, accepts_images) for b in message.content]
-                if _changed(content, message.content):
-                    message = message.model_copy(update={"content": content})
-            out.append(message)
+        out.append(converted)
+        memos.append(memo)
     flush_pending()
-    return PreparedContext(system_prompt=prompt, tools=tools, messages=out)
+    return PreparedContext(system_prompt=prompt, tools=tools, messages=out, memos=memos)
+
+
+def _convert(
+    message: UserMessage | AssistantMessage | ToolResultMessage,
+    model: Model,
+    accepts_images: bool,
+    map_id: Callable[[str], str],
+) -> Any:
+    """One message made acceptable to ``model`` (``None``: an assistant turn to leave out).
+    Unchanged messages and blocks are passed on as they are."""
+    if isinstance(message, AssistantMessage):
+        if message.stop_reason in ("error", "aborted"):
+            return None
+        return _convert_assistant(message, model, map_id)
+    if isinstance(message, ToolResultMessage):
+        call_id = map_id(message.tool_call_id)
+        content = [_image_or_note(b, accepts_images) for b in message.content]
+        if call_id != message.tool_call_id or _changed(content, message.content):
+            return message.model_copy(update={"tool_call_id": call_id, "content": content})
+        return message
+    if isinstance(message.content, list):
+        content = [_image_or_note(b, accepts_images) for b in message.content]
+        if _changed(content, message.content):
+            return message.model_copy(update={"content": content})
+    return message
 
 
 def _changed(new: list[Any], old: list[Any]) -> bool:

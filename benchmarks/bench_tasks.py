@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -270,9 +271,7 @@ def run_task(
         ]
         started = time.monotonic()
         try:
-            done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
-            )
+            done, first_request = _run_timed(argv, timeout, env)
         except subprocess.TimeoutExpired:
             return {"task": task.name, "ok": False, "why": f"timeout after {timeout:g} s"}
         total = time.monotonic() - started
@@ -305,12 +304,48 @@ def run_task(
             "rc": done.returncode,
             "total_s": round(total, 2),
             "first_token_s": first_token,
+            "to_first_request_s": first_request,
             "server": "started" if "starting the local model" in done.stderr else "reused",
             "tools": tool_calls,
             "answer": answer[:300],
             "errors": errors,
             "stderr": done.stderr[-300:] if done.returncode else "",
         }
+
+
+def _run_timed(
+    argv: list[str], timeout: float, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], float | None]:
+    """Run the command; also the seconds from its start to its first model request (its first
+    ``progress``/``waiting`` line): Python, the CLI, and starting or finding the model."""
+    started = time.monotonic()
+    first_request: float | None = None
+    lines: list[str] = []
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as errors:
+        process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT, env=env
+        )
+        timer = threading.Timer(timeout, process.kill)
+        timer.start()
+        try:
+            assert process.stdout is not None
+            for line in process.stdout:
+                lines.append(line)
+                if first_request is None and '"phase": "waiting"' in line:
+                    first_request = round(time.monotonic() - started, 2)
+            process.wait()
+        finally:
+            timer.cancel()
+        if time.monotonic() - started >= timeout:
+            raise subprocess.TimeoutExpired(argv, timeout)
+        errors.seek(0)
+        done = subprocess.CompletedProcess(argv, process.returncode, "".join(lines), errors.read())
+    return done, first_request
+
+
+def _median(results: list[dict[str, object]], key: str) -> float | None:
+    values = [float(r[key]) for r in results if r.get(key) is not None]  # type: ignore[arg-type]
+    return round(statistics.median(values), 2) if values else None
 
 
 def summarise(results: list[dict[str, object]]) -> dict[str, object]:
@@ -324,6 +359,7 @@ def summarise(results: list[dict[str, object]]) -> dict[str, object]:
         "success_rate": round(len(ok) / len(ran), 3) if ran else None,
         "median_total_s": round(statistics.median(totals), 2) if totals else None,
         "median_first_token_s": round(statistics.median(firsts), 2) if firsts else None,
+        "median_to_first_request_s": _median(ran, "to_first_request_s"),
         "first_run_total_s": ran[0].get("total_s") if ran else None,
         "runs_after_the_first_median_total_s": (
             round(statistics.median(totals[1:]), 2) if len(totals) > 1 else None
@@ -370,7 +406,11 @@ def main() -> None:
             out.write(json.dumps(result) + "\n")
             out.flush()
             mark = "ok  " if result["ok"] else "FAIL"
-            took = f"{result.get('total_s', '-')} s, first token {result.get('first_token_s')} s"
+            took = (
+                f"{result.get('total_s', '-')} s, first request at "
+                f"{result.get('to_first_request_s')} s, first token "
+                f"{result.get('first_token_s')} s after it"
+            )
             print(f"{mark} {task.name:18} {took} ({result.get('server')})", flush=True)
     if not was_running:
         stop_server()

@@ -117,8 +117,11 @@ def test_a_second_run_reuses_the_server_without_loading_llama_cpp(
     started = K.read_state(server_dir)
     assert started is not None and servers_in(server_dir) == [started.pid]
 
-    second = quick_run(tmp_path, python=[sys.executable, "-X", "importtime", "-m", "agentkit"])
+    second = quick_run(
+        tmp_path, "--json", python=[sys.executable, "-X", "importtime", "-m", "agentkit"]
+    )
     assert second.returncode == 0, second.stderr
+    assert started.api_key not in second.stdout + second.stderr  # never in events or errors
     assert "starting the local model" not in second.stderr
     assert f"kept from an earlier run (pid {started.pid})" in second.stderr
     imported = [line for line in second.stderr.splitlines() if line.startswith("import time:")]

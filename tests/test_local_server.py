@@ -324,10 +324,10 @@ def test_ctrl_c_during_a_request_stops_the_kept_servers_work(
     term.read_until(marker, timeout=120)  # type: ignore[attr-defined]
     assert wait_until(lambda: slot_busy(state), timeout=60)
     ctrl_c_exits_130(term)
-    # The server notices that its client left between two steps (a prompt step is up to 512
-    # tokens, so on a slow machine that may take a while) and stops computing: it neither
-    # reads the whole prompt nor writes the whole story. Ask it seldom: llama.cpp checks the
-    # connection when no result came for a second, and answers to /slots count as results.
+    # The server notices that its client left between two steps (a prompt step is up to
+    # PROMPT_STEP tokens, so on a slow machine that may take a while) and stops computing: it
+    # neither reads the whole prompt nor writes the whole story. Ask it seldom: llama.cpp checks
+    # the connection when no result came for a second, and answers to /slots count as results.
     assert wait_until(lambda: not slot_busy(state), timeout=240, every=2.0)
     after = server_counters(state)
     if phase == "prompt reading":

@@ -13,9 +13,10 @@ snapshot. :func:`event_to_dict` turns any event into JSON-ready data (for logs a
 from __future__ import annotations
 
 from dataclasses import FrozenInstanceError, dataclass, field, fields, is_dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
+from typing_extensions import dataclass_transform
 
 from .types import (
     AgentToolResult,
@@ -26,11 +27,19 @@ from .types import (
     to_serialisable,
 )
 
+_T = TypeVar("_T")
+
 _set = object.__setattr__  # how an event's own __init__ sets its fields (assignment raises)
 
-_event = dataclass(slots=True, init=False, repr=False, eq=False)
-"""An event class's decorator: a dataclass (``fields()``, ``replace()``, ``asdict()`` work) with
-slots, whose methods come from :class:`_Event` and its own ``__init__``."""
+_dataclass = dataclass(slots=True, init=False, repr=False, eq=False)
+
+
+@dataclass_transform(frozen_default=True)
+def _event(cls: type[_T]) -> type[_T]:
+    """An event class's decorator: a dataclass (``fields()``, ``replace()``, ``asdict()`` work)
+    with slots, whose methods come from :class:`_Event` and its own ``__init__``. Type checkers
+    read it as a frozen dataclass, so assigning to an event's field is flagged before it raises."""
+    return _dataclass(cls)
 
 
 class _Event(FieldsEqRepr):

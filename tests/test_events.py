@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,17 @@ def test_event_to_dict_puts_the_type_first() -> None:
     data = event_to_dict(MessageUpdateEvent(partial, TextDeltaEvent(0, "x", partial)))
     assert list(data)[0] == "type" and data["type"] == "message_update"
     assert data["assistant_message_event"]["delta"] == "x"
+
+
+def test_a_type_checker_reads_the_events_as_frozen(tmp_path: Path) -> None:
+    mypy_api = pytest.importorskip("mypy.api")
+    snippet = tmp_path / "assign.py"
+    snippet.write_text(
+        "from agentkit.events import TextDeltaEvent\n"
+        "def edit(event: TextDeltaEvent) -> None:\n"
+        "    event.delta = 'changed'\n"
+    )
+    out, _, status = mypy_api.run(
+        [str(snippet), "--follow-imports=silent", "--cache-dir", str(tmp_path / "cache")]
+    )
+    assert status == 1 and 'Property "delta" defined in "TextDeltaEvent" is read-only' in out, out

@@ -211,8 +211,8 @@ def main(
                 return code
             return _chat(agent, io, after_run=cache.save if cache is not None else None)
     finally:
-        if getattr(io.local_server, "pid", os.getpid()) != os.getpid():
-            io.local_server.stop()  # a kept server: let go of it, it stays for later runs
+        if io.local_server is not None and io.local_server.kept:
+            io.local_server.stop()  # let go of it: it stays for later runs
 
 
 PREFIX_FORMAT = "tools declared in the system text, v1"

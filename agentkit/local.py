@@ -351,6 +351,9 @@ class LocalModel:
     it, and the server process ends by itself once idle.
     """
 
+    kept = False
+    """Whether the server outlives this process (a kept server: :meth:`stop` only lets go)."""
+
     def __init__(
         self,
         server: Any,

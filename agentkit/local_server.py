@@ -299,6 +299,8 @@ class KeptServer(LocalModel):
     a shared lock on the server's busy file that tells the server a run is connected (so it
     does not end under a quiet chat). :meth:`stop` releases that lock, not the server."""
 
+    kept = True
+
     def __init__(self, state: ServerState, lease: int, *, reused: bool) -> None:
         slot_dir = Path(state.slot_dir) if state.slot_dir else None
         model_path = Path(state.spec["model"])

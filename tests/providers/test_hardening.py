@@ -470,3 +470,32 @@ def test_an_http_proxy_from_the_environment_gets_the_absolute_url(
     assert message.stop_reason == "stop", message.error_message
     assert server.requests[0].path == "/v1/chat/completions"
     assert server.requests[0].headers["host"] == "api.example.invalid"
+
+
+def test_the_request_body_is_the_transcript_in_utf8_json(server: ReplayServer) -> None:
+    # The body is written by pydantic-core's encoder; what it refuses falls back to json.dumps.
+    done = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    model = make_model(CHAT, server.url)
+    text = "caf\u00e9 \u2028 \U0001f600 \"quoted\" \\ back"
+    server.enqueue(Reply(done))
+    message = collect(stream(model, Context(messages=[UserMessage(content=text)]), options()))[1]
+    assert message.stop_reason == "stop", message.error_message
+    sent = server.requests[0]
+    assert sent.json["messages"][-1] == {"role": "user", "content": text}
+    assert "caf\u00e9".encode() in sent.body  # UTF-8, not \\u escapes
+
+    # A lone surrogate an application put in the transcript is sent as "?" (UTF-8 cannot hold it).
+    server.enqueue(Reply(done))
+    lone = Context(messages=[UserMessage(content="caf\udce9")])
+    message = collect(stream(model, lone, options()))[1]
+    assert message.stop_reason == "stop", message.error_message
+    assert server.requests[1].json["messages"][-1]["content"] == "caf?"
+
+    # An object an on_payload hook adds that JSON cannot hold is a readable error, no request.
+    def hook(payload: dict, _model: object) -> dict:  # type: ignore[type-arg]
+        return {**payload, "metadata": object()}
+
+    message = collect(stream(model, CTX, options(on_payload=hook)))[1]
+    assert message.stop_reason == "error"
+    assert "not JSON serializable" in (message.error_message or "")
+    assert len(server.requests) == 2

@@ -2,8 +2,8 @@
 
 A run alternates model requests and tool batches until the model stops asking for tools and no
 steering or follow-up message is waiting (SPEC section 4). Everything here runs on the calling
-thread; only tool execution fans out to a short-lived ``ThreadPoolExecutor``, and the calling
-thread pumps the pool's progress so that every ``emit`` happens on it, in order.
+thread; only tool execution fans out to the run's tool threads, and the calling thread pumps
+their progress so that every ``emit`` happens on it, in order.
 """
 
 from __future__ import annotations
@@ -73,8 +73,6 @@ from .types import (
 )
 
 if TYPE_CHECKING:  # an Approvals broker is made by the application, which imports the module
-    from concurrent.futures import Future, ThreadPoolExecutor
-
     from .approvals import Approvals
 
 __all__ = [
@@ -319,31 +317,61 @@ class _LoopState(FieldsEqRepr):
 
 
 class _ToolThreads:
-    """The run's tool pool: made at the first batch, reused by the next ones (no thread start
-    per turn), shut down when the run ends."""
+    """The run's tool threads: started as batches need them (up to ``max_workers``), reused by
+    later batches, told to stop when the run ends.
+
+    A call goes to an idle thread through one queue, with no future or pool bookkeeping around
+    it: the call reports its own progress and end (see :func:`_run_prepared`), and the hand-off
+    is on every tool turn's path. The threads are daemons, so a tool given up on after an abort
+    never holds the interpreter's exit.
+    """
 
     def __init__(self, max_workers: int = 1) -> None:
         self.max_workers = max(1, max_workers)
-        self.pool: ThreadPoolExecutor | None = None
         self.clean = True  # False once a tool was given up on or a batch failed midway
+        self._calls: queue.SimpleQueue[tuple[Callable[[int], None], int, contextvars.Context] | None]
+        self._calls = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()  # guards _idle: threads become idle on their own
+        self._idle = 0
 
-    def submit(
-        self, fn: Callable[[int], None], index: int, scope: contextvars.Context
-    ) -> Future[None]:
-        """Run ``fn(index)`` on the pool inside ``scope``, the call's own contextvars."""
-        if self.pool is None:
-            # Imported with a run's first pool: ``import agentkit`` never needs it, nor the
-            # ``logging`` it imports (together a few ms of every start-up).
-            from concurrent.futures import ThreadPoolExecutor
+    def submit(self, fn: Callable[[int], None], index: int, scope: contextvars.Context) -> None:
+        """Run ``fn(index)`` on a tool thread inside ``scope``, the call's own contextvars;
+        ``fn`` must not raise (a call reports its failure itself)."""
+        with self._lock:
+            start = not self._idle and len(self._threads) < self.max_workers
+            if not start and self._idle:
+                self._idle -= 1
+        if start:
+            thread = threading.Thread(
+                target=self._serve, name=f"agentkit-tool-{len(self._threads)}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        self._calls.put((fn, index, scope))
 
-            self.pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="agentkit-tool")
-        return self.pool.submit(scope.run, fn, index)
+    def _serve(self) -> None:
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            fn, index, scope = call
+            try:
+                scope.run(fn, index)
+            except BaseException:  # noqa: BLE001, S110 - a call reports its own failure; the
+                pass  # thread keeps serving whatever happened (a pool would drop it in a future)
+            with self._lock:
+                self._idle += 1
 
     def shutdown(self) -> None:
-        """Wait for the pool's threads when every tool finished; else leave them to finish."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=self.clean, cancel_futures=True)
-            self.pool = None
+        """Stop the threads: wait for them when every tool finished; else leave them to end
+        after their call."""
+        threads, self._threads = self._threads, []
+        for _ in threads:
+            self._calls.put(None)
+        if self.clean:
+            for thread in threads:
+                thread.join()
 
 
 def _apply_update(state: _LoopState, update: TurnUpdate | None) -> None:
@@ -1007,6 +1035,8 @@ def _run_prepared(
     """
     inbox: queue.SimpleQueue[_Update | _Finished | object] = queue.SimpleQueue()
     timers = _CallTimers(inbox)
+    unfinished = [len(batch)]  # calls whose thread has not reported yet (guarded by the lock)
+    lock, all_reported = threading.Lock(), threading.Event()
 
     def work(index: int) -> None:
         result: AgentToolResult | None = None
@@ -1025,13 +1055,16 @@ def _run_prepared(
             if result is None:  # never executed, or its thread failed: made only then
                 result, is_error, duration = error_result(ABORTED_TEXT), True, None
             inbox.put(_Finished(index, result, is_error, duration))
+            with lock:
+                unfinished[0] -= 1
+                if not unfinished[0]:
+                    all_reported.set()
 
     outcomes: list[ToolCallOutcome | None] = [None] * len(batch)
     finished_all = False
-    futures = []
     try:
         for index in range(len(batch)):
-            futures.append(threads.submit(work, index, batch[index].scope))
+            threads.submit(work, index, batch[index].scope)
         remaining = len(batch)
         items = _wait_or_give_up(
             lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace, budget
@@ -1076,9 +1109,7 @@ def _run_prepared(
             if not signal.aborted:
                 # The run is failing mid-batch (an ``on_end`` listener raised): give the running
                 # tools the grace period to finish, but never hang the failure on them.
-                from concurrent.futures import wait
-
-                wait(futures, timeout=grace)
+                all_reported.wait(grace)
             threads.clean = False  # the pool's owner must not wait for a tool given up on
     return [o for o in outcomes if o is not None]
 

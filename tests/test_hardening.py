@@ -8,8 +8,11 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -387,3 +390,38 @@ def test_a_failure_whose_text_cannot_be_encoded_is_still_recorded_serialisably()
 
     other = Agent(model="openai:gpt-4o-mini", stream_fn=unprintable)
     assert other.prompt("hi")[-1].error_message == "Unprintable"
+
+
+def test_a_tool_given_up_on_never_holds_the_interpreter_exit(tmp_path: Path) -> None:
+    # The tool ignores its signal and blocks until the process dies; the run gives up on it
+    # after the grace period, and the script then ends: the stuck tool thread must not keep the
+    # interpreter from exiting (a thread pool's exit hook would join it forever).
+    script = tmp_path / "stuck.py"
+    script.write_text(
+        "import threading\n"
+        "from agentkit import Agent\n"
+        "from agentkit.testing import ScriptedModel, reply, tool_call\n"
+        "from agentkit.tools import tool\n"
+        "started = threading.Event()\n"
+        "@tool\n"
+        "def stuck() -> str:\n"
+        '    """Never returns."""\n'
+        "    started.set()\n"
+        "    threading.Event().wait()\n"
+        "    return 'never'\n"
+        "model = ScriptedModel([reply(tool_call('stuck', {}, id='c1')), 'after'])\n"
+        "agent = Agent(model=model.model, stream_fn=model, tools=[stuck],\n"
+        "              tool_abort_grace=0.2)\n"
+        "run = agent.start('go')\n"
+        "assert started.wait(30)\n"
+        "run.abort()\n"
+        "messages = run.result(timeout=30)\n"
+        "print(messages[-1].content[0].text)\n"
+    )
+    root = str(Path(__file__).resolve().parent.parent)  # this checkout's agentkit
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "did not stop within 0.2 s" in done.stdout

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import AbortError
+from .waits import wait_event
 
 
 class AbortSignal:
@@ -37,7 +38,7 @@ class AbortSignal:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until aborted or ``timeout`` seconds pass; return whether it was aborted."""
-        return self._event.wait(timeout)
+        return wait_event(self._event, timeout)
 
     def throw_if_aborted(self) -> None:
         """Raise :class:`AbortError` if the run has been aborted."""

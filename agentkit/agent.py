@@ -65,6 +65,7 @@ from .types import (
     to_serialisable,
     to_tool_declaration,
 )
+from .waits import get_item, wait_event
 
 if TYPE_CHECKING:
     import logging
@@ -276,7 +277,7 @@ class Run:
                 "A run cannot wait for itself: this was called from the run's own thread "
                 "(a listener or a hook)"
             )
-        if not self._done.wait(timeout):
+        if not wait_event(self._done, timeout):
             return False
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -1004,7 +1005,7 @@ class AgentRunStream:
 
     def _next_item(self) -> Any:
         try:
-            return self._events.get()
+            return get_item(lambda timeout: self._events.get(timeout=timeout))
         except BaseException:
             self.close()
             raise

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 from .errors import AgentError
 from .events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from .types import AssistantMessage
+from .waits import get_item
 
 E = TypeVar("E")
 R = TypeVar("R")
@@ -203,7 +204,7 @@ class EventStream(Generic[E, R]):
         """
         while self._pump is not None and self._queue.empty():
             self._step()
-        item = self._queue.get(timeout=timeout)
+        item = get_item(lambda wait: self._queue.get(timeout=wait), timeout)
         if item is _END:
             self._queue.put(_END)  # stay ended for every later call
             if self._error is not None:

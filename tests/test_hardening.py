@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import random
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from agentkit import (
     event_to_dict,
     tool,
 )
+from agentkit.abort import AbortController
 from agentkit.testing import ScriptedModel, reply, tool_call
 
 from .support import WAIT, Recorder, make_agent, make_tool
@@ -163,6 +165,56 @@ def test_sigint_at_random_moments_always_aborts_and_waits_for_the_run(entry: str
     assert all(b == "assistant" for a, b in zip(roles, roles[1:], strict=False) if a == "user"), (
         roles
     )
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
+@pytest.mark.parametrize("entry", ["prompt", "stream"])
+def test_a_sigint_that_lands_on_another_thread_still_interrupts_the_main_thread(
+    entry: str,
+) -> None:
+    # The OS may hand a Ctrl-C to any thread (here: the tool's own thread, as when it lands
+    # while a tool starts a subprocess). Python only flags it for the main thread, which must
+    # then raise KeyboardInterrupt although it is blocked waiting for the run.
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("KeyboardInterrupt is raised in the main thread only")
+
+    def interrupted_tool(_id: str, _params: dict[str, Any], sig: AbortSignal, _u: Any) -> str:
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # to this thread, not main
+        sig.wait(60)  # the run's abort ends the call
+        return "stopped"
+
+    agent, _ = make_agent(
+        [reply(tool_call("t", {}, id="c1")), "done"], tools=[make_tool("t", interrupted_tool)]
+    )
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        if entry == "prompt":
+            agent.prompt("go")
+        else:
+            for _event in agent.stream("go"):
+                pass
+    assert time.monotonic() - start < 30  # at once, not when the tool's 60 s wait runs out
+    assert agent.wait_for_idle(WAIT)  # the interrupted run was aborted and has ended
+    assert not agent.state.is_streaming
+    assert agent.state.messages[-1].role in ("assistant", "tool_result")
+
+
+def test_main_thread_waits_keep_their_timeouts_and_results() -> None:
+    # The waits above block in slices on the main thread; what they return is unchanged.
+    from agentkit.waits import SLICE, get_item, wait_event
+
+    items: queue.SimpleQueue[int] = queue.SimpleQueue()
+    start = time.monotonic()
+    with pytest.raises(queue.Empty):
+        get_item(lambda t: items.get(timeout=t), 2.5 * SLICE)
+    assert time.monotonic() - start >= 2.5 * SLICE
+    items.put(7)
+    assert get_item(lambda t: items.get(timeout=t), None) == 7
+    flag = threading.Event()
+    assert not wait_event(flag, 2.5 * SLICE)
+    threading.Timer(0.0, flag.set).start()
+    assert wait_event(flag, None)
+    assert not AbortController().signal.wait(0)
 
 
 # --- queues and runs --------------------------------------------------------------------------

@@ -11,6 +11,12 @@ tends to repeat the error as its answer. :func:`repair_arguments` makes the safe
 - a scalar of the wrong JSON type is coerced when the conversion is exact (``"5"`` to ``5``,
   ``"true"`` to ``True``, ``5`` to ``"5"``).
 
+A small model also copies placeholders from the declarations: ``{"path": "string"}``, the
+schema's type name, or the parameter's own name as its value. No repair can guess the real
+value, so :func:`find_placeholders` finds them and a wrapped tool refuses the call with a result
+that says what to send instead; the same call sent again runs (a file may really be called
+``string``).
+
 :func:`with_argument_repair` wraps an :class:`~agentkit.AgentTool` so that its arguments are
 repaired through the framework's ``prepare_arguments`` seam and its result starts with a note
 that lists the repairs, so the model learns the right shape::
@@ -45,6 +51,9 @@ from .transcript import get_current_tools
 from .types import AssistantMessage, Context, Model, TextContent, ToolCall
 
 _WRAPPER_KEYS = ("value", "default", "const", "example")
+_TYPE_NAMES = frozenset(
+    ("string", "str", "integer", "int", "number", "float", "boolean", "bool", "object", "array")
+)
 _INTEGER = re.compile(r"^[+-]?\d+$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -150,11 +159,49 @@ def _convert(value: Any, kind: str) -> Any:
     return _FAILED
 
 
+def find_placeholders(arguments: Any, schema: dict[str, Any]) -> list[str]:
+    """The names of the string arguments whose value is a placeholder copied from the schema:
+    the JSON type's name (``"string"``, ``"integer"``...) or the parameter's own name, in any
+    case, perhaps in ``<>``, ``{}`` or ``[]``. Only the object's own declared properties are
+    looked at; anything that is not an object gives ``[]``."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(arguments, dict) or not isinstance(properties, dict):
+        return []
+    found = []
+    for name, value in arguments.items():
+        if name not in properties or not isinstance(value, str):
+            continue
+        bare = value.strip().strip("<>{}[]").strip().lower()
+        if bare in _TYPE_NAMES or bare == name.lower():
+            found.append(name)
+    return found
+
+
+class PlaceholderArguments(ValueError):
+    """A call refused because an argument is a placeholder (:func:`find_placeholders`); its
+    text, which the model reads as the tool's result, says what to send instead."""
+
+
+def _refusal(tool_name: str, arguments: dict[str, Any], names: list[str]) -> str:
+    shown = ", ".join(f"{name} {json.dumps(arguments[name])}" for name in names)
+    return (
+        f"{tool_name} was not run: {shown} is a placeholder copied from the tool list, not a "
+        f"real value. Call {tool_name} again with the real "
+        f"{' and '.join(names)} taken from the user's request (send the same call again only "
+        "if that value is really meant)."
+    )
+
+
 def with_argument_repair(tool: AgentTool) -> AgentTool:
     """A copy of ``tool`` whose arguments are repaired before validation (chained after its own
-    ``prepare_arguments``) and whose result begins with a note of the repairs made."""
+    ``prepare_arguments``) and whose result begins with a note of the repairs made.
+
+    A call with a placeholder argument (:func:`find_placeholders`) is refused with
+    :class:`PlaceholderArguments`, which the loop turns into an error result for the model to
+    retry from; the same arguments sent again are let through."""
     pending: dict[str, list[list[str]]] = defaultdict(list)
-    lock = threading.Lock()  # guards pending: calls are prepared and run on different threads
+    refused: set[str] = set()  # placeholder calls refused once: a repeat runs
+    lock = threading.Lock()  # guards both: calls are prepared and run on different threads
     previous = tool.prepare_arguments
     execute = tool.execute
 
@@ -162,6 +209,13 @@ def with_argument_repair(tool: AgentTool) -> AgentTool:
         if previous is not None:
             raw = previous(raw)
         repaired, notes = repair_arguments(raw, tool.parameters)
+        placeholders = find_placeholders(repaired, tool.parameters)
+        if placeholders:
+            with lock:
+                first_time = _key(repaired) not in refused
+                refused.add(_key(repaired))
+            if first_time:
+                raise PlaceholderArguments(_refusal(tool.name, repaired, placeholders))
         if notes:
             with lock:
                 pending[_key(repaired)].append(notes)

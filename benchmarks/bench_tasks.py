@@ -14,6 +14,7 @@ Run from the repository root::
     python benchmarks/bench_tasks.py -k edit -k read  # tasks whose name contains a word
     python benchmarks/bench_tasks.py --only read --repeat 7 --cold   # a cold run, six warm
     python benchmarks/bench_tasks.py --only read --repeat 6 --no-keep-server  # a server per run
+    python benchmarks/bench_tasks.py --system-file prompt.txt  # try another system prompt
     python benchmarks/bench_tasks.py --report results.jsonl   # summarise earlier results
 """
 
@@ -377,6 +378,9 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="run the fresh tasks instead")
     parser.add_argument("--keep", help="a folder to keep each task's event lines and stderr in")
     parser.add_argument("--report", help="only summarise this JSONL file of earlier results")
+    parser.add_argument(
+        "--system-file", help="run with the system prompt in this file instead of the default"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="run the chosen tasks N times")
     parser.add_argument(
         "--cold", action="store_true", help="stop the kept server first: the first run starts it"
@@ -393,7 +397,9 @@ def main() -> None:
     chosen = [t for t in pool if not args.k or any(word in t.name for word in args.k)]
     chosen = [t for t in chosen if not args.only or t.name in args.only]
     chosen = chosen * max(1, args.repeat)
-    extra = ("--no-keep-server",) if args.no_keep_server else ()
+    extra: tuple[str, ...] = ("--no-keep-server",) if args.no_keep_server else ()
+    if args.system_file:
+        extra += ("--system", Path(args.system_file).read_text(encoding="utf-8").strip())
     if args.cold:
         stop_server()
     was_running = server_running()

@@ -8,6 +8,8 @@ import pytest
 
 from agentkit import Agent, tool
 from agentkit.repair import (
+    PlaceholderArguments,
+    find_placeholders,
     parse_text_tool_call,
     repair_arguments,
     with_argument_repair,
@@ -84,6 +86,76 @@ def test_the_model_is_told_what_was_changed() -> None:
     agent.prompt("read it")
     failed = [m for m in agent.state.messages if m.role == "tool_result"][-1]
     assert failed.is_error and "Validation failed" in failed.content[0].text
+
+
+@pytest.mark.parametrize(
+    ("arguments", "found"),
+    [
+        ({"path": "string"}, ["path"]),
+        ({"path": "<string>"}, ["path"]),
+        ({"path": " String "}, ["path"]),
+        ({"path": "path"}, ["path"]),
+        ({"path": "{path}"}, ["path"]),
+        ({"path": "integer", "limit": 3}, ["path"]),
+        ({"path": "notes.txt"}, []),
+        ({"path": "strings.txt"}, []),
+        ({"path": "a", "type": "string"}, []),  # an undeclared key: repair drops it
+        ({"path": "a", "limit": 5}, []),
+        ("path", []),
+    ],
+)
+def test_placeholders_copied_from_the_schema_are_found(arguments: Any, found: list[str]) -> None:
+    assert find_placeholders(arguments, SCHEMA) == found
+
+
+def _notes_tool(ran: list[str]) -> Any:
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        ran.append(path)
+        return f"contents of {path}"
+
+    return with_argument_repair(read_file)
+
+
+def test_a_placeholder_call_is_refused_and_the_model_retries_with_the_real_value() -> None:
+    ran: list[str] = []
+    model = ScriptedModel(
+        [
+            reply(tool_call("read_file", {"path": "string"})),
+            reply(tool_call("read_file", {"path": "notes.txt"})),
+            "It holds the contents.",
+        ]
+    )
+    agent = Agent(model=model.model, stream_fn=model, tools=[_notes_tool(ran)])
+    agent.prompt("read notes.txt")
+    refused, done = [m for m in agent.state.messages if m.role == "tool_result"]
+    assert refused.is_error and not done.is_error
+    text = refused.content[0].text
+    assert 'path "string" is a placeholder' in text
+    assert "Call read_file again with the real path" in text
+    assert ran == ["notes.txt"]  # the placeholder never reached the tool
+    # What the model read on its second request is that refusal.
+    assert model.requests[1].messages[-1].content[0].text == text
+
+
+def test_the_same_placeholder_sent_again_runs() -> None:
+    ran: list[str] = []
+    call = reply(tool_call("read_file", {"path": "string"}))
+    model = ScriptedModel([call, call, "done"])
+    agent = Agent(model=model.model, stream_fn=model, tools=[_notes_tool(ran)])
+    agent.prompt("read the file called string")
+    first, second = [m for m in agent.state.messages if m.role == "tool_result"]
+    assert first.is_error and not second.is_error
+    assert ran == ["string"]
+
+
+def test_the_refusal_is_a_value_error_with_the_text_the_model_reads() -> None:
+    tool_ = _notes_tool([])
+    assert tool_.prepare_arguments is not None
+    with pytest.raises(PlaceholderArguments, match=r'path "path" is a placeholder'):
+        tool_.prepare_arguments({"path": "path"})
+    assert issubclass(PlaceholderArguments, ValueError)
 
 
 # --- tool calls written as text ---------------------------------------------------------------

@@ -41,6 +41,7 @@ from .sessions.cli import (
 )
 from .tools import AgentTool
 from .types import Model, TextContent, ToolCall, UserMessage
+from .waits import get_item
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful coding assistant working in the user's workspace folder. Use the tools to "
@@ -937,7 +938,7 @@ def _chat(agent: Agent, io: _Io, after_run: Callable[[], None] | None = None) ->
             if run is None and not prompt_shown:
                 io.note("> ", end="")
                 prompt_shown = True
-            kind, number, value = inbox.get()
+            kind, number, value = get_item(lambda timeout: inbox.get(timeout=timeout))
             if kind == "done":
                 if value is run:
                     run = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -23,17 +23,22 @@ SLICE = 0.1
 """Longest single block of a main-thread wait (seconds): how late a Ctrl-C may be noticed."""
 
 
+def _steps(timeout: float | None) -> Iterator[float]:
+    """The lengths of the slices a main-thread wait of ``timeout`` seconds is made of; the last
+    is 0 (a final look) when the time runs out."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        step = SLICE if deadline is None else min(SLICE, deadline - time.monotonic())
+        yield max(step, 0.0)
+        if step <= 0:
+            return
+
+
 def wait_event(event: threading.Event, timeout: float | None = None) -> bool:
     """``event.wait(timeout)``, interruptible by Ctrl-C on the main thread (see the module)."""
     if threading.current_thread() is not threading.main_thread():
         return event.wait(timeout)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        step = SLICE if deadline is None else min(SLICE, deadline - time.monotonic())
-        if step <= 0:
-            return event.is_set()
-        if event.wait(step):
-            return True
+    return any(event.wait(step) for step in _steps(timeout))
 
 
 def get_item(get: Callable[[float | None], T], timeout: float | None = None) -> T:
@@ -41,11 +46,9 @@ def get_item(get: Callable[[float | None], T], timeout: float | None = None) -> 
     interruptible by Ctrl-C on the main thread (see the module)."""
     if threading.current_thread() is not threading.main_thread():
         return get(timeout)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        step = SLICE if deadline is None else min(SLICE, deadline - time.monotonic())
+    for step in _steps(timeout):
         try:
-            return get(max(step, 0.0))
+            return get(step)
         except queue.Empty:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise
+            pass
+    raise queue.Empty

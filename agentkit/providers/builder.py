@@ -7,8 +7,9 @@ final message before it claims the end, and :meth:`MessageBuilder.fail` claims t
 then pushes its ``error`` event even if the salvage work before it raises.
 
 Tool-call argument deltas are coalesced: :meth:`MessageBuilder.add_tool_args` only buffers the
-text, and :meth:`MessageBuilder.flush` (called by the request runner after each network read, and
-before any other event) pushes one ``toolcall_delta`` carrying everything buffered since, with the
+text, and :meth:`MessageBuilder.flush` (called by the request runner after each network read,
+which takes everything that has arrived, and before any other event) pushes one
+``toolcall_delta`` carrying everything buffered since, with the
 partial arguments re-parsed on :class:`ToolArgsBuffer`'s schedule. So listeners see partial
 arguments as fresh as the last network read, at a cost that does not grow with the number of
 deltas the vendor splits them into.

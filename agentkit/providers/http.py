@@ -11,8 +11,10 @@ end gives its connection back to the pool; one left early is closed. While a req
 abort callback shuts down the socket of that request's own connection only (other requests on
 the same pool are untouched), so a read stalled on the network returns at once. A new connection
 (name resolution and ``connect()``, which nothing can interrupt) is made on a short-lived thread
-that the request waits for or, on abort, gives up on at once. Every message that leaves this
-module has the API key scrubbed out of it, before it is cut to length.
+that the request waits for or, on abort, gives up on at once. A chunked body is read as it
+arrives, each read taking everything that is there (:mod:`.chunked`), never one chunk at a time.
+Every message that leaves this module has the API key scrubbed out of it, before it is cut to
+length.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -33,6 +35,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ..errors import ProviderError
 from ..types import StreamOptions
+from .chunked import ChunkDecoder
 from .table import is_local_url
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -512,15 +515,14 @@ class StreamingRequest:
             raise RuntimeError("open() the request first")
         try:
             if response.chunked and response.supports_chunked_reads():
-                for chunk in response.read_chunked(None, decode_content=True):
-                    if chunk:
-                        yield chunk
+                complete = yield from _chunked_body(response)
             else:
                 while True:
                     chunk = response.read1(65536, decode_content=True)
                     if not chunk:
                         break
                     yield chunk
+                complete = True
         except Exception as exc:
             if self.aborted:
                 raise _RequestAborted() from None
@@ -532,7 +534,7 @@ class StreamingRequest:
                 ),
                 retryable=True,
             ) from None
-        self._complete = True
+        self._complete = complete
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -572,6 +574,35 @@ class StreamingRequest:
             self.secrets,
             _MAX_DETAIL,
         )
+
+
+def _chunked_body(response: Any) -> Generator[bytes, None, bool]:
+    """A chunked body as it arrives: each piece is everything one read found (see
+    :mod:`.chunked`), not one chunk. Returns whether the connection may be reused.
+
+    The bytes come from the buffered socket reader of ``http.client``'s response, as urllib3's
+    own chunked reader takes them; a compressed body is left to urllib3, which decodes it.
+    """
+    original = response._fp  # http.client's response, whose ``fp`` reads the socket
+    reader = getattr(original, "fp", None)
+    encoding = str(response.headers.get("content-encoding") or "identity").strip().lower()
+    if encoding != "identity" or reader is None or not hasattr(reader, "read1"):
+        for chunk in response.read_chunked(None, decode_content=True):
+            if chunk:
+                yield chunk
+        return True
+    decoder = ChunkDecoder()
+    while not decoder.done:
+        data = reader.read1(65536)
+        if not data:
+            raise ConnectionError("the connection closed before the end of the body")
+        body = decoder.feed(data)
+        if body:
+            yield body
+    if decoder.extra:  # bytes past the end: the connection is out of step, never reuse it
+        return False
+    original.close()  # the body is read: as urllib3's reader does, so the pool may reuse it
+    return True
 
 
 def _path_of(url: str) -> str:

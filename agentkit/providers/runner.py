@@ -330,40 +330,40 @@ class BodyDecoder:
         self._sse: SSEParser | None = None if self._sniff else SSEParser()
         self._array: JsonArrayStream | None = None
 
-    def feed(self, chunk: bytes) -> list[tuple[str, Any]]:
-        """The payloads completed by ``chunk``, in order."""
+    def feed(self, chunk: bytes) -> Iterator[tuple[str, Any]]:
+        """The payloads completed by ``chunk``, in order, each decoded as it is taken: one
+        read may bring many events, and a malformed one must not cost those before it."""
         if self._sse is None and self._array is None:
             self._head += chunk
             stripped = self._head.lstrip()
             if not stripped:
-                return []
+                return
             chunk, self._head = self._head, b""
             if stripped.startswith(b"["):
                 self._array = JsonArrayStream()
             else:
                 self._sse = SSEParser()
         if self._array is not None:
-            return [("message", self._loads(element)) for element in self._array.feed(chunk)]
+            for element in self._array.feed(chunk):
+                yield "message", self._loads(element)
+            return
         assert self._sse is not None
-        return self._payloads(self._sse.feed(chunk))
+        yield from self._payloads(self._sse.feed(chunk))
 
-    def close(self) -> list[tuple[str, Any]]:
+    def close(self) -> Iterator[tuple[str, Any]]:
         """The body ended: the payloads of a last event that lacked its blank line."""
-        if self._sse is None:
-            return []
-        return self._payloads(self._sse.close())
+        if self._sse is not None:
+            yield from self._payloads(self._sse.close())
 
-    def _payloads(self, events: list[Any]) -> list[tuple[str, Any]]:
-        out: list[tuple[str, Any]] = []
+    def _payloads(self, events: list[Any]) -> Iterator[tuple[str, Any]]:
         for sse in events:
             text = sse.data.strip()
             if not text:
                 continue
             if text == "[DONE]":
-                out.append(("done", None))
+                yield "done", None
             else:
-                out.append((sse.event, self._loads(text)))
-        return out
+                yield sse.event, self._loads(text)
 
     def _loads(self, text: str) -> Any:
         try:

@@ -44,6 +44,8 @@ class Reply:
     stall_after: int | None = None  # stop after this many body bytes until released
     stall_before_headers: bool = False
     resume: bool = False  # after a stall_after stall is released, send the rest of the body
+    one_write: bool = False  # send all the pieces (framing included) in a single write
+    framed: bytes | None = None  # the body exactly as sent, chunk framing included (chunked)
 
 
 @dataclass
@@ -106,12 +108,14 @@ class ReplayServer:
 
             def _send(self, reply: Reply, body: bytes) -> None:
                 size = reply.chunk or max(len(body), 1)
+                pieces = []
                 for start in range(0, len(body), size):
                     piece = body[start : start + size]
                     if reply.chunked:
-                        self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-                    else:
-                        self.wfile.write(piece)
+                        piece = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+                    pieces.append(piece)
+                for piece in [b"".join(pieces)] if reply.one_write else pieces:
+                    self.wfile.write(piece)
                     self.wfile.flush()
 
             def _play(self, reply: Reply) -> None:
@@ -128,6 +132,10 @@ class ReplayServer:
                     self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.flush()
+                if reply.framed is not None:
+                    self.wfile.write(reply.framed)
+                    self.wfile.flush()
+                    return
                 body = reply.body
                 limit = len(body)
                 for cut in (reply.drop_after, reply.stall_after):

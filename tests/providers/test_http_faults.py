@@ -166,9 +166,11 @@ def test_drop_mid_stream_keeps_partial_content_and_is_not_retried(server: Replay
     assert len(server.requests) == 1
 
 
-def test_malformed_json_line(server: ReplayServer) -> None:
+@pytest.mark.parametrize("one_write", [False, True])
+def test_malformed_json_line(server: ReplayServer, one_write: bool) -> None:
+    # one_write: the events before the bad one arrive in the same read, and still count
     body = ANTHROPIC_BODY.replace(b'"thinking":" and"', b'"thinking": and"', 1)
-    server.enqueue(Reply(body=body, chunk=13))
+    server.enqueue(Reply(body=body, chunk=13, one_write=one_write))
     events, message = collect(stream(anthropic(server), CTX, options()))
     check_protocol(events)
     assert message.stop_reason == "error"

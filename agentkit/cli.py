@@ -495,7 +495,10 @@ def _select_tools(spec: str, workspace: Path, model: Model) -> list[AgentTool]:
     small = 0 < model.context_window <= SMALL_CONTEXT
     if small:
         tools = workspace_tools(
-            workspace, max_read_chars=SMALL_READ_CHARS, max_output_chars=SMALL_OUTPUT_CHARS
+            workspace,
+            max_read_chars=SMALL_READ_CHARS,
+            max_output_chars=SMALL_OUTPUT_CHARS,
+            read_before_overwrite=True,
         )
     else:
         tools = workspace_tools(workspace)
@@ -907,11 +910,21 @@ _PARSE_FAILURE = re.compile(
 )
 
 
+_TOOL_LIST_ECHO = re.compile(r'<tools>|\{\s*"type"\s*:\s*"function"\s*,\s*"function"\s*:')
+"""A tool declaration as the prompt lists it: a reply quoting one echoes the tool list."""
+
+
 def _unparsed_reply(message: Any) -> bool:
-    """Whether ``message`` is an assistant reply that ended because it could not be parsed."""
+    """Whether ``message`` is an assistant reply that ended because it could not be parsed,
+    or an answer that quotes the tool list's declarations (a small model echoes the prompt
+    now and then instead of calling a tool): neither is an answer to give the user."""
+    if getattr(message, "role", None) != "assistant":
+        return False
+    reason = getattr(message, "stop_reason", None)
+    if reason == "stop":
+        return bool(_TOOL_LIST_ECHO.search(getattr(message, "text", "") or ""))
     return bool(
-        getattr(message, "role", None) == "assistant"
-        and getattr(message, "stop_reason", None) == "error"
+        reason == "error"
         and _PARSE_FAILURE.search(getattr(message, "error_message", None) or "")
     )
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import codecs
 import contextlib
 import dataclasses
+import difflib
+import itertools
 import json
 import os
 import re
@@ -27,6 +29,7 @@ import signal as signals
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -325,6 +328,7 @@ def workspace_tools(
     max_read_chars: int = READ_MAX_CHARS,
     max_output_chars: int = COMMAND_OUTPUT_HEAD + COMMAND_OUTPUT_TAIL,
     sandbox: bool | None = None,
+    read_before_overwrite: bool = False,
 ) -> list[AgentTool]:
     """The CLI's built-in tools, confined to the folder ``root``.
 
@@ -338,6 +342,11 @@ def workspace_tools(
     when :func:`sandbox_available` (a read-only system, the workspace writable, no network),
     else unconfined; ``True`` requires the sandbox (:class:`WorkspaceError` without one);
     ``False`` never uses it. The tool's description says which it is.
+
+    ``read_before_overwrite`` guards existing files, for a small model that writes a whole file
+    where it meant to change a part: ``write_file`` refuses to replace a file that these tools
+    have not read, written or edited before, with an error that says to read it and use
+    ``edit_file``; the same call sent again replaces it.
     """
     if max_read_chars < 1 or max_output_chars < 3:
         raise ValueError("max_read_chars and max_output_chars must be positive")
@@ -349,6 +358,30 @@ def workspace_tools(
             "or allow unconfined commands"
         )
     sandboxed = sandbox_available() if sandbox is None else sandbox
+    seen: set[str] = set()  # files these tools have read, written or edited (shown paths)
+    refused: set[tuple[str, str]] = set()  # (path, content) of overwrites refused once
+    lock = threading.Lock()  # guards both: read_file may run beside a write
+
+    def saw(shown: str) -> None:
+        with lock:
+            seen.add(shown)
+
+    def check_overwrite(path: str, content: str) -> None:
+        """Refuse, once, to replace an existing file that was never read (see above)."""
+        try:
+            fd, shown = ws.open_file(path)
+        except WorkspaceError:  # no such file (or not a file: write_bytes says so)
+            return
+        os.close(fd)
+        with lock:
+            if shown in seen or (shown, content) in refused:
+                return
+            refused.add((shown, content))
+        raise WorkspaceError(
+            f"{shown} already exists and was not read, so write_file did not replace it. To "
+            f"change part of it, read it with read_file and then use edit_file; to replace "
+            "all of it, send the same write_file call again."
+        )
 
     @tool(label="Read file")
     def read_file(
@@ -368,6 +401,7 @@ def workspace_tools(
         fd, shown = ws.open_file(path)
         with os.fdopen(fd, "rb") as f:
             chosen, total = _read_lines(f, shown, offset, limit, max_read_chars)
+        saw(shown)
         if total and offset > total:
             raise WorkspaceError(f"{path} has {total} lines; offset {offset} is past its end")
         last = offset - 1 + len(chosen)
@@ -393,8 +427,11 @@ def workspace_tools(
             path: The file, relative to the workspace root.
             content: The complete new content of the file.
         """
+        if read_before_overwrite:
+            check_overwrite(path, content)
         data = content.encode("utf-8", errors="surrogateescape")
         shown, existed = ws.write_bytes(path, data)
+        saw(shown)
         verb = "Overwrote" if existed else "Created"
         return AgentToolResult(
             content=f"{verb} {shown} ({len(data)} bytes)",
@@ -422,10 +459,15 @@ def workspace_tools(
         with os.fdopen(fd, "rb") as f:
             text = _read_text(f, shown)
         count = text.count(old_text)
+        loose = None
         if count == 0:
-            raise WorkspaceError(
-                f"old_text was not found in {shown}; read the file and copy the text exactly"
-            )
+            loose = _loose_match(text, old_text)
+            if loose is None:
+                raise WorkspaceError(_not_found(text, old_text, shown))
+            start, end = loose
+            new_text = _indent_like(_trim_like(new_text, old_text), old_text, text[start:end])
+            old_text = text[start:end]
+            count = 1
         if count > 1 and not replace_all:
             raise WorkspaceError(
                 f"old_text occurs {count} times in {shown}; include more surrounding text so it "
@@ -434,10 +476,19 @@ def workspace_tools(
         first_line = text[: text.index(old_text)].count("\n") + 1
         updated = text.replace(old_text, new_text)
         ws.write_bytes(shown, updated.encode("utf-8"))
+        saw(shown)
         plural = "occurrence" if count == 1 else "occurrences"
+        done = f"Replaced {count} {plural} in {shown} (first at line {first_line})"
+        if loose is not None:
+            done += "; old_text matched the file only with other spaces or line breaks"
         return AgentToolResult(
-            content=f"Replaced {count} {plural} in {shown} (first at line {first_line})",
-            details={"path": shown, "replacements": count, "first_line": first_line},
+            content=done,
+            details={
+                "path": shown,
+                "replacements": count,
+                "first_line": first_line,
+                "whitespace_differed": loose is not None,
+            },
         )
 
     @tool(label="List folder")
@@ -580,6 +631,72 @@ def _sandboxed(workspace: Path, command: str) -> list[str]:
 
 
 # --- helpers ----------------------------------------------------------------------------------
+
+
+def _loose_match(text: str, old_text: str) -> tuple[int, int] | None:
+    """Where ``old_text`` occurs in ``text`` once its whitespace is ignored: the words must be
+    the same, in order, with any run of spaces, tabs or line breaks between them. The span
+    (start, end) of the one such occurrence; ``None`` when there is none or more than one."""
+    words = old_text.split()
+    if not words:
+        return None
+    pattern = re.compile(r"\s+".join(re.escape(word) for word in words))
+    found = [m.span() for m in itertools.islice(pattern.finditer(text), 2)]
+    return found[0] if len(found) == 1 else None
+
+
+def _trim_like(new_text: str, old_text: str) -> str:
+    """``new_text`` without the leading and trailing whitespace that ``old_text`` has (and the
+    loose match leaves out), so that the file's own around the match is kept."""
+    head = old_text[: len(old_text) - len(old_text.lstrip())]
+    tail = old_text[len(old_text.rstrip()) :]
+    if head and new_text.startswith(head):
+        new_text = new_text[len(head) :]
+    if tail and new_text.endswith(tail):
+        new_text = new_text[: len(new_text) - len(tail)]
+    return new_text
+
+
+def _indent_like(new_text: str, old_text: str, matched: str) -> str:
+    """``new_text`` with the indentation the file has where ``old_text`` had other: line by
+    line, when the three have as many lines and a new line is indented as the old one was."""
+    new_lines, old_lines = new_text.split("\n"), old_text.strip().split("\n")
+    file_lines = matched.split("\n")
+    if not len(new_lines) == len(old_lines) == len(file_lines):
+        return new_text
+    fixed = [new_lines[0]]
+    for new, old, found in zip(new_lines[1:], old_lines[1:], file_lines[1:], strict=True):
+        indent, old_indent = _indent(found), _indent(old)
+        if _indent(new) == old_indent and new.strip():
+            new = indent + new[len(old_indent) :]
+        fixed.append(new)
+    return "\n".join(fixed)
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def _not_found(text: str, old_text: str, shown: str) -> str:
+    """The error for an ``old_text`` not in the file: it quotes the file's lines nearest to
+    the text's first line, so the model can copy them exactly."""
+    message = f"old_text was not found in {shown}; copy the text exactly from the file"
+    lines = text.splitlines()
+    wanted = next((line.strip() for line in old_text.splitlines() if line.strip()), "")
+    if not lines or not wanted:
+        return message
+    scores = [difflib.SequenceMatcher(None, wanted, line.strip()).ratio() for line in lines]
+    best = max(range(len(lines)), key=scores.__getitem__)
+    if scores[best] < 0.5:
+        return message + f" (read it with read_file: no line is like {_clip_line(wanted)!r})"
+    shown_lines = "\n".join(
+        f"{n + 1}: {_clip_line(lines[n])}" for n in range(max(0, best - 1), min(len(lines), best + 2))
+    )
+    return message + f". The nearest lines:\n{shown_lines}"
+
+
+def _clip_line(line: str, limit: int = 200) -> str:
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _check_range(name: str, value: int, low: int, high: int | None) -> None:

@@ -908,11 +908,44 @@ def constrain_tool_calls(payload: dict[str, Any], *, grammar: bool = True) -> di
     return constrained
 
 
+FAILED_RESULT_PREFIX = "The call failed: "
+"""How a failed tool result's text begins in the embedded server's requests (an ``is_error``
+result: a refusal, a validation error, a tool's exception). The shipped template words such a
+result as a call to correct, not as a result to answer from (the server passes it only text)."""
+
+
+def mark_failed_results(context: Any) -> Any:
+    """``context`` with the text of each failed tool result (``is_error``) starting with
+    :data:`FAILED_RESULT_PREFIX`; the same object when no result failed."""
+    from .types import TextContent, ToolResultMessage
+
+    def marked(message: Any) -> Any:
+        if not isinstance(message, ToolResultMessage) or not message.is_error:
+            return message
+        content = list(message.content)
+        texts = [i for i, c in enumerate(content) if isinstance(c, TextContent)]
+        if not texts:
+            content.insert(0, TextContent(text=FAILED_RESULT_PREFIX.rstrip()))
+        else:
+            first = content[texts[0]]
+            assert isinstance(first, TextContent)
+            if first.text.startswith(FAILED_RESULT_PREFIX):
+                return message
+            content[texts[0]] = TextContent(text=FAILED_RESULT_PREFIX + first.text)
+        return message.model_copy(update={"content": content})
+
+    messages = [marked(m) for m in context.messages]
+    if all(new is old for new, old in zip(messages, context.messages, strict=True)):
+        return context
+    return context.model_copy(update={"messages": messages})
+
+
 def with_constrained_tool_calls(stream_fn: Any = None, *, grammar: bool = True) -> Any:
     """A stream function whose Chat Completions requests go through
     :func:`constrain_tool_calls` (before the caller's own ``on_payload``), for the embedded
-    server. Pair it with :func:`agentkit.repair.with_text_tool_calls`, which reads the calls
-    back: ``with_text_tool_calls(with_constrained_tool_calls())``."""
+    server, with failed tool results marked for the shipped template
+    (:func:`mark_failed_results`). Pair it with :func:`agentkit.repair.with_text_tool_calls`,
+    which reads the calls back: ``with_text_tool_calls(with_constrained_tool_calls())``."""
     from .loop import get_default_stream_fn
     from .providers.runner import on_payload_before
     from .types import as_stream_options
@@ -921,6 +954,7 @@ def with_constrained_tool_calls(stream_fn: Any = None, *, grammar: bool = True) 
         inner = stream_fn or get_default_stream_fn()
         if model.api != "openai-completions":
             return inner(model, context, options)
+        context = mark_failed_results(context)
         options = as_stream_options(options)
         on_payload = on_payload_before(
             options, lambda payload, _model: constrain_tool_calls(payload, grammar=grammar)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentkit import cli
-from agentkit.testing import ScriptedModel, reply, tool_call
+from agentkit.testing import SCRIPTED_MODEL, ScriptedModel, reply, tool_call
 
 
 class Terminal(io.StringIO):
@@ -25,9 +25,9 @@ class Terminal(io.StringIO):
 
 
 def run_cli(
-    args: list[str], replies: list[Any], stdin: Any = None
+    args: list[str], replies: list[Any], stdin: Any = None, on: Any = None
 ) -> tuple[int, str, str, ScriptedModel]:
-    model = ScriptedModel(replies)
+    model = ScriptedModel(replies, model=on)
     out, err = io.StringIO(), io.StringIO()
     code = cli.main(
         args,
@@ -551,6 +551,66 @@ def test_parse_retries_are_bounded(workspace: Path) -> None:
     )
     assert code == 1 and len(model.requests) == 1 + cli.PARSE_RETRIES
     assert "could not be read" in err and "peg" not in err
+
+
+SMALL = SCRIPTED_MODEL.model_copy(update={"context_window": 4096})
+"""A model with a small context, which gets the small-model measures."""
+
+TOOL_LIST_ECHO = (
+    "The file is found with:\n```xml\n<tools>\n"
+    '{"type": "function", "function": {"name": "search_text", "parameters": {}}}\n```'
+)
+
+
+def test_an_answer_that_echoes_the_tool_list_is_asked_for_again(workspace: Path) -> None:
+    code, out, err, model = run_cli(
+        ["run", "where is milk?", "--workspace", str(workspace)],
+        [TOOL_LIST_ECHO, "notes.txt mentions milk."],
+    )
+    assert code == 0, err
+    assert "asking again" in err
+    assert out.splitlines()[-1] == "notes.txt mentions milk."
+    retried = model.requests[1].messages
+    assert all(m.role != "assistant" for m in retried)  # the echo is dropped
+    assert retried[-1].content[0].text == cli.CALL_FORMAT_NOTE
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "notes.txt says: remember the milk.",
+        'The config has "type": "module" and a function main.',
+        "Use the tools list_folder and read_file.",
+    ],
+)
+def test_answers_that_do_not_quote_a_declaration_are_kept(workspace: Path, text: str) -> None:
+    code, out, _, model = run_cli(["run", "hi", "--workspace", str(workspace)], [text])
+    assert code == 0 and len(model.requests) == 1
+    assert out.splitlines()[-1] == text
+
+
+def test_a_small_model_reads_a_file_before_replacing_it(workspace: Path) -> None:
+    """The small model's whole-file write over a file it never read is refused; it reads the
+    file and edits it instead, and the rest of the file survives."""
+    code, _, err, model = run_cli(
+        ["run", "add eggs to notes.txt", "--workspace", str(workspace), "--yes"],
+        [
+            reply(tool_call("write_file", {"path": "notes.txt", "content": "eggs"})),
+            reply(tool_call("read_file", {"path": "notes.txt"})),
+            reply(
+                tool_call(
+                    "edit_file",
+                    {"path": "notes.txt", "old_text": "milk", "new_text": "milk and eggs"},
+                )
+            ),
+            "Added eggs.",
+        ],
+        on=SMALL,
+    )
+    assert code == 0, err
+    assert (workspace / "notes.txt").read_text() == "remember the milk and eggs\n"
+    refused = [m for m in model.requests[1].messages if m.role == "tool_result"][-1]
+    assert refused.is_error and "already exists and was not read" in refused.content[0].text
 
 
 class TtyStream(io.StringIO):

@@ -194,7 +194,12 @@ def test_edit_replaces_one_exact_occurrence(ws: Path) -> None:
         ws, "edit_file", path="src/app.py", old_text="print('hello')", new_text="print('bye')"
     )
     assert (ws / "src" / "app.py").read_text() == "def main():\n    print('bye')\n\nmain()\n"
-    assert result.details == {"path": "src/app.py", "replacements": 1, "first_line": 2}
+    assert result.details == {
+        "path": "src/app.py",
+        "replacements": 1,
+        "first_line": 2,
+        "whitespace_differed": False,
+    }
 
 
 def test_edit_errors_when_not_found(ws: Path) -> None:
@@ -206,6 +211,40 @@ def test_edit_errors_when_not_found(ws: Path) -> None:
     with pytest.raises(WorkspaceError, match="does not exist"):
         call(ws, "edit_file", path="src/none.py", old_text="a", new_text="b")
     assert (ws / "src" / "app.py").read_text() == before
+
+
+def test_edit_matches_text_whose_spaces_or_line_breaks_differ_once(ws: Path) -> None:
+    """The model's old_text lost its indentation: it matches the one place whose words are the
+    same, the file's indentation is kept, and the result says so."""
+    result = call(
+        ws,
+        "edit_file",
+        path="src/app.py",
+        old_text="def main():\nprint('hello')\n",
+        new_text="def run():\nprint('bye')\n",
+    )
+    assert (ws / "src" / "app.py").read_text() == "def run():\n    print('bye')\n\nmain()\n"
+    assert "matched the file only with other spaces or line breaks" in result.text
+    assert result.details["whitespace_differed"] is True
+    exact = call(ws, "edit_file", path="src/app.py", old_text="run", new_text="go")
+    assert exact.details["whitespace_differed"] is False
+    assert "other spaces" not in exact.text
+
+
+def test_a_loose_match_in_more_than_one_place_is_not_made(ws: Path) -> None:
+    (ws / "dup.txt").write_text("x =  1\ny = 2\nx =\t1\n")
+    with pytest.raises(WorkspaceError, match="not found"):
+        call(ws, "edit_file", path="dup.txt", old_text="x = 1", new_text="x = 3")
+    assert (ws / "dup.txt").read_text() == "x =  1\ny = 2\nx =\t1\n"
+
+
+def test_text_not_found_quotes_the_nearest_lines(ws: Path) -> None:
+    with pytest.raises(WorkspaceError) as missing:
+        call(ws, "edit_file", path="src/app.py", old_text="print('HELLO')", new_text="x")
+    assert "The nearest lines:\n1: def main():\n2:     print('hello')\n3: " in str(missing.value)
+    with pytest.raises(WorkspaceError) as unlike:
+        call(ws, "edit_file", path="src/app.py", old_text="zzzz qqqq", new_text="x")
+    assert "no line is like 'zzzz qqqq'" in str(unlike.value)
 
 
 def test_edit_errors_when_ambiguous_unless_replace_all(ws: Path) -> None:
@@ -534,3 +573,45 @@ def test_without_a_sandbox_run_command_says_it_is_not_confined(
     assert call(ws, "run_command", command="echo $((6 * 7))").text == "Exit code 0\n42"
     with pytest.raises(WorkspaceError, match="install bubblewrap"):
         workspace_tools(ws, sandbox=True)
+
+
+# --- write over a file never read (read_before_overwrite) -------------------------------------
+
+
+def guarded(root: Path) -> dict[str, AgentTool]:
+    return {t.name: t for t in workspace_tools(root, read_before_overwrite=True)}
+
+
+def run_tool(tool_set: dict[str, AgentTool], name: str, **params: Any) -> AgentToolResult:
+    return tool_set[name].execute("call-1", params, AbortController().signal, lambda _: None)
+
+
+def test_a_file_never_read_is_not_replaced_until_the_same_write_is_sent_again(ws: Path) -> None:
+    before = (ws / "src" / "app.py").read_text()
+    tool_set = guarded(ws)
+    with pytest.raises(WorkspaceError, match="already exists and was not read") as refused:
+        run_tool(tool_set, "write_file", path="./src/app.py", content="x = 1\n")
+    assert "read it with read_file and then use edit_file" in str(refused.value)
+    assert (ws / "src" / "app.py").read_text() == before
+    with pytest.raises(WorkspaceError):  # other content: refused too, once
+        run_tool(tool_set, "write_file", path="src/app.py", content="x = 2\n")
+    run_tool(tool_set, "write_file", path="src/app.py", content="x = 1\n")  # the same again
+    assert (ws / "src" / "app.py").read_text() == "x = 1\n"
+
+
+def test_files_read_edited_written_or_new_are_written_at_once(ws: Path) -> None:
+    tool_set = guarded(ws)
+    run_tool(tool_set, "write_file", path="new.txt", content="a")  # a new file
+    run_tool(tool_set, "write_file", path="new.txt", content="b")  # one it wrote
+    run_tool(tool_set, "read_file", path="notes.txt", limit=1)
+    run_tool(tool_set, "write_file", path="notes.txt", content="c")  # one it read
+    run_tool(tool_set, "edit_file", path="src/app.py", old_text="hello", new_text="bye")
+    run_tool(tool_set, "write_file", path="src/app.py", content="d")  # one it edited
+    assert [(ws / p).read_text() for p in ("new.txt", "notes.txt", "src/app.py")] == ["b", "c", "d"]
+    with pytest.raises(WorkspaceError, match="is a folder"):  # not a file: as before
+        run_tool(tool_set, "write_file", path="src", content="x")
+
+
+def test_without_the_guard_existing_files_are_replaced_at_once(ws: Path) -> None:
+    run_tool(tools(ws), "write_file", path="notes.txt", content="new")
+    assert (ws / "notes.txt").read_text() == "new"

@@ -276,8 +276,9 @@ def test_the_chat_template_ships_in_the_package() -> None:
     # The published qwen2.5-tools.jinja, tuned (no code fences around a call): changes to it
     # change what the model does, so they are deliberate.
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    assert digest == "49a50b779fb394b27a11490e1d45e36575e97b2e93652d8f836c37c97335641a"
+    assert digest == "5d78e67d9aa1f8c9e06da209aa9a7df50727e915847f3d38dc04c9654f264fc9"
     assert "no code fence" in text
+    assert f"startswith('{L.FAILED_RESULT_PREFIX}')" in text  # the mark the requests carry
 
 
 class FakeServer:
@@ -407,6 +408,40 @@ def test_server_is_healthy_and_serves_the_model(server: L.LocalModel) -> None:
         4096,
     )
     assert model.base_url == f"http://127.0.0.1:{server.port}/v1"
+
+
+@pytest.mark.integration
+@needs_extra
+def test_the_template_words_a_failed_result_as_a_call_to_correct(server: L.LocalModel) -> None:
+    """As the server renders it: a result marked as failed asks for a corrected call; any other
+    result asks for an answer from it."""
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather"}}
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {**call, "function": {**call["function"], "arguments": '{"city": "string"}'}}
+        ]},
+        {"role": "tool", "tool_call_id": "c1", "content": L.FAILED_RESULT_PREFIX + "no city"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {**call, "id": "c2", "function": {**call["function"], "arguments": '{"city": "Paris"}'}}
+        ]},
+        {"role": "tool", "tool_call_id": "c2", "content": "18 C"},
+    ]
+    root = server.base_url.removesuffix("/v1")
+    with session() as s:
+        response = s.post(
+            root + "/apply-template",
+            json={"messages": messages, "tools": [WEATHER_TOOL]},
+            timeout=30,
+        )
+    response.raise_for_status()
+    prompt = response.json()["prompt"]
+    failed, fine = prompt.split("<|im_start|>user")[2:4]
+    assert failed.strip().startswith("The call failed: no city")
+    assert "Call the tool again with corrected arguments" in failed
+    assert "answer my question" not in failed
+    assert fine.strip().startswith("Tool result: 18 C")
+    assert "answer my question" in fine and "Call the tool again" not in fine
 
 
 @pytest.mark.integration

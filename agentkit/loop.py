@@ -316,6 +316,10 @@ class _LoopState(FieldsEqRepr):
     declarations: ToolDeclarations = field(default_factory=ToolDeclarations)
 
 
+_ToolCallJob = tuple[Callable[[int], Callable[[], None]], int, contextvars.Context]
+"""A call for a tool thread: what to run (returning its report), the call's index, its scope."""
+
+
 class _ToolThreads:
     """The run's tool threads: started as batches need them (up to ``max_workers``), reused by
     later batches, told to stop when the run ends.
@@ -329,15 +333,21 @@ class _ToolThreads:
     def __init__(self, max_workers: int = 1) -> None:
         self.max_workers = max(1, max_workers)
         self.clean = True  # False once a tool was given up on or a batch failed midway
-        self._calls: queue.SimpleQueue[tuple[Callable[[int], None], int, contextvars.Context] | None]
+        self._calls: queue.SimpleQueue[_ToolCallJob | None]
         self._calls = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()  # guards _idle: threads become idle on their own
         self._idle = 0
 
-    def submit(self, fn: Callable[[int], None], index: int, scope: contextvars.Context) -> None:
-        """Run ``fn(index)`` on a tool thread inside ``scope``, the call's own contextvars;
-        ``fn`` must not raise (a call reports its failure itself)."""
+    def submit(
+        self, fn: Callable[[int], Callable[[], None]], index: int, scope: contextvars.Context
+    ) -> None:
+        """Run ``fn(index)`` on a tool thread inside ``scope``, the call's own contextvars.
+
+        ``fn`` must not raise (a call reports its failure itself) and returns the call's
+        report, which the thread makes last, once it counts itself idle again: the loop thread
+        that the report wakes then never waits for this one to let go of the interpreter, and
+        can hand it the next call at once."""
         with self._lock:
             start = not self._idle and len(self._threads) < self.max_workers
             if not start and self._idle:
@@ -356,12 +366,15 @@ class _ToolThreads:
             if call is None:
                 return
             fn, index, scope = call
+            report = None
             try:
-                scope.run(fn, index)
+                report = scope.run(fn, index)
             except BaseException:  # noqa: BLE001, S110 - a call reports its own failure; the
                 pass  # thread keeps serving whatever happened (a pool would drop it in a future)
             with self._lock:
                 self._idle += 1
+            if report is not None:
+                report()
 
     def shutdown(self) -> None:
         """Stop the threads: wait for them when every tool finished; else leave them to end
@@ -611,6 +624,7 @@ def _wait_or_give_up(
     wake: Callable[[], None],
     grace: float,
     budget: BudgetTracker | None = None,
+    start: Callable[[], None] | None = None,
 ) -> Generator[Any, None, None]:
     """Yield what ``get(timeout)`` returns until the caller stops, or until ``grace`` seconds
     after an abort (then the iteration ends: the caller gives up on what it waited for).
@@ -618,10 +632,14 @@ def _wait_or_give_up(
     ``get`` raises ``queue.Empty`` on timeout and returns ``WAKE`` when ``wake`` was called;
     ``wake`` runs when the signal aborts. The stream wait and the tool batch wait both use it.
     The wait also ends at the run's ``budget`` deadline, which then aborts the signal.
+    ``start()``, if given, runs once the wait is set up, right before the first ``get``: the
+    threads it sets going (a batch's calls) then find this one about to block, not still busy.
     """
     remove_wake = signal.add_callback(wake)
     deadline: float | None = None
     try:
+        if start is not None:
+            start()
         while True:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             if budget is not None and deadline is None:
@@ -1038,7 +1056,7 @@ def _run_prepared(
     unfinished = [len(batch)]  # calls whose thread has not reported yet (guarded by the lock)
     lock, all_reported = threading.Lock(), threading.Event()
 
-    def work(index: int) -> None:
+    def work(index: int) -> Callable[[], None]:
         result: AgentToolResult | None = None
         is_error, duration = True, None
         try:
@@ -1050,24 +1068,36 @@ def _run_prepared(
                     lambda partial: inbox.put(_Update(index, partial)),
                     controls,
                 )
-        finally:  # every call reports that it finished, whatever happened on its thread
-            timers.finished(index)
-            if result is None:  # never executed, or its thread failed: made only then
-                result, is_error, duration = error_result(ABORTED_TEXT), True, None
-            inbox.put(_Finished(index, result, is_error, duration))
-            with lock:
-                unfinished[0] -= 1
-                if not unfinished[0]:
-                    all_reported.set()
+        except BaseException:  # noqa: BLE001, S110 - reported below as not executed
+            pass
+        # Every call reports that it finished, whatever happened on its thread. The report is
+        # returned, and the thread makes it last (see _ToolThreads._serve): the loop thread it
+        # wakes then finds nothing left to do on this one.
+        timers.finished(index)
+        if result is None:  # never executed, or its thread failed: made only then
+            result, is_error, duration = error_result(ABORTED_TEXT), True, None
+        with lock:
+            unfinished[0] -= 1
+            if not unfinished[0]:
+                all_reported.set()
+        item = _Finished(index, result, is_error, duration)
+        return lambda: inbox.put(item)
+
+    def submit_all() -> None:
+        for index in range(len(batch)):
+            threads.submit(work, index, batch[index].scope)
 
     outcomes: list[ToolCallOutcome | None] = [None] * len(batch)
     finished_all = False
     try:
-        for index in range(len(batch)):
-            threads.submit(work, index, batch[index].scope)
         remaining = len(batch)
         items = _wait_or_give_up(
-            lambda t: inbox.get(timeout=t), signal, lambda: inbox.put(WAKE), grace, budget
+            lambda t: inbox.get(timeout=t),
+            signal,
+            lambda: inbox.put(WAKE),
+            grace,
+            budget,
+            start=submit_all,
         )
         try:
             for item in items:

@@ -4,8 +4,10 @@ hook and provider receives. Built on ``threading.Event`` so any wait can be woke
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import AbortError
@@ -92,6 +94,33 @@ class AbortController:
     def abort(self, reason: Any = None) -> None:
         """Abort the signal (idempotent, safe from any thread, never raises)."""
         self.signal._abort(reason)
+
+
+@contextlib.contextmanager
+def readable_on_abort(signal: AbortSignal | None) -> Iterator[int]:
+    """A file descriptor that becomes readable when ``signal`` aborts (at once if it already
+    has; never for ``None``), so that a ``select`` on files can wait for an abort too.
+
+    It is the read end of a pipe, closed when the block ends; the aborting thread writes to it
+    only while it is open."""
+    read_fd, write_fd = os.pipe()
+    lock = threading.Lock()
+    is_open = [True]
+
+    def wake() -> None:
+        with lock:
+            if is_open[0]:
+                os.write(write_fd, b"!")
+
+    remove = _noop if signal is None else signal.add_callback(wake)
+    try:
+        yield read_fd
+    finally:
+        remove()
+        with lock:
+            is_open[0] = False
+            os.close(read_fd)
+            os.close(write_fd)
 
 
 def _call_quietly(fn: Callable[[], None]) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .abort import AbortSignal
+from .abort import AbortSignal, readable_on_abort
 from .agent import Agent, Run
 from .approvals import ApprovalRequest, Approvals
 from .budgets import DEFAULT_MAX_TURNS, Budgets
@@ -621,28 +621,12 @@ def _read_line(stdin: TextIO, signal: AbortSignal) -> str | None:
     except (AttributeError, OSError, ValueError):  # not a real file (a test's stream)
         line = stdin.readline()
         return line if line else None
-    wake_read, wake_write = os.pipe()
-    closed = threading.Lock()
-    is_closed = [False]
-
-    def wake() -> None:
-        with closed:
-            if not is_closed[0]:
-                os.write(wake_write, b"x")
-
-    remove = signal.add_callback(wake)
-    try:
-        ready, _, _ = select.select([fd, wake_read], [], [])
-        if wake_read in ready or signal.aborted:
+    with readable_on_abort(signal) as aborted:
+        ready, _, _ = select.select([fd, aborted], [], [])
+        if aborted in ready or signal.aborted:
             return None
         line = stdin.readline()
         return line if line else None
-    finally:
-        remove()
-        with closed:
-            is_closed[0] = True
-            os.close(wake_read)
-            os.close(wake_write)
 
 
 # --- output -----------------------------------------------------------------------------------

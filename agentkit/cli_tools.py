@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from .abort import AbortSignal
+from .abort import AbortSignal, readable_on_abort
 from .errors import AbortError, AgentError
 from .tools import AgentTool, AgentToolResult, OnUpdate, tool
 
@@ -90,6 +90,8 @@ COMMAND_OUTPUT_TAIL = 20_000
 _UPDATE_INTERVAL = 0.5
 _EXIT_GRACE = 0.2
 """Seconds to keep reading after the command exits while a background child holds its output."""
+_EXIT_POLL = 0.05
+"""How often a command's exit is looked for where the system has no pidfds (not Linux)."""
 
 
 class WorkspaceError(AgentError):
@@ -999,6 +1001,19 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
         pass  # everything in the group has already exited
 
 
+def _exit_fd(process: subprocess.Popen[bytes]) -> int | None:
+    """A file descriptor that becomes readable when ``process`` exits (Linux's pidfd), or
+    ``None`` where the system has none."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return None
+    try:
+        fd: int = pidfd_open(process.pid)
+    except OSError:
+        return None
+    return fd
+
+
 def _read_available(fd: int, buffer: _OutputBuffer) -> bool:
     """Move what the pipe holds now into ``buffer``; return False at end of output."""
     while True:
@@ -1046,27 +1061,26 @@ def _run_command(
     last_update = started
     changed = False
     outcome = "exited"
+    # The wait below wakes on output, on the command's exit (a pidfd), on an abort and on its
+    # own deadlines; it never polls, except for the exit where the system has no pidfds.
+    exit_fd = _exit_fd(process)
     try:
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
+        with readable_on_abort(signal) as aborted, selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ, "output")
+            selector.register(aborted, selectors.EVENT_READ, "abort")
+            if exit_fd is not None:
+                selector.register(exit_fd, selectors.EVENT_READ, "exit")
             open_pipe = True
             while True:
-                if open_pipe and selector.select(timeout=0.05):
-                    open_pipe = _read_available(fd, buffer)
-                    changed = True
-                    if not open_pipe:
-                        selector.unregister(fd)
-                elif not open_pipe:
-                    time.sleep(0.02)
                 now = time.monotonic()
-                if process.poll() is not None:
-                    exited_at = exited_at or now
-                    # Done at end of output, or soon after exit if a background child keeps
-                    # the pipe open (it is killed below).
-                    if not open_pipe or now - exited_at > _EXIT_GRACE:
-                        break
                 if signal is not None and signal.aborted:
                     outcome = "aborted"
+                    break
+                if exited_at is None and process.poll() is not None:
+                    exited_at = now
+                # Done at end of output, or soon after exit if a background child keeps the
+                # pipe open (it is killed below).
+                if exited_at is not None and (not open_pipe or now - exited_at > _EXIT_GRACE):
                     break
                 if now >= deadline:
                     outcome = "timeout"
@@ -1074,12 +1088,29 @@ def _run_command(
                 if on_update is not None and changed and now - last_update >= _UPDATE_INTERVAL:
                     changed, last_update = False, now
                     on_update(AgentToolResult(content=buffer.text(), details={"running": True}))
+                wake_at = deadline
+                if exited_at is not None:
+                    wake_at = min(wake_at, exited_at + _EXIT_GRACE)
+                elif exit_fd is None:
+                    wake_at = min(wake_at, now + _EXIT_POLL)
+                if on_update is not None and changed:
+                    wake_at = min(wake_at, last_update + _UPDATE_INTERVAL)
+                for key, _ in selector.select(timeout=max(0.0, wake_at - now)):
+                    if key.data == "output":
+                        open_pipe = _read_available(fd, buffer)
+                        changed = True
+                        if not open_pipe:
+                            selector.unregister(fd)
+                    elif key.data == "exit":
+                        selector.unregister(key.fd)  # it stays readable once the command exits
     finally:
         _kill_group(process)
         process.wait()
         _read_available(fd, buffer)
         buffer.add(b"", final=True)
         process.stdout.close()
+        if exit_fd is not None:
+            os.close(exit_fd)
     elapsed = time.monotonic() - started
     output = buffer.text()
     if outcome == "aborted":

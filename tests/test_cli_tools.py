@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import selectors
 import subprocess
 import sys
 import threading
@@ -358,6 +359,55 @@ def test_run_command_abort_kills_the_process(ws: Path) -> None:
         )
     assert time.monotonic() - started < 25  # the sleep is 30 s: the abort ended it
     assert wait_gone(int((ws / "pid").read_text()))
+
+
+class CountingSelector(selectors.DefaultSelector):
+    """The selector ``run_command`` waits in, counting its wake-ups; ``waiting`` is set once
+    the wait has blocked for the first time."""
+
+    selects = 0
+    waiting = threading.Event()
+
+    def select(self, timeout: float | None = None) -> Any:
+        type(self).selects += 1
+        type(self).waiting.set()
+        return super().select(timeout)
+
+
+@pytest.fixture
+def counting(monkeypatch: pytest.MonkeyPatch) -> type[CountingSelector]:
+    CountingSelector.selects = 0
+    CountingSelector.waiting = threading.Event()
+    monkeypatch.setattr(cli_tools.selectors, "DefaultSelector", CountingSelector)
+    return CountingSelector
+
+
+def test_a_silent_command_is_waited_for_without_polling(
+    ws: Path, counting: type[CountingSelector]
+) -> None:
+    result = call(ws, "run_command", command="sleep 1; echo done")
+    assert result.text == "Exit code 0\ndone"
+    # Woken by the output, the end of output and the exit: a 50 ms poll would make about 20.
+    assert counting.selects <= 5
+
+
+def test_an_abort_from_another_thread_ends_a_silent_command(
+    ws: Path, counting: type[CountingSelector]
+) -> None:
+    controller = AbortController()
+
+    def abort_once_waiting() -> None:
+        if counting.waiting.wait(20):
+            controller.abort()
+
+    aborter = threading.Thread(target=abort_once_waiting)
+    aborter.start()
+    started = time.monotonic()
+    with pytest.raises(AbortError, match="aborted"):
+        call(ws, "run_command", signal=controller.signal, command="sleep 30")
+    aborter.join()
+    assert time.monotonic() - started < 20  # the sleep is 30 s: the abort ended it
+    assert counting.selects <= 3  # woken by the abort itself, not found by a poll
 
 
 def test_run_command_output_is_bounded_and_streamed(ws: Path) -> None:

@@ -226,3 +226,24 @@ def test_waiting_for_the_run_from_its_own_listener_fails_fast_instead_of_deadloc
     agent.prompt("go")
     assert problems and "cannot wait for itself" in problems[0]
     assert agent.prompt("again")[-1].content[0].text == "again"
+
+
+def test_a_file_readable_on_abort_wakes_a_select_and_is_closed_after() -> None:
+    import os
+    import select
+
+    from agentkit.abort import AbortController, readable_on_abort
+
+    controller = AbortController()
+    with readable_on_abort(controller.signal) as fd:
+        assert select.select([fd], [], [], 0) == ([], [], [])
+        aborter = threading.Thread(target=controller.abort)
+        aborter.start()
+        assert select.select([fd], [], [], 20)[0] == [fd]  # woken by the other thread's abort
+        aborter.join()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed with the block
+    with readable_on_abort(controller.signal) as fd:  # already aborted: readable at once
+        assert select.select([fd], [], [], 0)[0] == [fd]
+    with readable_on_abort(None) as fd:
+        assert select.select([fd], [], [], 0) == ([], [], [])

@@ -564,11 +564,14 @@ def _build_agent(
         from .repair import with_text_tool_calls
 
         stream_fn = with_text_tool_calls(stream_fn)
+    from .repair import stop_repeated_failures
+
     agent = Agent(
         model=chosen,
         system_prompt=system,
         tools=tools,
         stream_fn=stream_fn,
+        after_tool_call=stop_repeated_failures(),  # a model that loops on a failure is stopped
         approvals=approvals,
         budgets=Budgets(max_turns=args.max_turns or DEFAULT_MAX_TURNS),
         session=session_for(args),
@@ -878,6 +881,8 @@ def _run_once(agent: Agent, task: str, io: _Io) -> int:
         return EXIT_INTERRUPTED
     _note_budget(agent, messages, io)
     last = messages[-1] if messages else None
+    if _note_repeated_failure(last, io):
+        return 1
     return 1 if getattr(last, "stop_reason", None) in ("error", "aborted") else 0
 
 
@@ -885,6 +890,24 @@ def _note_budget(agent: Agent, result: RunResult, io: _Io) -> None:
     """Say on stderr that a run was ended by its turn budget (``--max-turns``)."""
     if result.budget == "max_turns" and agent.budgets is not None:
         io.err(f"agentkit: stopped after --max-turns {agent.budgets.max_turns}")
+
+
+def _note_repeated_failure(last: Any, io: _Io) -> bool:
+    """Say on stderr that the run was stopped because the model repeated a failing call
+    (:func:`agentkit.repair.stop_repeated_failures`); whether it was."""
+    from .repair import REPEATED_FAILURE
+
+    details = getattr(last, "details", None)
+    if getattr(last, "role", None) != "tool_result" or not isinstance(details, dict):
+        return False
+    repeats = details.get(REPEATED_FAILURE)
+    if repeats is None:
+        return False
+    io.err(
+        f"agentkit: stopped: the model called {last.tool_name} {repeats} times in a row with "
+        "the same arguments, and it failed the same way each time"
+    )
+    return True
 
 
 _PARSE_FAILURE = re.compile(

@@ -29,22 +29,30 @@ call to a declared tool becomes that call (:func:`parse_text_tool_call` says wha
 never does)::
 
     agent = Agent(model=model, tools=tools, stream_fn=with_text_tool_calls())
+
+And a small model repeats a failed call unchanged, whatever its result says, until the turn
+budget runs out. :func:`stop_repeated_failures` is an ``after_tool_call`` hook that ends the
+run at the third identical failure in a row, with a result that says why::
+
+    agent = Agent(model=model, tools=tools, after_tool_call=stop_repeated_failures())
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 import secrets
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .abort import AbortSignal
 from .event_stream import AssistantMessageEventStream
 from .events import DoneEvent
+from .hooks import AfterToolCallContext, AfterToolCallResult
 from .loop import StreamFn, get_default_stream_fn
 from .tools import AgentTool, AgentToolResult, OnUpdate
 from .transcript import get_current_tools
@@ -344,3 +352,68 @@ def with_text_tool_calls(stream_fn: StreamFn | None = None) -> StreamFn:
         return outer
 
     return stream
+
+
+REPEAT_LIMIT = 3
+"""How many times in a row the same call may fail the same way before
+:func:`stop_repeated_failures` ends the run."""
+REPEATED_FAILURE = "repeated_failure"
+"""The ``details`` key of the result that ended a run for a repeated failure (its count)."""
+
+
+def stop_repeated_failures(
+    limit: int = REPEAT_LIMIT,
+) -> Callable[[AfterToolCallContext, AbortSignal], AfterToolCallResult | None]:
+    """An ``after_tool_call`` hook that ends the run when the model sends the same call (same
+    tool, same arguments) that failed the same way in each of the ``limit - 1`` turns before.
+
+    A small model tends to repeat a failed call unchanged, whatever its result says, until the
+    turn budget runs out. The result that ends the run keeps the tool's error, says why the run
+    stopped, and carries ``details[REPEATED_FAILURE]``. It only looks at the transcript, so it
+    holds no state and serves any number of runs and threads at once."""
+    if limit < 2:
+        raise ValueError("limit must be at least 2")
+
+    def after(ctx: AfterToolCallContext, signal: AbortSignal) -> AfterToolCallResult | None:
+        if not ctx.is_error:
+            return None
+        this = (ctx.tool_call.name, ctx.tool_call.arguments, _result_text(ctx.result.content))
+        earlier = _failed_calls(ctx.context.messages, ctx.assistant_message)
+        repeats = 1 + sum(1 for _ in itertools.takewhile(lambda seen: seen == this, earlier))
+        if repeats < limit:
+            return None
+        note = (
+            f"The run was stopped: {ctx.tool_call.name} was called with these same arguments "
+            f"{repeats} times in a row and failed the same way each time."
+        )
+        return AfterToolCallResult(
+            content=[*ctx.result.content, TextContent(text=note)],
+            details={**(ctx.result.details or {}), REPEATED_FAILURE: repeats},
+            terminate=True,
+        )
+
+    return after
+
+
+def _failed_calls(messages: Sequence[Any], current: Any) -> Iterator[tuple[str, Any, str]]:
+    """The transcript's tool calls before the assistant message ``current``, newest first, as
+    (tool name, arguments, error text), for as long as each failed: it stops at a call that
+    succeeded or has no result, and at any message that is neither a call nor a result."""
+    results = {m.tool_call_id: m for m in messages if getattr(m, "role", None) == "tool_result"}
+    for message in reversed(messages):
+        role = getattr(message, "role", None)
+        if message is current or role == "tool_result":
+            continue
+        calls = [c for c in getattr(message, "content", ()) if isinstance(c, ToolCall)]
+        if role != "assistant" or not calls:
+            return
+        for call in reversed(calls):
+            result = results.get(call.id)
+            if result is None or not result.is_error:
+                return
+            yield call.name, call.arguments, _result_text(result.content)
+
+
+def _result_text(content: Iterable[Any]) -> str:
+    """The text blocks of a tool result, joined."""
+    return "\n".join(block.text for block in content if isinstance(block, TextContent))

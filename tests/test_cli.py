@@ -136,6 +136,20 @@ def test_tools_can_be_limited(workspace: Path) -> None:
     assert code == 2 and "unknown tool(s) nope" in err
 
 
+def test_a_call_that_keeps_failing_the_same_way_stops_the_run(workspace: Path) -> None:
+    missing = reply(tool_call("read_file", {"path": "string required"}))
+    code, out, err, model = run_cli(
+        ["run", "read it", "--workspace", str(workspace)],
+        [missing, missing, missing, missing, "never reached"],
+    )
+    assert len(model.requests) == 3  # the third identical failure ends the run
+    result = last_tool_result(model)
+    assert result.is_error and "string required does not exist" in result.content[0].text
+    assert out.rstrip().endswith("failed the same way each time.")  # said in the transcript
+    assert "read_file 3 times in a row with the same arguments" in err
+    assert code == 1
+
+
 def test_max_turns_stops_the_loop(workspace: Path) -> None:
     code, _, err, model = run_cli(
         ["run", "loop", "--max-turns", "1", "--workspace", str(workspace)],

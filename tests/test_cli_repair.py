@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import pytest
 
 from agentkit import Agent, tool
 from agentkit.repair import (
+    REPEATED_FAILURE,
     PlaceholderArguments,
     find_placeholders,
     parse_text_tool_call,
     repair_arguments,
+    stop_repeated_failures,
     with_argument_repair,
     with_text_tool_calls,
 )
@@ -265,3 +268,91 @@ def test_a_failing_stream_fails_through_the_wrapper() -> None:
     agent = Agent(model=model.model, stream_fn=with_text_tool_calls(model), tools=[_read_tool()])
     last = agent.prompt("read a.txt")[-1]
     assert last.stop_reason == "error" and last.error_message == "boom"
+
+
+# --- stop_repeated_failures -------------------------------------------------------------------
+
+
+def _flaky_reader(fails: set[int]) -> Any:
+    """A read_file whose n-th call (1-based) fails with "<path> does not exist" when n is in
+    ``fails``."""
+    calls = [0]
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        calls[0] += 1
+        if calls[0] in fails:
+            raise FileNotFoundError(f"{path} does not exist")
+        return f"contents of {path}"
+
+    return read_file
+
+
+def _looping_agent(replies: list[Any], fails: set[int], limit: int = 3) -> tuple[Agent, Any]:
+    model = ScriptedModel(replies)
+    agent = Agent(
+        model=model.model,
+        stream_fn=model,
+        tools=[_flaky_reader(fails)],
+        after_tool_call=stop_repeated_failures(limit),
+    )
+    return agent, model
+
+
+def test_the_same_failing_call_ends_the_run_at_the_limit() -> None:
+    same = reply(tool_call("read_file", {"path": "string"}))
+    agent, model = _looping_agent([same] * 5 + ["answered"], fails=set(range(1, 10)))
+    result = agent.prompt("read it")
+    assert len(model.requests) == 3  # no request after the third failure
+    results = [m for m in agent.state.messages if m.role == "tool_result"]
+    assert len(results) == 3 and all(r.is_error for r in results)  # the transcript is whole
+    last = results[-1]
+    assert last.details == {REPEATED_FAILURE: 3}
+    assert "string does not exist" in last.content[0].text
+    assert "3 times in a row" in last.content[-1].text
+    assert result[-1] is last
+    assert [r.details for r in results[:2]] == [{}, {}]
+    # The agent stays usable: the next prompt runs, and the count starts again after it.
+    assert agent.prompt("try again")[-1].text == "answered"
+    assert len(model.requests) == 6
+
+
+def test_the_limit_is_the_caller_s() -> None:
+    same = reply(tool_call("read_file", {"path": "a"}))
+    agent, model = _looping_agent([same] * 3 + ["never"], fails={1, 2, 3}, limit=2)
+    assert agent.prompt("read")[-1].details == {REPEATED_FAILURE: 2}
+    assert len(model.requests) == 2
+
+
+def test_changed_arguments_a_success_or_another_error_do_not_count() -> None:
+    calls = [reply(tool_call("read_file", {"path": p})) for p in ("a", "b", "c", "d")]
+    agent, _ = _looping_agent([*calls, "done"], fails={1, 2, 3, 4})  # each call is new
+    assert agent.prompt("read")[-1].text == "done"
+
+    same = reply(tool_call("read_file", {"path": "a"}))
+    agent, _ = _looping_agent([same] * 5 + ["done"], fails={1, 2, 4, 5})  # the 3rd succeeds
+    assert agent.prompt("read")[-1].text == "done"
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        raise OSError(f"attempt {secrets.token_hex(4)} failed")  # never the same text
+
+    model = ScriptedModel([same] * 4 + ["done"])
+    agent = Agent(
+        model=model.model,
+        stream_fn=model,
+        tools=[read_file],
+        after_tool_call=stop_repeated_failures(),
+    )
+    assert agent.prompt("read")[-1].text == "done"
+
+
+def test_a_user_message_between_failures_starts_the_count_again() -> None:
+    same = reply(tool_call("read_file", {"path": "a"}))
+    agent, model = _looping_agent([same, same, "ok", same, same, "done"], fails=set(range(1, 9)))
+    assert agent.prompt("read")[-1].text == "ok"
+    assert agent.prompt("again")[-1].text == "done"  # two failures after the user's message
+    with pytest.raises(ValueError):
+        stop_repeated_failures(1)

@@ -136,12 +136,9 @@ def resolve_model(model: Model | str | None) -> Model:
         return model
     if not isinstance(model, str):
         raise TypeError(f"model must be a Model or 'provider:id', not {type(model).__name__}")
-    provider, _, model_id = model.partition(":")
-    if not provider or not model_id:
-        raise ValueError(f"model must be 'provider:id' (e.g. 'openai:gpt-4.1-mini'), got {model!r}")
     # The catalog lives with the providers, which load only when a model is named this way.
     catalog = importlib.import_module(".providers.catalog", __package__)
-    return cast(Model, catalog.get_model(provider, model_id))
+    return cast(Model, catalog.model_from_spec(model))
 
 
 class PendingMessageQueue:

@@ -58,13 +58,6 @@ SMALL_MODEL_SYSTEM_PROMPT = (
 )
 """The system prompt for a model with a small context (the embedded one): short and direct."""
 
-# Provider defaults when only an API key is configured (the first key found wins).
-DEFAULT_MODELS: tuple[tuple[str, str, str], ...] = (
-    ("anthropic", "ANTHROPIC_API_KEY", "claude-sonnet-4-5"),
-    ("openai", "OPENAI_API_KEY", "gpt-4.1-mini"),
-    ("google", "GEMINI_API_KEY", "gemini-2.5-flash"),
-)
-
 EXIT_INTERRUPTED = 130
 """The exit status after Ctrl-C, as shells report a SIGINT."""
 
@@ -349,13 +342,16 @@ def resolve_model(
     """The model for ``--model``/``--base-url``, or the default (a configured provider, else
     the embedded local model); the command says which default it picked and why."""
     if spec in (None, "") and base_url is None:
-        for provider, env, model_id in DEFAULT_MODELS:
-            if os.environ.get(env):
-                io.err(
-                    f"agentkit: {env} is set; using {provider}:{model_id} (pick another "
-                    "with --model, or --model local for the embedded offline model)."
-                )
-                return _catalog_model(provider, model_id)
+        from .providers.table import configured_provider
+
+        configured = configured_provider()  # the provider table's order: the first key set wins
+        if configured is not None:
+            provider, env, model_id = configured
+            io.err(
+                f"agentkit: {env} is set; using {provider}:{model_id} (pick another "
+                "with --model, or --model local for the embedded offline model)."
+            )
+            return _catalog_model(f"{provider}:{model_id}")
         io.err("agentkit: no provider API key found; using the embedded local model (offline).")
         return _local_model(None, ctx_size, io)
     provider, _, model_id = (spec or "openai-compatible:default").partition(":")
@@ -363,24 +359,26 @@ def resolve_model(
         return _local_model(model_id or None, ctx_size, io)
     if base_url is not None:
         try:
-            known = _catalog_model(provider, model_id)
-            return known.model_copy(update={"base_url": base_url})
+            if not model_id:
+                raise CliError("no model id: the server's own default")
+            known = _catalog_model(f"{provider}:{model_id}")
+            return known.model_copy(update={"base_url": base_url.rstrip("/")})
         except CliError:  # an OpenAI-compatible server the catalog does not know
             from .providers import local_model
 
             return local_model(base_url, model_id or "default", provider=provider)
-    if not model_id:
-        raise CliError(f"--model needs provider:model-id, got {spec!r}")
-    return _catalog_model(provider, model_id)
+    return _catalog_model(spec or "")
 
 
-def _catalog_model(provider: str, model_id: str) -> Model:
+def _catalog_model(spec: str) -> Model:
+    """The model ``spec`` names, read as ``Agent(model=...)`` reads it (the provider table's
+    default for a bare provider, a local server's preset for ``ollama:llama3.2``...)."""
     try:
-        from .providers import get_model
+        from .providers import model_from_spec
     except ImportError as exc:  # pragma: no cover - the providers ship with the package
         raise CliError(f"the providers are unavailable: {exc}") from None
     try:
-        return get_model(provider, model_id)
+        return model_from_spec(spec)
     except (KeyError, ValueError, LookupError) as exc:
         message = exc.args[0] if exc.args else str(exc)
         raise CliError(str(message)) from None

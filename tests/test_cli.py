@@ -14,7 +14,11 @@ from typing import Any
 import pytest
 
 from agentkit import cli
+from agentkit.providers.table import PROVIDERS
 from agentkit.testing import SCRIPTED_MODEL, ScriptedModel, reply, tool_call
+
+HOSTED_KEYS = [env for info in PROVIDERS.values() if info.default_model for env in info.env_keys]
+"""The variables whose key makes a hosted provider the CLI's default."""
 
 
 class Terminal(io.StringIO):
@@ -169,7 +173,7 @@ def test_a_failed_run_exits_non_zero(workspace: Path) -> None:
 def test_default_model_is_the_embedded_one_without_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     from agentkit import Model, local
 
-    for _, env, _ in cli.DEFAULT_MODELS:
+    for env in HOSTED_KEYS:
         monkeypatch.delenv(env, raising=False)
     monkeypatch.setenv("AGENTKIT_KEEP_SERVER", "0")  # the in-process server, replaced below
     fake = Model(id="qwen", api="openai-completions", provider="local", base_url="http://x/v1")
@@ -377,7 +381,7 @@ def test_the_task_comes_from_stdin_or_a_file(workspace: Path, tmp_path: Path) ->
 
 
 def test_a_hosted_default_is_announced(monkeypatch: pytest.MonkeyPatch) -> None:
-    for _, env, _ in cli.DEFAULT_MODELS:
+    for env in HOSTED_KEYS:
         monkeypatch.delenv(env, raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     err = io.StringIO()
@@ -385,6 +389,26 @@ def test_a_hosted_default_is_announced(monkeypatch: pytest.MonkeyPatch) -> None:
     assert chosen.provider == "openai"
     assert "OPENAI_API_KEY is set; using openai:gpt-4.1-mini" in err.getvalue()
     assert "sk-test" not in err.getvalue()
+
+
+def test_google_api_key_alone_picks_gemini(monkeypatch: pytest.MonkeyPatch) -> None:
+    for env in HOSTED_KEYS:
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv("GOOGLE_API_KEY", "g-test")
+    err = io.StringIO()
+    chosen = cli.resolve_model(None, None, cli._Io(io.StringIO(), io.StringIO(), err))
+    assert (chosen.provider, chosen.id) == ("google", "gemini-2.5-flash")
+    assert "GOOGLE_API_KEY is set" in err.getvalue() and "g-test" not in err.getvalue()
+
+
+def test_model_names_read_as_the_library_reads_them() -> None:
+    quiet = cli._Io(io.StringIO(), io.StringIO(), io.StringIO())
+    assert cli.resolve_model("anthropic", None, quiet).id == "claude-sonnet-4-5"
+    ollama = cli.resolve_model("ollama:llama3.2", None, quiet)
+    assert (ollama.provider, ollama.id) == ("ollama", "llama3.2")
+    assert ollama.base_url == "http://127.0.0.1:11434/v1"
+    with pytest.raises(cli.CliError, match="provider:id"):
+        cli.resolve_model("gpt-4.1-mini", None, quiet)
 
 
 def test_ctx_size_is_for_the_local_model_only(
@@ -693,7 +717,7 @@ def test_json_says_the_local_model_is_starting(
 ) -> None:
     from agentkit import local
 
-    for _, env, _ in cli.DEFAULT_MODELS:
+    for env in HOSTED_KEYS:
         monkeypatch.delenv(env, raising=False)
     monkeypatch.setenv("AGENTKIT_KEEP_SERVER", "0")  # the in-process server, replaced below
     weights = workspace.parent / "m.gguf"

@@ -132,6 +132,14 @@ def test_model_as_provider_colon_id() -> None:
     assert agent.state.model.cost.input > 0  # priced from the catalog
     with pytest.raises(ValueError, match="provider:id"):
         Agent(model="gpt-4.1-mini")
+    # Read as the command line reads --model: a local server's preset, a provider's default.
+    local = Agent(model="ollama:llama3.2").state.model
+    assert (local.provider, local.id, local.base_url) == (
+        "ollama",
+        "llama3.2",
+        "http://127.0.0.1:11434/v1",
+    )
+    assert Agent(model="anthropic").state.model.id == "claude-sonnet-4-5"
 
 
 # --- budgets ------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import threading
 from importlib import resources
 from typing import Any
 
+from ..errors import AgentError
 from ..types import Model, ModelCost
 from .table import PROVIDERS, local_servers
 
@@ -21,7 +22,7 @@ LOCAL_SERVERS: dict[str, str] = local_servers()
 _LOCAL_PORTS = {int(url.rsplit(":", 1)[1].split("/")[0]): name for name, url in LOCAL_SERVERS.items()}
 
 
-class UnknownModelError(KeyError):
+class UnknownModelError(AgentError, KeyError):
     """``get_model`` found no such model; the message lists close matches."""
 
     def __str__(self) -> str:
@@ -58,7 +59,8 @@ def register_model(model: Model | dict[str, Any]) -> Model:
 def get_model(provider: str, model_id: str) -> Model:
     """A copy of the catalog's ``model_id`` from ``provider``.
 
-    Raises :class:`UnknownModelError` (a ``KeyError``) naming close matches.
+    Raises :class:`UnknownModelError` (an ``AgentError`` and a ``KeyError``) naming close
+    matches.
     """
     with _lock:
         _load_builtin()
@@ -153,17 +155,17 @@ def model_from_spec(spec: str) -> Model:
 
     ``"provider"`` alone is that provider's default model (from the provider table); a local
     server's name (``"ollama:llama3.2"``) gives a :func:`local_model` at its default URL.
-    Raises :class:`UnknownModelError` (a ``KeyError``) naming close matches, or ``ValueError``
-    for a string that names nothing.
+    Raises :class:`UnknownModelError` (an ``AgentError`` and a ``KeyError``) naming close
+    matches, or ``ValueError`` for a string that names nothing.
     """
     provider, _, model_id = spec.strip().partition(":")
     if not provider:
-        raise ValueError(f"a model is named 'provider:model-id', got {spec!r}")
+        raise ValueError(f"a model is named 'provider:id' (e.g. 'openai:gpt-4.1-mini'), got {spec!r}")
     info = PROVIDERS.get(provider)
     if not model_id:
         if info is None or info.default_model is None:
             raise ValueError(
-                f"{spec!r} names no model: write 'provider:model-id' "
+                f"{spec!r} names no model: write 'provider:id' "
                 f"(providers with a default: {', '.join(_providers_with_default())})"
             )
         model_id = info.default_model

@@ -235,8 +235,8 @@ def configured_provider() -> tuple[str, str, str] | None:
     """The first provider with a default model whose key is set in the environment, as
     ``(provider, environment variable, default model id)``; ``None`` when no key is set.
 
-    This is how the CLI and ``Agent(model=None)`` pick a hosted provider; the variable is
-    returned so the choice can be announced.
+    This is how the command line picks a hosted provider when no ``--model`` is given; the
+    variable is returned so the choice can be announced.
     """
     for info in PROVIDERS.values():
         if info.default_model is None:

@@ -52,7 +52,7 @@ def test_model_from_spec() -> None:
     assert (local.provider, local.base_url) == ("llamacpp", "http://127.0.0.1:8080/v1")
     with pytest.raises(KeyError, match="Close matches"):
         model_from_spec("openai:gpt-4o-mni")
-    with pytest.raises(ValueError, match="provider:model-id"):
+    with pytest.raises(ValueError, match="provider:id"):
         model_from_spec(":x")
     with pytest.raises(ValueError, match="names no model"):
         model_from_spec("groq")

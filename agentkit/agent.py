@@ -417,8 +417,11 @@ class Agent:
             elif name in _CHECKED_OPTIONS:
                 value = _CHECKED_OPTIONS[name](value)  # bad values fail here, not mid-run
             setattr(self._loop, name, value)
-        elif name in request_options():
-            self.stream_options = self.stream_options.model_copy(update={name: value})
+        elif name in request_options():  # validated as the constructor does: a bad value raises
+            current = self.stream_options
+            self.stream_options = StreamOptions.model_validate({**dict(current), name: value})
+        elif name == "stream_options":
+            object.__setattr__(self, name, as_stream_options(value))
         else:
             object.__setattr__(self, name, value)
 

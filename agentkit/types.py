@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 from pydantic_core import to_jsonable_python
 
 from .abort import AbortSignal
@@ -216,6 +216,45 @@ class ModelCost(_Data):
     cache_write: float = 0.0
 
 
+class ModelCompat(BaseModel):
+    """Server quirks of a model's server, as typed settings (``Model.compat``).
+
+    A misspelt key raises. Every field is ``None`` by default, meaning "the API's default, or
+    the provider's row in the table".
+    """
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] | None = None
+    """Chat Completions: the body field that carries ``max_tokens``."""
+    supports_developer_role: bool | None = None
+    """Chat Completions: send the system prompt as ``developer`` for reasoning models."""
+    supports_usage_in_streaming: bool | None = None
+    """Chat Completions: ask for usage with ``stream_options.include_usage``."""
+    supports_reasoning_effort: bool | None = None
+    """Chat Completions: send ``reasoning_effort``."""
+    thinking_format: Literal["openai", "openrouter"] | None = None
+    """Chat Completions: ``reasoning_effort`` (openai) or ``reasoning: {effort}`` (openrouter)."""
+    reasoning_field: str | None = None
+    """Chat Completions: the delta field carrying thinking text (others are tried after it)."""
+    send_reasoning: bool | None = None
+    """Chat Completions: replay our thinking in ``reasoning_field``."""
+    supports_store: bool | None = None
+    """Chat Completions and Responses: send ``store: false``."""
+    supports_include: bool | None = None
+    """Responses: ask for ``reasoning.encrypted_content``."""
+    sse: bool | None = None
+    """Gemini: ``alt=sse`` (the default) or the streamed JSON array when ``False``."""
+
+    def merged(self, *others: "ModelCompat | None") -> "ModelCompat":
+        """These settings with every later one's non-``None`` fields laid over them."""
+        values = self.model_dump(exclude_none=True)
+        for other in others:
+            if other is not None:
+                values.update(other.model_dump(exclude_none=True))
+        return ModelCompat.model_validate(values)
+
+
 class Model(_Data):
     """A model to talk to: where it lives, which wire API it speaks, and what it can do."""
 
@@ -230,8 +269,15 @@ class Model(_Data):
     context_window: int = 128000
     max_tokens: int = 4096
     headers: dict[str, str] | None = None
-    compat: dict[str, Any] | None = None
-    """Per-server quirks of an OpenAI-compatible server, read by its provider."""
+    compat: ModelCompat | None = None
+    """Per-server quirks, laid over the provider table's (a dict is validated: a misspelt key
+    raises); dumped without its unset fields."""
+
+    @field_serializer("compat")
+    def _dump_compat(self, compat: ModelCompat | dict[str, Any] | None) -> dict[str, Any] | None:
+        if isinstance(compat, ModelCompat):
+            return compat.model_dump(exclude_none=True) or None
+        return compat
 
 
 def placeholder_model() -> Model:

@@ -550,3 +550,13 @@ def test_options_are_defined_once_and_a_misspelt_one_raises() -> None:
         make_agent([], sesion_id="typo")
     with pytest.raises(AttributeError):
         agent.no_such_option  # noqa: B018
+    # Set as attributes, options are checked as the constructor checks them.
+    with pytest.raises(ValueError, match="cache_retension"):
+        agent.anthropic = {"cache_retension": "long"}
+    with pytest.raises(ValueError, match="max_retries"):
+        agent.max_retries = "lots"
+    agent.stream_options = {"max_tokens": 32}
+    agent.prompt("two")
+    assert model.requests[-1].options.max_tokens == 32
+    with pytest.raises(ValueError, match="max_retires"):
+        agent.stream_options = {"max_retires": 3}

@@ -1,14 +1,15 @@
 """Google Gemini (``POST {base_url}/models/{id}:streamGenerateContent``).
 
 Reads both stream forms: server-sent events (``?alt=sse``, the default) and the JSON array the
-endpoint writes without ``alt=sse`` (``model.compat["sse"] = False``); the first byte of the body
+endpoint writes without ``alt=sse`` (``Model(compat={"sse": False})``); the first byte of the body
 decides. Parts marked ``thought`` become thinking; a part's ``thoughtSignature`` stays with its
 block and is echoed back to Gemini; function calls, which carry no id, get a generated one.
 ``usage.output`` counts candidates plus thoughts (the counts are cumulative per chunk), and a
 ``STOP`` that carries a function call is ``tool_use``.
 
-Provider-specific options: ``thinking`` (a dict with ``include_thoughts``, ``budget_tokens`` or
-``level``), ``tool_choice`` (``"auto"``, ``"any"``, ``"none"``).
+Gemini's own options are ``StreamOptions.google`` (:class:`~agentkit.types.GoogleOptions`:
+``thinking``, ``include_thoughts``, ``thinking_level``, ``thinking_budget_tokens``); the
+request's ``tool_choice`` is ``"auto"``, ``"any"`` or ``"none"``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..types import (
     GoogleOptions,
     ImageContent,
     Model,
+    ModelCompat,
     StopReason,
     StreamOptions,
     TextContent,
@@ -34,7 +36,7 @@ from ..types import (
 )
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
-from .table import ModelCompat, provider_label
+from .table import provider_label
 from .tool_choice import wire_tool_choice
 from .transform import prepare_context, same_source
 

@@ -2,7 +2,7 @@
 
 Server quirks are settings, not forks: :func:`resolve_compat` merges the defaults, the
 provider table's quirks (DeepSeek, Groq, OpenRouter, local servers...) and ``model.compat``
-(typed: :class:`~agentkit.providers.table.ModelCompat`).
+(typed: :class:`~agentkit.types.ModelCompat`).
 
 Settings: ``max_tokens_field`` (``"max_completion_tokens"`` or ``"max_tokens"``),
 ``supports_developer_role`` (system prompt as ``developer`` for reasoning models),
@@ -13,8 +13,8 @@ delta field carrying thinking text; ``reasoning_content``, ``reasoning`` and ``r
 are always tried after it), ``send_reasoning`` (replay our thinking in that field),
 ``supports_store`` (send ``store: false``).
 
-Provider-specific options (extra keys of the stream options): ``reasoning_effort``,
-``tool_choice``.
+OpenAI's own options are ``StreamOptions.openai`` (:class:`~agentkit.types.OpenAIOptions`:
+``reasoning_effort``); the request's ``tool_choice`` is sent as the API's value.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from ..types import (
     Context,
     ImageContent,
     Model,
+    ModelCompat,
     OpenAIOptions,
     StopReason,
     StreamOptions,
@@ -41,7 +42,7 @@ from ..types import (
 )
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
-from .table import ModelCompat, provider_compat, provider_label
+from .table import provider_compat, provider_label
 from .tool_choice import wire_tool_choice
 from .transform import call_part, images_of, prepare_context, safe_id, text_of
 
@@ -68,10 +69,13 @@ def resolve_compat(model: Model) -> dict[str, Any]:
 
     Every request asks, so the merge is remembered per (provider, base URL, compat) and each
     caller gets its own copy; a ``compat`` with unhashable values is merged afresh each time."""
-    try:
-        own = tuple(sorted(model.compat.items())) if model.compat else ()
+    compat: Any = model.compat
+    if isinstance(compat, ModelCompat):
+        compat = compat.model_dump(exclude_none=True)
+    try:  # a dict assigned after construction is validated by the merge
+        own = tuple(sorted(compat.items())) if compat else ()
         hash(own)
-    except TypeError:
+    except (TypeError, AttributeError):
         return _merge_compat(model)
     return dict(_cached_compat(model.provider, model.base_url, own))
 
@@ -87,7 +91,7 @@ def _cached_compat(
     """The merge for one model identity (never handed out: :func:`resolve_compat` copies it)."""
     model = Model(
         id="", name="", api=API, provider=provider, base_url=base_url, compat=dict(own) or None
-    )
+    )  # validated here: a misspelt key raises
     return _merge_compat(model)
 
 

@@ -22,6 +22,7 @@ from ..types import (
     Context,
     ImageContent,
     Model,
+    ModelCompat,
     OpenAIOptions,
     StopReason,
     StreamOptions,
@@ -33,7 +34,7 @@ from ..types import (
 from .builder import MessageBuilder, set_usage, tokens
 from .json_stream import as_arguments, parse_streaming_json
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
-from .table import ModelCompat, is_local_url, provider_label
+from .table import is_local_url, provider_label
 from .tool_choice import wire_tool_choice
 from .transform import images_of, prepare_context, safe_id, same_source, text_of
 

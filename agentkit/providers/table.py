@@ -2,60 +2,18 @@
 
 A row says what a provider is called in messages, which environment variables hold its key (in
 order of preference), whether it needs a key at all, where a local server listens by default, its
-default model, and the server quirks (:class:`ModelCompat`) its OpenAI-compatible endpoint needs.
-Nothing else in agentkit keeps its own list of providers.
+default model, and the server quirks (:class:`~agentkit.types.ModelCompat`) its OpenAI-compatible
+endpoint needs. Nothing else in agentkit keeps its own list of providers.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
-from ..types import Model
+from ..types import Model, ModelCompat
 
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
-
-
-class ModelCompat(BaseModel):
-    """Server quirks, as typed settings (``model.compat`` is validated against this).
-
-    A misspelt key raises. Every field is ``None`` by default, meaning "the API's default, or
-    the provider's row in the table".
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] | None = None
-    """Chat Completions: the body field that carries ``max_tokens``."""
-    supports_developer_role: bool | None = None
-    """Chat Completions: send the system prompt as ``developer`` for reasoning models."""
-    supports_usage_in_streaming: bool | None = None
-    """Chat Completions: ask for usage with ``stream_options.include_usage``."""
-    supports_reasoning_effort: bool | None = None
-    """Chat Completions: send ``reasoning_effort``."""
-    thinking_format: Literal["openai", "openrouter"] | None = None
-    """Chat Completions: ``reasoning_effort`` (openai) or ``reasoning: {effort}`` (openrouter)."""
-    reasoning_field: str | None = None
-    """Chat Completions: the delta field carrying thinking text (others are tried after it)."""
-    send_reasoning: bool | None = None
-    """Chat Completions: replay our thinking in ``reasoning_field``."""
-    supports_store: bool | None = None
-    """Chat Completions and Responses: send ``store: false``."""
-    supports_include: bool | None = None
-    """Responses: ask for ``reasoning.encrypted_content``."""
-    sse: bool | None = None
-    """Gemini: ``alt=sse`` (the default) or the streamed JSON array when ``False``."""
-
-    def merged(self, *others: ModelCompat | None) -> ModelCompat:
-        """These settings with every later one's non-``None`` fields laid over them."""
-        values = self.model_dump(exclude_none=True)
-        for other in others:
-            if other is not None:
-                values.update(other.model_dump(exclude_none=True))
-        return ModelCompat.model_validate(values)
 
 
 @dataclass(frozen=True)
@@ -259,6 +217,6 @@ def provider_compat(model: Model) -> ModelCompat:
     info = PROVIDERS.get(model.provider)
     if info is None and is_local_url(model.base_url):
         info = PROVIDERS["local"]
-    own = ModelCompat.model_validate(model.compat) if model.compat else None
+    own = ModelCompat.model_validate(model.compat) if model.compat else None  # a dict set later
     base = info.compat if info is not None else ModelCompat()
     return base.merged(own)

@@ -116,18 +116,18 @@ def test_local_model_presets() -> None:
     ollama = local_model(None, "qwen2.5:0.5b", server="ollama")
     assert ollama.base_url == LOCAL_SERVERS["ollama"]
     assert ollama.api == "openai-completions" and ollama.provider == "local"
-    assert ollama.compat and ollama.compat["max_tokens_field"] == "max_tokens"
-    assert ollama.compat["reasoning_field"] == "reasoning"
+    assert ollama.compat and ollama.compat.max_tokens_field == "max_tokens"
+    assert ollama.compat.reasoning_field == "reasoning"
     guessed = local_model("http://127.0.0.1:8080/v1/", "qwen")
     assert guessed.base_url == "http://127.0.0.1:8080/v1"
-    assert guessed.compat and guessed.compat["reasoning_field"] == "reasoning_content"
+    assert guessed.compat and guessed.compat.reasoning_field == "reasoning_content"
     custom = local_model(
         "http://localhost:9999/v1",
         "m",
         compat={"supports_usage_in_streaming": False},
         register=True,
     )
-    assert custom.compat and custom.compat["supports_usage_in_streaming"] is False
+    assert custom.compat and custom.compat.supports_usage_in_streaming is False
     assert get_model("local", "m").base_url == "http://localhost:9999/v1"
     with pytest.raises(ValueError):
         local_model(None, "m")

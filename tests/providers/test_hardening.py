@@ -406,8 +406,22 @@ def test_a_misspelt_stream_option_is_refused() -> None:
         StreamOptions(anthropic={"cache_retension": "long"})
 
 
-def test_a_misspelt_compat_quirk_ends_the_stream_with_a_clear_error(server: ReplayServer) -> None:
-    model = make_model(CHAT, server.url, compat={"max_token_field": "max_tokens"})
+def test_a_misspelt_compat_quirk_is_refused_when_the_model_is_made() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="max_token_field"):
+        make_model(CHAT, "http://127.0.0.1:1/v1", compat={"max_token_field": "max_tokens"})
+    model = make_model(CHAT, "http://127.0.0.1:1/v1", compat={"max_tokens_field": "max_tokens"})
+    assert model.compat is not None and model.compat.max_tokens_field == "max_tokens"
+    assert model.model_dump(mode="json")["compat"] == {"max_tokens_field": "max_tokens"}
+    assert type(model).model_validate(model.model_dump(mode="json")) == model
+
+
+def test_a_misspelt_compat_quirk_set_later_ends_the_stream_with_a_clear_error(
+    server: ReplayServer,
+) -> None:
+    model = make_model(CHAT, server.url)
+    model.compat = {"max_token_field": "max_tokens"}  # type: ignore[assignment]  # not validated
     _, message = collect(stream(model, CTX, options()))
     assert message.stop_reason == "error"
     assert "max_token_field" in (message.error_message or "")

@@ -10,8 +10,8 @@ from agentkit import ProviderError
 from agentkit.providers import configured_provider, get_env_api_key, model_from_spec, stream
 from agentkit.providers.keys import ENV_KEYS
 from agentkit.providers.openai_completions import resolve_compat
-from agentkit.providers.table import PROVIDERS, ModelCompat, provider_compat, provider_label
-from agentkit.types import Context, Model, UserMessage
+from agentkit.providers.table import PROVIDERS, provider_compat, provider_label
+from agentkit.types import Context, Model, ModelCompat, UserMessage
 
 CTX = Context(messages=[UserMessage(content="hi")])
 

@@ -35,7 +35,8 @@ class ProviderError(AgentError):
     ``Retry-After`` or ``retry-after-ms``); ``retryable`` whether another attempt may help.
     The providers raise it on their request thread, where the runner's retry policy catches it;
     a stream function never raises it to its caller, whose stream ends with an ``error`` event
-    carrying the same message instead.
+    carrying the same message and this error (``ErrorEvent.provider_error``) instead; a run it
+    ended raises it from ``RunResult.raise_for_error()``.
     """
 
     def __init__(

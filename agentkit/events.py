@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel
 from typing_extensions import dataclass_transform
 
+from .errors import ProviderError
 from .types import (
     AgentToolResult,
     AssistantMessage,
@@ -291,20 +292,26 @@ class DoneEvent(_Event):
 
 @_event
 class ErrorEvent(_Event):
-    """The stream failed or was aborted; ``error`` is the final message, with ``error_message``."""
+    """The stream failed or was aborted; ``error`` is the final message, with ``error_message``.
+
+    ``provider_error`` is the :class:`~agentkit.ProviderError` that ended a failed request (its
+    ``status`` and ``retry_after``), when the provider had one."""
 
     reason: Literal["error", "aborted"]
     error: AssistantMessage
+    provider_error: ProviderError | None = None
     type: Literal["error"] = "error"
 
     def __init__(
         self,
         reason: Literal["error", "aborted"],
         error: AssistantMessage,
+        provider_error: ProviderError | None = None,
         type: Literal["error"] = "error",
     ) -> None:
         _set(self, "reason", reason)
         _set(self, "error", error)
+        _set(self, "provider_error", provider_error)
         _set(self, "type", type)
 
 
@@ -526,6 +533,8 @@ def to_jsonable(value: Any) -> Any:
         return [to_jsonable(v) for v in value]
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
+    if isinstance(value, ProviderError):
+        return {"message": str(value), "status": value.status, "retry_after": value.retry_after}
     role = getattr(value, "role", None)
     if isinstance(role, str):  # an application's own message object
         data = {k: v for k, v in vars(value).items() if not k.startswith("_")}

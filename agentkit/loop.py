@@ -701,6 +701,8 @@ def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
                 state.emit(MessageStartEvent(_snapshot(partial)))
             elif isinstance(event, (DoneEvent, ErrorEvent)):
                 final = response.result()
+                if isinstance(event, ErrorEvent) and event.provider_error is not None:
+                    state.new_messages.error = event.provider_error  # raise_for_error raises it
                 break
             elif partial is not None:
                 partial = event.partial

@@ -109,9 +109,11 @@ class RunResult(list[Any]):
     def raise_for_error(self) -> RunResult:
         """Raise if the run did not end well; return ``self`` otherwise (for chaining).
 
-        A provider failure raises :class:`~agentkit.ProviderError` with its HTTP ``status``;
-        an invalid typed output raises :class:`OutputValidationError`; an abort raises
-        :class:`~agentkit.AbortError`; a budget raises :class:`BudgetExceededError`.
+        A provider failure raises the :class:`~agentkit.ProviderError` that ended it (HTTP
+        ``status``, ``retry_after``; for a stream function that reports none, one with the
+        status read from its message); an invalid typed output raises
+        :class:`OutputValidationError`; an abort raises :class:`~agentkit.AbortError`; a budget
+        raises :class:`BudgetExceededError`.
         """
         if self.stop_reason == "budget":
             raise BudgetExceededError(f"the run's budget {self.budget} was reached", self.budget)

@@ -26,6 +26,7 @@ import re
 import threading
 from typing import Any, Literal
 
+from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..events import (
     DoneEvent,
@@ -414,8 +415,14 @@ class MessageBuilder:
             self.message.error_message = f"{label} stopped the response: {raw}"
         self.finish(reason)
 
-    def fail(self, reason: Literal["error", "aborted"], error_message: str) -> None:
-        """End the stream with an ``error`` event, keeping what arrived so far (first end wins).
+    def fail(
+        self,
+        reason: Literal["error", "aborted"],
+        error_message: str,
+        provider_error: ProviderError | None = None,
+    ) -> None:
+        """End the stream with an ``error`` event, keeping what arrived so far (first end wins);
+        ``provider_error`` rides on the event (its ``status`` and ``retry_after``).
 
         The end is claimed first and the event is pushed whatever the salvage work raises.
         """
@@ -442,4 +449,6 @@ class MessageBuilder:
         finally:
             self.message.stop_reason = reason
             self.message.error_message = clean_text(error_message)
-            self.stream.push(ErrorEvent(reason=reason, error=self.message))
+            self.stream.push(
+                ErrorEvent(reason=reason, error=self.message, provider_error=provider_error)
+            )

@@ -18,10 +18,6 @@ _HEX = b"0123456789abcdefABCDEF"
 _SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
 
 
-class ChunkedBodyError(ValueError):
-    """The body's chunked framing is broken (the message says how)."""
-
-
 class ChunkDecoder:
     """Decodes one chunked body, fed in pieces of any size (RFC 9112, section 7.1).
 
@@ -42,7 +38,8 @@ class ChunkDecoder:
         return self._state == _DONE
 
     def feed(self, data: bytes) -> bytes:
-        """The body bytes that ``data``, the next bytes on the wire, completes or carries."""
+        """The body bytes that ``data``, the next bytes on the wire, completes or carries; broken
+        framing raises ``ValueError`` saying how (the request reports it as an interrupted stream)."""
         out: list[bytes] = []
         pos, end = 0, len(data)
         while pos < end:
@@ -62,12 +59,12 @@ class ChunkDecoder:
             if newline < 0:
                 self._line += data[pos:]
                 if len(self._line) > MAX_LINE:
-                    raise ChunkedBodyError("chunk header line too long")
+                    raise ValueError("chunk header line too long")
                 break
             line = self._line + data[pos:newline]
             self._line = b""
             if len(line) > MAX_LINE:
-                raise ChunkedBodyError("chunk header line too long")
+                raise ValueError("chunk header line too long")
             pos = newline + 1
             self._end_of_line(line[:-1] if line.endswith(b"\r") else line)
         return b"".join(out)
@@ -77,12 +74,12 @@ class ChunkDecoder:
         if state == _SIZE:
             size = line.split(b";", 1)[0].strip()
             if not size or size.strip(_HEX) or len(size) > 16:
-                raise ChunkedBodyError(f"invalid chunk size {bytes(line[:20])!r}")
+                raise ValueError(f"invalid chunk size {bytes(line[:20])!r}")
             self._left = int(size, 16)
             self._state = _DATA if self._left else _TRAILER
         elif state == _DATA_END:
             if line:
-                raise ChunkedBodyError("chunk data longer than its declared size")
+                raise ValueError("chunk data longer than its declared size")
             self._state = _SIZE
         elif not line:  # _TRAILER: an empty line ends the body
             self._state = _DONE

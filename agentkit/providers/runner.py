@@ -159,7 +159,11 @@ def _run_request(
         if signal is not None and signal.aborted:
             builder.fail("aborted", ABORTED_MESSAGE)
         else:
-            builder.fail("error", scrub(str(exc), secrets, _MAX_MESSAGE))
+            text = scrub(str(exc), secrets, _MAX_MESSAGE)
+            error = ProviderError(
+                text, status=exc.status, retry_after=exc.retry_after, retryable=exc.retryable
+            )  # what the caller may see: the scrubbed text, the status and the wait asked for
+            builder.fail("error", text, error)
     except Exception as exc:  # a bug or an unexpected payload: still end the stream
         if signal is not None and signal.aborted:
             builder.fail("aborted", ABORTED_MESSAGE)

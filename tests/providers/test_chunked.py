@@ -18,7 +18,7 @@ from replay_server import (
 
 from agentkit.events import ToolCallDeltaEvent
 from agentkit.providers import stream
-from agentkit.providers.chunked import ChunkDecoder, ChunkedBodyError
+from agentkit.providers.chunked import ChunkDecoder
 from agentkit.types import Context, UserMessage
 
 CTX = Context(messages=[UserMessage(content="hi")])
@@ -63,7 +63,7 @@ def test_decoder_accepts_bare_newlines_and_flags_bytes_after_the_end() -> None:
     ],
 )
 def test_decoder_refuses_broken_framing(wire: bytes, why: str) -> None:
-    with pytest.raises(ChunkedBodyError, match=why):
+    with pytest.raises(ValueError, match=why):
         ChunkDecoder().feed(wire)
 
 

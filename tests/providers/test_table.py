@@ -4,9 +4,10 @@ quirks, read by keys, providers, the catalog and the CLI."""
 from __future__ import annotations
 
 import pytest
-from replay_server import ReplayServer, Reply, collect, make_model, options
+from replay_server import API_KEY, ReplayServer, Reply, collect, make_model, options
 
 from agentkit import ProviderError
+from agentkit.events import ErrorEvent
 from agentkit.providers import configured_provider, get_env_api_key, model_from_spec, stream
 from agentkit.providers.keys import ENV_KEYS
 from agentkit.providers.openai_completions import resolve_compat
@@ -128,3 +129,30 @@ def test_provider_error_carries_status_and_retry_after(server: ReplayServer) -> 
     error = caught.value
     assert (error.status, error.retry_after, error.retryable) == (429, 7.0, True)
     assert "slow down" in str(error)
+
+
+def test_a_failed_run_raises_the_provider_error_with_its_status_and_retry_after(
+    server: ReplayServer,
+) -> None:
+    from agentkit import Agent
+
+    # max_retries=0: the 429 is the request's last word
+    for _ in range(2):
+        server.enqueue(
+            Reply(
+                b'{"error": {"message": "slow down"}}', status=429, headers={"Retry-After": "7"}
+            )
+        )
+    model = make_model("openai-completions", server.url)
+    events = list(stream(model, CTX, options(max_retries=0)))
+    assert isinstance(events[-1], ErrorEvent) and events[-1].provider_error is not None
+    assert (events[-1].provider_error.status, events[-1].provider_error.retry_after) == (429, 7.0)
+
+    agent = Agent(model=model, **options(max_retries=0))
+    result = agent.prompt("hi")
+    assert result.stop_reason == "error"
+    with pytest.raises(ProviderError) as caught:
+        result.raise_for_error()
+    assert (caught.value.status, caught.value.retry_after, caught.value.retryable) == (429, 7.0, True)
+    assert "slow down" in str(caught.value)
+    assert API_KEY not in str(caught.value)

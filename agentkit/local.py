@@ -947,8 +947,7 @@ def with_constrained_tool_calls(stream_fn: Any = None, *, grammar: bool = True) 
     (:func:`mark_failed_results`). Pair it with :func:`agentkit.repair.with_text_tool_calls`,
     which reads the calls back: ``with_text_tool_calls(with_constrained_tool_calls())``."""
     from .loop import get_default_stream_fn
-    from .providers.runner import on_payload_before
-    from .types import as_stream_options
+    from .types import as_stream_options, on_payload_before
 
     def stream(model: Model, context: Any, options: Any) -> Any:
         inner = stream_fn or get_default_stream_fn()

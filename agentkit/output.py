@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import from_json
 
-from .types import Model, StreamOptions, TextContent, UserMessage
+from .types import Model, StreamOptions, TextContent, UserMessage, on_payload_before
 
 DEFAULT_OUTPUT_RETRIES = 2
 """How many times a run sends validation errors back before it fails."""
@@ -152,8 +152,6 @@ class OutputSpec:
     def request_options(self, options: StreamOptions, model: Model) -> dict[str, Any]:
         """The request-option changes that ask for this output: an ``on_payload`` applying
         :meth:`apply` before the caller's own ``on_payload``, and :meth:`headers`."""
-        from .providers.runner import on_payload_before
-
         update: dict[str, Any] = {"on_payload": on_payload_before(options, self.apply)}
         extra = self.headers(model)
         if extra:

@@ -9,6 +9,7 @@ every field's annotation from its text when a class is defined, which costs abou
 of ``import agentkit``.
 """
 
+import inspect
 import json
 import math
 import time
@@ -390,6 +391,44 @@ def as_stream_options(options: StreamOptions | dict[str, Any] | None) -> StreamO
     if isinstance(options, StreamOptions):
         return options
     return StreamOptions.model_validate(options)
+
+
+def on_payload_before(
+    options: StreamOptions, first: Callable[[dict[str, Any], Model], Any]
+) -> Callable[[dict[str, Any], Model], Any]:
+    """An ``on_payload`` that applies ``first(payload, model)``, then the caller's own
+    ``options.on_payload`` the way the providers call one (with one or two arguments)."""
+
+    def on_payload(payload: dict[str, Any], model: Model) -> Any:
+        return apply_on_payload(options, first(payload, model), model)
+
+    return on_payload
+
+
+def apply_on_payload(options: StreamOptions, payload: dict[str, Any], model: Model) -> Any:
+    """Let ``options.on_payload(payload, model)`` (or ``(payload)``) see or replace the body."""
+    hook = options.on_payload
+    if hook is None:
+        return payload
+    replaced = hook(payload, model) if _takes_two_arguments(hook) else hook(payload)
+    return payload if replaced is None else replaced
+
+
+def _takes_two_arguments(fn: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    positional = 0
+    for parameter in parameters:
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return True
+        if parameter.kind in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            positional += 1
+    return positional >= 2
 
 
 # --- serialisable data ------------------------------------------------------------------------

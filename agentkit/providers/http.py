@@ -302,15 +302,6 @@ def _manager(proxy: str | None) -> urllib3.PoolManager:
         return manager
 
 
-def close_pools() -> None:
-    """Close every pooled connection (they are opened again on the next request)."""
-    with _managers_lock:
-        managers = list(_managers.values())
-        _managers.clear()
-    for manager in managers:
-        manager.clear()
-
-
 def _forget_pools_in_child() -> None:
     # A forked child (a Celery or gunicorn worker) must not talk over its parent's sockets:
     # two processes writing to one TLS connection corrupt both. Drop the pools without closing

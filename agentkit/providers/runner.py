@@ -16,7 +16,6 @@ exponential backoff with jitter. Once an event reached the consumer, a failure i
 
 from __future__ import annotations
 
-import inspect
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -27,7 +26,7 @@ from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
-from ..types import Context, Model, StreamOptions, as_stream_options
+from ..types import Context, Model, StreamOptions, apply_on_payload, as_stream_options
 from .builder import ABORTED_MESSAGE, MessageBuilder
 from .http import (
     StreamingRequest,
@@ -150,7 +149,7 @@ def _run_request(
         secrets.extend(
             value for name, value in prepared.headers.items() if name.lower() in _SECRET_HEADERS
         )
-        payload = _apply_on_payload(options, prepared.payload, model)
+        payload = apply_on_payload(options, prepared.payload, model)
         body = encode_body(payload)
         yield from _with_retries(_Call(spec, prepared, body, options, builder, label, secrets))
     except _RequestAborted:
@@ -280,42 +279,6 @@ def _attempt(call: _Call) -> Iterator[None]:
         parser.finish()
 
 
-def on_payload_before(
-    options: StreamOptions, first: Callable[[dict[str, Any], Model], Any]
-) -> Callable[[dict[str, Any], Model], Any]:
-    """An ``on_payload`` that applies ``first(payload, model)``, then the caller's own
-    ``options.on_payload`` the way the providers call one (with one or two arguments)."""
-
-    def on_payload(payload: dict[str, Any], model: Model) -> Any:
-        return _apply_on_payload(options, first(payload, model), model)
-
-    return on_payload
-
-
-def _apply_on_payload(options: StreamOptions, payload: dict[str, Any], model: Model) -> Any:
-    """Let ``options.on_payload(payload, model)`` (or ``(payload)``) see or replace the body."""
-    hook = options.on_payload
-    if hook is None:
-        return payload
-    replaced = hook(payload, model) if _takes_two_arguments(hook) else hook(payload)
-    return payload if replaced is None else replaced
-
-
-def _takes_two_arguments(fn: Callable[..., Any]) -> bool:
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    positional = 0
-    for parameter in parameters:
-        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-            return True
-        if parameter.kind in (
-            inspect.Parameter.POSITIONAL_ONLY,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        ):
-            positional += 1
-    return positional >= 2
 
 
 class BodyDecoder:

@@ -11,7 +11,6 @@ is seen, and one large chunk is scanned for line ends once (see :meth:`SSEParser
 from __future__ import annotations
 
 import codecs
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 
@@ -166,11 +165,3 @@ class SSEParser:
         self._event = ""
         self._data = []
         return event
-
-
-def iter_sse(chunks: Iterable[bytes]) -> Iterator[SSEEvent]:
-    """The events of a body given as an iterable of byte chunks."""
-    parser = SSEParser()
-    for chunk in chunks:
-        yield from parser.feed(chunk)
-    yield from parser.close()

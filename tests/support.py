@@ -31,6 +31,7 @@ from agentkit.testing import Script, ScriptedModel
 from agentkit.types import role_of
 
 WAIT = 5.0
+"""Generous bound (seconds) for every wait on another thread; never reached when things work."""
 
 NEEDS_EMBEDDED_MODEL = [
     pytest.mark.integration,
@@ -40,7 +41,6 @@ NEEDS_EMBEDDED_MODEL = [
     ),
 ]
 """``pytestmark`` for a module that runs the embedded model (the ``embedded_server`` fixture)."""
-"""Generous bound (seconds) for every wait on another thread; never reached when things work."""
 
 OPEN_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
@@ -158,6 +158,8 @@ class ToolCallRecord:
     tool_call_id: str
     params: Any
     signal: AbortSignal
+    thread: str
+    """The name of the thread ``execute`` ran on."""
 
 
 ToolBody = Callable[[str, Any, AbortSignal, Callable[[Any], None]], Any]
@@ -181,7 +183,7 @@ def make_tool(
     def execute(
         tool_call_id: str, params: Any, signal: AbortSignal, on_update: Callable[[Any], None]
     ) -> AgentToolResult:
-        calls.append(ToolCallRecord(tool_call_id, params, signal))
+        calls.append(ToolCallRecord(tool_call_id, params, signal, threading.current_thread().name))
         if body is None:
             return AgentToolResult(content=[TextContent(text=f"{name} done")])
         value = body(tool_call_id, params, signal, on_update)
@@ -199,6 +201,12 @@ def make_tool(
     )
     tool.calls = calls  # type: ignore[attr-defined]
     return tool
+
+
+def signal_tool(name: str, run: Callable[[AbortSignal], Any]) -> AgentTool:
+    """A :func:`make_tool` whose work is ``run(signal)``; what it returns, as a string, is the
+    result's text (what it raises fails the call)."""
+    return make_tool(name, lambda _id, _params, signal, _update: str(run(signal)))
 
 
 # --- running the loop -------------------------------------------------------------------------

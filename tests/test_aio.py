@@ -10,18 +10,13 @@ from typing import Any
 
 import pytest
 
-from agentkit import Agent, AgentTool, AgentToolResult, TextContent
+from agentkit import Agent, AgentTool
 from agentkit.abort import AbortSignal
 from agentkit.testing import ScriptedModel, reply, tool_call
 
+from .support import signal_tool
+
 WAIT = 10.0
-
-
-def _tool(name: str, run: Any) -> AgentTool:
-    def execute(call_id: str, params: dict[str, Any], signal: AbortSignal, on_update: Any) -> Any:
-        return AgentToolResult(content=[TextContent(text=str(run(signal)))])
-
-    return AgentTool(name, f"The {name} tool.", {"type": "object", "properties": {}}, execute)
 
 
 def _agent(replies: list[Any], tools: list[AgentTool] | None = None) -> Agent:
@@ -30,7 +25,9 @@ def _agent(replies: list[Any], tools: list[AgentTool] | None = None) -> Agent:
 
 
 def test_aprompt_returns_the_new_messages() -> None:
-    agent = _agent([reply(tool_call("echo", id="e")), "done"], [_tool("echo", lambda s: "hi")])
+    agent = _agent(
+        [reply(tool_call("echo", id="e")), "done"], [signal_tool("echo", lambda s: "hi")]
+    )
     messages = asyncio.run(agent.aprompt("go"))
     assert [m.role for m in messages] == ["user", "assistant", "tool_result", "assistant"]
     assert messages[-1].content[0].text == "done"
@@ -65,7 +62,7 @@ class WaitingTool:
         return "stopped"
 
     def agent(self) -> Agent:
-        return _agent([reply(tool_call("wait", id="w")), "never"], [_tool("wait", self)])
+        return _agent([reply(tool_call("wait", id="w")), "never"], [signal_tool("wait", self)])
 
     async def until_started(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.started.wait, WAIT)
@@ -114,7 +111,7 @@ def test_the_event_loop_keeps_ticking_during_a_run() -> None:
         assert ticked.wait(WAIT)
         return "done"
 
-    agent = _agent([reply(tool_call("busy", id="b")), "finished"], [_tool("busy", busy)])
+    agent = _agent([reply(tool_call("busy", id="b")), "finished"], [signal_tool("busy", busy)])
 
     async def main() -> tuple[int, float]:
         gaps: list[float] = []

@@ -305,24 +305,31 @@ def test_stop_is_idempotent_and_the_with_block_stops() -> None:
 
 def test_the_shared_server_starts_once_across_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     starts: list[L.LocalModel] = []
+    callers = threading.Semaphore(0)  # released by each thread just before it asks
+    all_asked = threading.Event()
 
     def fake_start(**kwargs: Any) -> L.LocalModel:
-        time.sleep(0.1)
+        # The start lasts until every thread has asked, so all of them ask while it runs.
+        all_asked.wait(10)
         local = L.LocalModel(object(), f"http://127.0.0.1:{7000 + len(starts)}", Path("m"), 4096)
         starts.append(local)
         return local
 
+    def ask() -> None:
+        callers.release()
+        results.append(L.get_local_model().base_url)
+
     monkeypatch.setattr(L, "start_local_model", fake_start)
     monkeypatch.setattr(L, "_shared", None)
     results: list[str] = []
-    threads = [
-        threading.Thread(target=lambda: results.append(L.get_local_model().base_url))
-        for _ in range(8)
-    ]
+    threads = [threading.Thread(target=ask) for _ in range(8)]
     for t in threads:
         t.start()
+    for _ in threads:
+        assert callers.acquire(timeout=10)
+    all_asked.set()
     for t in threads:
-        t.join()
+        t.join(10)
 
     assert len(starts) == 1
     assert results == ["http://127.0.0.1:7000/v1"] * 8

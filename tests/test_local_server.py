@@ -255,7 +255,7 @@ def test_opting_out_runs_a_server_for_this_run_only(
 
 
 def terminal(args: list[str], cwd: Path) -> object:
-    from tests.test_cli_pty import Terminal
+    from .terminal import Terminal
 
     return Terminal([AGENTKIT, *args], cwd)
 

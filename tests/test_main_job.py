@@ -50,7 +50,7 @@ def test_the_readme_main_job_runs_a_real_agent() -> None:
 
 
 def _terminal_run(workspace: Path, *extra: str) -> object:
-    from tests.test_cli_pty import Terminal
+    from .terminal import Terminal
 
     command = shutil.which("agentkit", path=str(Path(sys.executable).parent))
     assert command, "the agentkit command is not installed in this environment"

@@ -7,12 +7,10 @@ import asyncio
 import os
 import re
 import signal as signals
-import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,63 +21,19 @@ from agentkit import Agent, ImageContent, ToolResultMessage  # noqa: E402
 from agentkit.mcp import MCPServer, MCPServerError  # noqa: E402
 from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
 
-SERVER = str(Path(__file__).parent / "mcp_servers" / "tool_server.py")
+from .servers import MCP_SERVER, MCPHttpServer  # noqa: E402
+
 WAIT = 20.0
 """Generous bound (seconds) for waits on the server; never reached when things work."""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class HttpServerProcess:
-    """The test server on streamable HTTP, as a subprocess on 127.0.0.1."""
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.process = subprocess.Popen(
-            [sys.executable, SERVER, "http", str(self.port)],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.process.stderr is not None
-        seen: list[str] = []
-        for line in self.process.stderr:  # uvicorn says when it listens
-            seen.append(line)
-            if "Uvicorn running on" in line:
-                break
-        else:
-            raise RuntimeError("MCP HTTP test server did not start:\n" + "".join(seen))
-        # Keep draining its log so the pipe never fills up and blocks the server.
-        self._drain = threading.Thread(target=self._discard, daemon=True)
-        self._drain.start()
-
-    def _discard(self) -> None:
-        assert self.process.stderr is not None
-        for _line in self.process.stderr:
-            pass
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(WAIT)
-        self._drain.join(WAIT)
-
-
-def _connect(transport: str) -> tuple[MCPServer, HttpServerProcess | None]:
+def _connect(transport: str) -> tuple[MCPServer, MCPHttpServer | None]:
     if transport == "stdio":
-        return MCPServer.stdio(sys.executable, [SERVER], name="tools").start(), None
+        return MCPServer.stdio(sys.executable, [MCP_SERVER], name="tools").start(), None
     if transport == "stdio-legacy":  # the initialize handshake and session notifications
-        client = MCPServer.stdio(sys.executable, [SERVER], name="tools", protocol="legacy")
+        client = MCPServer.stdio(sys.executable, [MCP_SERVER], name="tools", protocol="legacy")
         return client.start(), None
-    process = HttpServerProcess()
+    process = MCPHttpServer()
     try:
         return MCPServer.http(process.url, name="tools").start(), process
     except BaseException:
@@ -160,7 +114,7 @@ def test_abort_cancels_the_call_on_the_server_and_ends_it(server: MCPServer) -> 
         assert server.call_tool("wait_cancelled", {}).text == "1"
 
 
-def _kill(server: MCPServer, process: HttpServerProcess | None) -> None:
+def _kill(server: MCPServer, process: MCPHttpServer | None) -> None:
     if process is not None:
         process.process.kill()
     else:
@@ -236,7 +190,7 @@ def test_tool_list_change_during_a_run_reaches_the_next_turn(server: MCPServer) 
 
 def test_closing_the_agent_closes_an_attached_server() -> None:
     before = set(threading.enumerate())
-    client = MCPServer.stdio(f"{sys.executable} {SERVER}")
+    client = MCPServer.stdio(f"{sys.executable} {MCP_SERVER}")
     agent, _model = _agent(client, ["hi"])
     agent.prompt("hello")
     agent.close()
@@ -247,7 +201,7 @@ def test_closing_the_agent_closes_an_attached_server() -> None:
 
 
 def test_closing_the_server_mid_call_ends_the_call() -> None:
-    client = MCPServer.stdio(sys.executable, [SERVER], name="tools")
+    client = MCPServer.stdio(sys.executable, [MCP_SERVER], name="tools")
     agent, _model = _agent(client, [reply(tool_call("slow", {"seconds": 600}, id="s1")), "ok"])
     agent.subscribe(lambda e: client.close() if e.type == "tool_execution_update" else None)
     with agent:
@@ -260,7 +214,7 @@ def test_closing_the_server_mid_call_ends_the_call() -> None:
 def test_works_from_inside_a_running_event_loop() -> None:
     async def notebook_cell() -> str:
         # Plain sync calls, as in a Jupyter cell, while this thread runs an event loop.
-        with MCPServer.stdio(sys.executable, [SERVER]) as client:
+        with MCPServer.stdio(sys.executable, [MCP_SERVER]) as client:
             return client.call_tool("add", {"a": 20, "b": 22}).text
 
     assert asyncio.run(notebook_cell()) == "42"

@@ -15,7 +15,7 @@ pytest.importorskip("mcp")
 from agentkit import cli  # noqa: E402
 from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
 
-from .test_mcp import SERVER, HttpServerProcess  # noqa: E402
+from .servers import MCP_SERVER, MCPHttpServer  # noqa: E402
 
 
 def run_cli(args: list[str], replies: list[Any]) -> tuple[int, str, str, ScriptedModel]:
@@ -28,7 +28,7 @@ def run_cli(args: list[str], replies: list[Any]) -> tuple[int, str, str, Scripte
 
 
 def test_mcp_command_adds_the_servers_tools(tmp_path: Path) -> None:
-    command = shlex.join([sys.executable, SERVER])
+    command = shlex.join([sys.executable, MCP_SERVER])
     code, out, err, model = run_cli(
         ["run", "--workspace", str(tmp_path), "--mcp", command, "add them"],
         [reply(tool_call("add", {"a": 19, "b": 23})), "19 + 23 = 42"],
@@ -40,7 +40,7 @@ def test_mcp_command_adds_the_servers_tools(tmp_path: Path) -> None:
 
 
 def test_mcp_url_adds_the_servers_tools(tmp_path: Path) -> None:
-    server = HttpServerProcess()
+    server = MCPHttpServer()
     try:
         code, out, err, _model = run_cli(
             ["run", "--workspace", str(tmp_path), "--mcp-url", server.url, "add"],

@@ -21,19 +21,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 from opentelemetry.trace import StatusCode  # noqa: E402
 
-from agentkit import Agent, AgentTool, AgentToolResult, TextContent, Usage  # noqa: E402
+from agentkit import Agent, AgentTool, Usage  # noqa: E402
 from agentkit.abort import AbortSignal  # noqa: E402
 from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
 from agentkit.tracing import enable_logging, enable_tracing  # noqa: E402
 
+from .support import signal_tool  # noqa: E402
+
 WAIT = 10.0
-
-
-def _tool(name: str, run: Any) -> AgentTool:
-    def execute(call_id: str, params: dict[str, Any], signal: AbortSignal, on_update: Any) -> Any:
-        return AgentToolResult(content=[TextContent(text=str(run(signal)))])
-
-    return AgentTool(name, f"The {name} tool.", {"type": "object", "properties": {}}, execute)
 
 
 @pytest.fixture()
@@ -86,7 +81,11 @@ def test_span_tree_of_a_run_with_a_parallel_batch_an_error_and_an_abort(
             reply(tool_call("lookup", id="a"), tool_call("broken", id="b"), usage=usage),
             reply(tool_call("wait_for_abort", id="c"), usage=usage),
         ],
-        [_tool("lookup", lookup), _tool("broken", broken), _tool("wait_for_abort", wait_for_abort)],
+        [
+            signal_tool("lookup", lookup),
+            signal_tool("broken", broken),
+            signal_tool("wait_for_abort", wait_for_abort),
+        ],
     )
     enable_tracing(agent, tracer_provider=provider, agent_name="helper")
     agent.subscribe(
@@ -175,7 +174,7 @@ def test_spans_a_tool_makes_nest_under_its_own_execute_tool_span(
     agent = Agent(
         model=model.model,
         stream_fn=stream_fn,
-        tools=[_tool(n, work(n)) for n in names],
+        tools=[signal_tool(n, work(n)) for n in names],
         tool_execution=mode,
     )
     enable_tracing(agent, tracer_provider=provider)
@@ -236,7 +235,7 @@ def test_content_is_recorded_only_when_switched_on(
     spans, provider = exporter
     agent = _agent(
         [reply(tool_call("lookup", id="a")), "The answer is 42."],
-        [_tool("lookup", lambda signal: "forty-two")],
+        [signal_tool("lookup", lambda signal: "forty-two")],
     )
     disable = enable_tracing(agent, tracer_provider=provider, capture_content=True)
     agent.prompt("What is the answer?")
@@ -257,7 +256,7 @@ def test_content_is_recorded_only_when_switched_on(
 def test_logging_records_carry_the_run_and_tool_call(caplog: pytest.LogCaptureFixture) -> None:
     agent = _agent(
         [reply(tool_call("lookup", id="a"), tool_call("broken", id="b")), "done"],
-        [_tool("lookup", lambda s: "ok"), _tool("broken", lambda s: 1 / 0)],
+        [signal_tool("lookup", lambda s: "ok"), signal_tool("broken", lambda s: 1 / 0)],
     )
     enable_logging(agent)
     with caplog.at_level(logging.DEBUG, logger="agentkit.run"):

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from replay_server import API_KEY, ReplayServer, Reply, fixture_bytes, make_model
 
-from agentkit import Agent, AgentTool, AgentToolResult, TextContent, ToolResultMessage
+from agentkit import Agent, TextContent, ToolResultMessage
 from agentkit.providers import stream_simple
+from tests.support import make_tool
 
 CASES = {
     "openai-completions": (
@@ -34,16 +35,6 @@ CASES = {
         "get_country",
     ),
 }
-
-
-def recording_tool(name: str, calls: list[Any]) -> AgentTool:
-    def execute(
-        tool_call_id: str, params: dict[str, Any], signal: Any, on_update: Any
-    ) -> AgentToolResult:
-        calls.append((params, threading.current_thread().name))
-        return AgentToolResult(content=[TextContent(text=f"{name} says 42")])
-
-    return AgentTool(name, f"The {name} tool.", {"type": "object"}, execute)
 
 
 def tool_result_text(api: str, body: dict[str, Any]) -> str:
@@ -71,13 +62,13 @@ def test_agent_tool_loop_over_http(server: ReplayServer, api: str, chunk: int | 
         Reply(fixture_bytes(tool_fixture), content_type=content_type, chunk=chunk),
         Reply(fixture_bytes(text_fixture), content_type=content_type, chunk=chunk),
     )
-    calls: list[Any] = []
+    tool = make_tool(tool_name, lambda *_: f"{tool_name} says 42")
     agent = Agent(
         model=make_model(api, server.url),
         stream_fn=stream_simple,
         api_key=API_KEY,
         system_prompt="Be brief.",
-        tools=[recording_tool(tool_name, calls)],
+        tools=[tool],
     )
     kinds: list[str] = []
     agent.subscribe(lambda event: kinds.append(event.type))
@@ -87,7 +78,7 @@ def test_agent_tool_loop_over_http(server: ReplayServer, api: str, chunk: int | 
     first, result, final = new[1], new[2], new[3]
     assert first.stop_reason == "tool_use" and first.api == api
     assert first.usage.input > 0 and first.usage.cost.total > 0
-    assert len(calls) == 1 and calls[0][1].startswith("agentkit-tool")
+    assert len(tool.calls) == 1 and tool.calls[0].thread.startswith("agentkit-tool")
     assert isinstance(result, ToolResultMessage) and not result.is_error
     assert final.stop_reason == "stop", final.error_message
     assert any(isinstance(b, TextContent) and b.text for b in final.content)

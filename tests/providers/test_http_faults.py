@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import socket
 import threading
 import time
 
@@ -24,7 +25,7 @@ from replay_server import (
 
 from agentkit.abort import AbortController
 from agentkit.events import ErrorEvent, TextDeltaEvent
-from agentkit.providers import complete, stream
+from agentkit.providers import complete, runner, stream
 from agentkit.providers.http import parse_retry_after, resolve_timeout, scrub
 from agentkit.types import Context, TextContent, UserMessage
 
@@ -98,7 +99,8 @@ def test_429_with_retry_after_then_success(server: ReplayServer) -> None:
     check_protocol(events)
     assert message.stop_reason == "stop"
     assert len(server.requests) == 2
-    assert 0.9 <= elapsed < 3  # Retry-After: 1 was honoured, not the 1 ms base delay
+    # Retry-After: 1 was honoured, not the 1 ms base delay; the upper bound is 10x generous
+    assert 0.9 <= elapsed < 10
 
 
 def test_retry_after_ms_header_and_408_409(server: ReplayServer) -> None:
@@ -239,7 +241,9 @@ def test_abort_ends_a_stalled_stream_at_once(server: ReplayServer, where: str) -
     message = s.result(timeout=5)
     elapsed = time.monotonic() - start
     reader.join(5)
-    assert elapsed < 0.1, f"abort took {elapsed * 1000:.0f} ms"
+    # The goal is 100 ms; without the abort the read would last until the server's 10 s stall
+    # ends (the read timeout is 30 s), so a 1 s bound still fails an abort that does nothing.
+    assert elapsed < 1.0, f"abort took {elapsed * 1000:.0f} ms"
     assert message.stop_reason == "aborted"
     assert isinstance(events[-1], ErrorEvent) and events[-1].reason == "aborted"
     if where == "mid_body":
@@ -247,27 +251,39 @@ def test_abort_ends_a_stalled_stream_at_once(server: ReplayServer, where: str) -
     assert wait_no_http_threads(), "the request thread must end with the request"
 
 
-def test_abort_before_the_request_and_during_backoff(server: ReplayServer) -> None:
+def test_abort_before_the_request_and_during_backoff(
+    server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     controller = AbortController()
     controller.abort()
     message = complete(anthropic(server), CTX, options(signal=controller.signal))
     assert message.stop_reason == "aborted" and not server.requests
 
+    backing_off = threading.Event()
+    original_wait = runner._wait
+
+    def wait(signal: object, seconds: float) -> None:
+        backing_off.set()
+        original_wait(signal, seconds)
+
+    monkeypatch.setattr(runner, "_wait", wait)
     server.enqueue(json_reply(503, {}, headers={"Retry-After": "30"}))
     controller = AbortController()
     s = stream(anthropic(server), CTX, options(signal=controller.signal))
-    assert server.wait_for_requests(1)
+    assert backing_off.wait(5)  # the 503 was read and the 30 s wait has begun
     start = time.monotonic()
     controller.abort()
     assert s.result(timeout=5).stop_reason == "aborted"
-    assert time.monotonic() - start < 0.1
+    assert time.monotonic() - start < 1.0  # 100 ms goal; without the abort it would be 30 s
+    assert len(server.requests) == 1
 
 
 def test_read_timeout_after_the_first_event_is_final(server: ReplayServer) -> None:
     server.enqueue(Reply(body=ANTHROPIC_BODY, stall_after=ANTHROPIC_BODY.index(b"event: ping")))
     start = time.monotonic()
     message = complete(anthropic(server), CTX, options(timeout=(2, 0.3)))
-    assert time.monotonic() - start < 2
+    # 10x the 0.3 s read timeout; a read that never timed out would wait out the 10 s stall
+    assert time.monotonic() - start < 3.0
     assert message.stop_reason == "error"
     assert "interrupted" in (message.error_message or "")
     assert "timed out" in (message.error_message or "").lower()
@@ -333,7 +349,9 @@ def test_stream_returns_at_once_and_threads_end(server: ReplayServer) -> None:
     start = time.monotonic()
     controller = AbortController()
     s = stream(anthropic(server), CTX, options(signal=controller.signal))
-    assert time.monotonic() - start < 0.05
+    # stream() did not wait for the response: the server stalls it for 10 s (read timeout 5 s)
+    assert not s.done()
+    assert time.monotonic() - start < 1.0
     assert http_threads()
     controller.abort()
     s.result(timeout=5)
@@ -386,17 +404,22 @@ def test_text_content_survives_errors(server: ReplayServer) -> None:
     assert message.content == [TextContent(text="The capital of the UK is")]
 
 
-def test_abort_while_connecting_ends_the_stream_at_once(full_listener: int) -> None:
+def test_abort_while_connecting_ends_the_stream_at_once(
+    full_listener: int, full_listener_socket: socket.socket
+) -> None:
     controller = AbortController()
     model = make_model("anthropic-messages", f"http://127.0.0.1:{full_listener}")
-    s = stream(model, CTX, options(signal=controller.signal, timeout=(0.5, 5), max_retries=0))
-    assert not s.done()  # connect() hangs on the full accept queue until its timeout
+    s = stream(model, CTX, options(signal=controller.signal, timeout=(5, 5), max_retries=0))
+    assert not s.done()  # connect() hangs on the full accept queue until its 5 s timeout
     start = time.monotonic()
     controller.abort()
-    message = s.result(timeout=5)
-    assert time.monotonic() - start < 0.1
+    message = s.result(timeout=10)
+    assert time.monotonic() - start < 1.0  # 100 ms goal; without the abort, the 5 s timeout
     assert message.stop_reason == "aborted"
-    assert wait_no_http_threads(3)  # the connect thread ends when connect() gives up
+    # The connect thread given up on ends when connect() does: closing the listener refuses
+    # its next SYN retry (about 1 s in), and at the latest it times out after 5 s.
+    full_listener_socket.close()
+    assert wait_no_http_threads(15)
 
 
 def test_local_servers_bypass_proxies_from_the_environment(

@@ -83,10 +83,12 @@ def test_steer_a_running_run(serve: Callable[[Flask], str]) -> None:
         [reply(tool_call("pause", {})), "Switching to French.", "Voilà."], delay=0.01
     )
 
+    steered = threading.Event()  # set once the steer was accepted
+
     @tool
-    def pause(signal: AbortSignal) -> str:
-        """Wait a moment."""
-        signal.wait(0.5)
+    def pause() -> str:
+        """Wait until the run has been steered."""
+        steered.wait(10)  # the deadline only matters if the steer never came
         return "ok"
 
     base = serve(create_app(model, model.model, tools=[pause], heartbeat=0.1))
@@ -99,6 +101,7 @@ def test_steer_a_running_run(serve: Callable[[Flask], str]) -> None:
                 steer = requests.post(
                     f"{base}/runs/{run_id}/steer", json={"message": "Answer in French."}, timeout=5
                 )
+                steered.set()
                 assert steer.status_code == 202
     user_texts = [
         d["message"]["content"][0]["text"]

@@ -49,6 +49,26 @@ def text_of(cell: Any) -> str:
     return "".join(o.get("text", "") for o in cell.get("outputs", []))
 
 
+ABORTED = "[test] Run.abort() called"
+
+ABORT_PROBE = f"""
+import agentkit.agent
+
+_original_run_abort = agentkit.agent.Run.abort
+
+
+def _reported_run_abort(self):
+    _original_run_abort(self)
+    print({ABORTED!r}, flush=True)
+
+
+agentkit.agent.Run.abort = _reported_run_abort
+"""
+"""Run in the kernel before the interrupted cell: each ``Run.abort()`` (what ``prompt()`` calls
+on each ``KeyboardInterrupt`` it catches) prints :data:`ABORTED` into the running cell's output,
+the only sign outside the kernel that an interrupt has been handled."""
+
+
 def test_notebook_runs_top_to_bottom(kernel_name: str) -> None:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client_for(nb, kernel_name).execute()
@@ -74,16 +94,21 @@ def test_cell_interrupted_twice_leaves_the_agent_idle_and_usable(kernel_name: st
         if not wait_until(lambda: "🔧 draft_itinerary" in text_of(cell), timeout=30):
             return
         interrupt = run_sync(client.km.interrupt_kernel)  # what the ■ button does
-        for _ in range(2):
-            interrupt()
-            interrupts.append(time.monotonic())
-            time.sleep(0.3)
+        interrupt()
+        interrupts.append(time.monotonic())
+        # Only once prompt() has caught the first KeyboardInterrupt and aborted the run: two
+        # SIGINTs before the kernel looks would be seen as one.
+        if not wait_until(lambda: text_of(cell).count(ABORTED) == 1, timeout=30):
+            return
+        interrupt()
+        interrupts.append(time.monotonic())
 
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
             if "interrupt-me" in cell.metadata.get("tags", []):
+                client.execute_cell(nbformat.v4.new_code_cell(ABORT_PROBE), index)
                 presser = threading.Thread(target=press_stop_twice, args=(cell,))
                 presser.start()
                 client.execute_cell(cell, index)
@@ -95,7 +120,10 @@ def test_cell_interrupted_twice_leaves_the_agent_idle_and_usable(kernel_name: st
         out = text_of(interrupted)
         assert len(interrupts) == 2
         assert ended > interrupts[1], "the second interrupt came after the cell had ended"
-        assert "Interrupted." in out
+        # Both were handled by prompt(), the second while it waited for the run to wind down,
+        # and only then did it raise.
+        assert out.count(ABORTED) == 2, out
+        assert out.rindex(ABORTED) < out.index("Interrupted.")
         # The tool ignored the abort and finished within the grace period: its result is kept,
         # and the aborted run made no further request (no answer streamed after it).
         assert "idle: True; last message: tool_result" in out

@@ -1,0 +1,80 @@
+"""A child process on a real pseudo-terminal, for the Ctrl-C tests of the ``agentkit`` command
+(``test_cli_pty.py``, ``test_main_job.py``, ``test_local_server.py``)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository, put on the child's ``PYTHONPATH``."""
+
+
+class Terminal:
+    """A child process on its own pseudo-terminal, as a user's shell would run it."""
+
+    def __init__(self, argv: list[str], cwd: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {k: v for k, v in env.items() if not k.endswith("_API_KEY")}
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: the pty is its controlling terminal
+            try:
+                os.chdir(cwd)
+                os.execve(sys.executable, [sys.executable, *argv], env)
+            finally:
+                os._exit(127)
+        self.output = b""
+
+    def read_until(self, marker: bytes, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while marker not in self.output:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{marker!r} never appeared; output so far: {self.output!r}"
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:  # the child closed the terminal
+                    chunk = b""
+                assert chunk, f"the terminal closed before {marker!r}: {self.output!r}"
+                self.output += chunk
+
+    def ctrl_c(self) -> None:
+        os.write(self.fd, b"\x03")  # the terminal turns it into SIGINT for the foreground job
+
+    def wait(self, timeout: float = 10.0) -> int:
+        """The exit status; fails if the child is still running after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._drain()
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() > deadline:
+                os.kill(self.pid, 9)
+                os.waitpid(self.pid, 0)
+                raise AssertionError(f"still running {timeout} s after Ctrl-C: {self.output!r}")
+            ready, _, _ = select.select([self.fd], [], [], 0.1)
+            if ready:
+                self._drain_once()
+
+    def _drain_once(self) -> None:
+        try:
+            self.output += os.read(self.fd, 4096)
+        except OSError:
+            pass
+
+    def _drain(self) -> None:
+        while select.select([self.fd], [], [], 0)[0]:
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.output += chunk
+        os.close(self.fd)

@@ -39,3 +39,34 @@ def test_lazy_names_are_the_modules_own() -> None:
 def test_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="NoSuchName"):
         agentkit.NoSuchName  # noqa: B018
+
+
+def test_a_request_loads_only_its_own_api() -> None:
+    code = (
+        "import sys\n"
+        "from agentkit.providers import complete, registered_apis\n"
+        "from agentkit.types import Context, Model\n"
+        "apis = ('openai_completions', 'openai_responses', 'anthropic', 'google')\n"
+        "loaded = lambda: [a for a in apis if 'agentkit.providers.' + a in sys.modules]\n"
+        "assert loaded() == [], loaded()\n"
+        "assert len(registered_apis()) == 4  # registered all along, loaded on first use\n"
+        "model = Model(id='m', api='anthropic-messages', provider='anthropic',\n"
+        "              base_url='http://127.0.0.1:1')  # nothing listens: the request fails\n"
+        "message = complete(model, Context(messages=[]), {'api_key': 'k', 'max_retries': 0})\n"
+        "assert message.stop_reason == 'error', message\n"
+        "assert loaded() == ['anthropic'], loaded()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_unregistered_builtin_api_stays_unregistered() -> None:
+    from agentkit.providers import get_api, register_api, registered_apis, unregister_api
+    from agentkit.providers.google import reasoning_options, stream_google
+
+    unregister_api("google-generative-ai")
+    try:
+        assert get_api("google-generative-ai") is None
+        assert "google-generative-ai" not in registered_apis()
+    finally:
+        register_api("google-generative-ai", stream_google, reasoning_options)
+    assert get_api("google-generative-ai") is stream_google

@@ -408,7 +408,9 @@ def stream_openai_responses(
     return run_stream(SPEC, model, context, options)
 
 
-def reasoning_options(model: Model, level: str | None) -> dict[str, Any]:
+def reasoning_options(
+    model: Model, level: str | None, budgets: dict[str, int] | None = None
+) -> dict[str, Any]:
     """Provider options for a thinking level (``reasoning_effort``, summaries on)."""
     if not model.reasoning or not level or level == "off":
         return {}

@@ -1,13 +1,14 @@
 """Which stream function serves which wire API, and the ``stream``/``complete`` entry points.
 
-The four built-in APIs are registered when this module loads; ``register_api`` adds or replaces
-one. ``stream`` dispatches on ``model.api`` and, like every stream function, never raises for a
+The four built-in APIs are registered from the start, each module imported when a request first
+asks for its API (a run on one API loads no other's code); ``register_api`` adds or replaces one. ``stream`` dispatches on ``model.api`` and, like every stream function, never raises for a
 failure: an unknown API ends the stream with an error event. ``stream_simple`` maps a thinking
 level (``options.reasoning``) to each API's own options first.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,6 @@ from ..types import (
     StreamOptions,
     as_stream_options,
 )
-from . import anthropic, google, openai_completions, openai_responses
 
 StreamFunction = Callable[..., AssistantMessageEventStream]
 """``(model, context, options=None) -> AssistantMessageEventStream``."""
@@ -41,10 +41,26 @@ _OPTION_GROUPS: dict[str, type[AnthropicOptions | OpenAIOptions | GoogleOptions]
 }
 """The per-API option groups of :class:`StreamOptions` a reasoning mapper may fill."""
 
-# Guards _apis and _mappers.
+# Guards _apis, _mappers and _builtin (a built-in's module is imported under it, once).
 _lock = threading.Lock()
 _apis: dict[str, StreamFunction] = {}
 _mappers: dict[str, ReasoningMapper] = {}
+_builtin: dict[str, tuple[str, str]] = {
+    "openai-completions": ("openai_completions", "stream_openai_completions"),
+    "openai-responses": ("openai_responses", "stream_openai_responses"),
+    "anthropic-messages": ("anthropic", "stream_anthropic"),
+    "google-generative-ai": ("google", "stream_google"),
+}
+"""Built-in APIs not loaded yet: their module and its stream function (each module's
+``reasoning_options`` is the mapper); registering or unregistering one drops it from here."""
+
+
+def _load_builtin(api: str) -> None:
+    """Import the built-in module of ``api`` and register it (call with ``_lock`` held)."""
+    module_name, function = _builtin.pop(api)
+    module = importlib.import_module(f".{module_name}", __package__)
+    _apis[api] = getattr(module, function)
+    _mappers[api] = module.reasoning_options
 
 
 def register_api(
@@ -53,6 +69,7 @@ def register_api(
     """Serve ``api`` with ``stream_fn``; ``reasoning_mapper`` tells ``stream_simple`` how to
     turn a thinking level into that function's options (none: the level is ignored)."""
     with _lock:
+        _builtin.pop(api, None)
         _apis[api] = stream_fn
         if reasoning_mapper is not None:
             _mappers[api] = reasoning_mapper
@@ -63,6 +80,7 @@ def register_api(
 def unregister_api(api: str) -> None:
     """Stop serving ``api`` (mostly for tests)."""
     with _lock:
+        _builtin.pop(api, None)
         _apis.pop(api, None)
         _mappers.pop(api, None)
 
@@ -70,13 +88,15 @@ def unregister_api(api: str) -> None:
 def get_api(api: str) -> StreamFunction | None:
     """The stream function registered for ``api``, or ``None``."""
     with _lock:
+        if api in _builtin:
+            _load_builtin(api)
         return _apis.get(api)
 
 
 def registered_apis() -> list[str]:
     """The APIs that have a stream function, sorted."""
     with _lock:
-        return sorted(_apis)
+        return sorted({*_apis, *_builtin})
 
 
 def _failed(model: Model, message: str) -> AssistantMessageEventStream:
@@ -126,6 +146,8 @@ def simple_options(
     except ValueError:
         return options  # the stream function reports bad options as an error event
     with _lock:
+        if model.api in _builtin:
+            _load_builtin(model.api)
         mapper = _mappers.get(model.api)
     if mapper is None:
         return opts
@@ -168,19 +190,3 @@ def complete_simple(
 ) -> AssistantMessage:
     """The final message of :func:`stream_simple`."""
     return stream_simple(model, context, options).result()
-
-
-def _map_openai(model: Model, level: str | None, budgets: dict[str, int] | None) -> dict[str, Any]:
-    return openai_completions.reasoning_options(model, level)
-
-
-def _map_responses(
-    model: Model, level: str | None, budgets: dict[str, int] | None
-) -> dict[str, Any]:
-    return openai_responses.reasoning_options(model, level)
-
-
-register_api(openai_completions.API, openai_completions.stream_openai_completions, _map_openai)
-register_api(openai_responses.API, openai_responses.stream_openai_responses, _map_responses)
-register_api(anthropic.API, anthropic.stream_anthropic, anthropic.reasoning_options)
-register_api(google.API, google.stream_google, google.reasoning_options)

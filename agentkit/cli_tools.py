@@ -98,6 +98,24 @@ class WorkspaceError(AgentError):
     """A workspace tool was asked for something it must not or cannot do."""
 
 
+class MissingPathError(WorkspaceError):
+    """A path that does not exist: the file itself, or (``folder``) a folder on the way."""
+
+    def __init__(self, shown: str, folder: bool = False) -> None:
+        super().__init__(f"{shown} does not exist")
+        self.folder = folder
+
+
+def _open_or_say_create(ws: Workspace, path: str) -> tuple[int, str]:
+    """:meth:`Workspace.open_file`, whose error for a missing path says how to create the file
+    (a small model otherwise tries to read a file it was asked to make, again and again)."""
+    try:
+        return ws.open_file(path)
+    except MissingPathError as exc:
+        target = f"{path} (it makes the folders)" if exc.folder else "it"
+        raise WorkspaceError(f"{exc}; to create {target}, use write_file") from None
+
+
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _O_NOFOLLOW | _O_CLOEXEC
@@ -216,7 +234,7 @@ class Workspace:
             return os.open(part, _O_DIR, dir_fd=parent)
         except FileNotFoundError:
             if not make_folders:
-                raise WorkspaceError(f"{shown} does not exist") from None
+                raise MissingPathError(shown, folder=True) from None
         except NotADirectoryError:
             raise WorkspaceError(f"{shown} is not a folder") from None
         except OSError as exc:  # ELOOP: a symlink swapped in after the check
@@ -275,7 +293,7 @@ def _open_regular(name: str, parent: int, shown: str) -> int:
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=parent)
     except FileNotFoundError:
-        raise WorkspaceError(f"{shown} does not exist") from None
+        raise MissingPathError(shown) from None
     except IsADirectoryError:
         raise WorkspaceError(f"{shown} is a folder; use list_folder") from None
     except OSError as exc:
@@ -400,7 +418,7 @@ def workspace_tools(
         """
         _check_range("offset", offset, 1, None)
         _check_range("limit", limit, 1, READ_MAX_LINES)
-        fd, shown = ws.open_file(path)
+        fd, shown = _open_or_say_create(ws, path)
         with os.fdopen(fd, "rb") as f:
             chosen, total = _read_lines(f, shown, offset, limit, max_read_chars)
         saw(shown)
@@ -457,7 +475,7 @@ def workspace_tools(
         """
         if not old_text:
             raise WorkspaceError("old_text must not be empty; use write_file to create a file")
-        fd, shown = ws.open_file(path)
+        fd, shown = _open_or_say_create(ws, path)
         with os.fdopen(fd, "rb") as f:
             text = _read_text(f, shown)
         count = text.count(old_text)

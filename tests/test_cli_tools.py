@@ -665,3 +665,19 @@ def test_files_read_edited_written_or_new_are_written_at_once(ws: Path) -> None:
 def test_without_the_guard_existing_files_are_replaced_at_once(ws: Path) -> None:
     run_tool(tools(ws), "write_file", path="notes.txt", content="new")
     assert (ws / "notes.txt").read_text() == "new"
+
+
+def test_a_missing_file_s_error_says_how_to_create_it(ws: Path) -> None:
+    with pytest.raises(WorkspaceError) as missing:
+        call(ws, "read_file", path="add.py")
+    assert str(missing.value) == "add.py does not exist; to create it, use write_file"
+    with pytest.raises(WorkspaceError) as no_folder:
+        call(ws, "read_file", path="docs/intro.md")
+    assert str(no_folder.value) == (
+        "docs does not exist; to create docs/intro.md (it makes the folders), use write_file"
+    )
+    with pytest.raises(WorkspaceError, match="; to create it, use write_file"):
+        call(ws, "edit_file", path="src/none.py", old_text="a", new_text="b")
+    with pytest.raises(WorkspaceError) as folder:
+        call(ws, "list_folder", path="nope")
+    assert str(folder.value) == "nope does not exist"  # only where writing a file is the fix

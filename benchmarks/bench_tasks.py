@@ -222,6 +222,25 @@ FRESH_TASKS: list[Task] = [
 """Tasks kept out of every tuning of prompts and tool descriptions (``--fresh`` runs them),
 so they show whether the tuning generalises; report them apart from :data:`TASKS`."""
 
+HELDOUT_TASKS: list[Task] = [
+    Task("todo-count", "Read todo.md. How many items are on the list?", answer_has_any("3", "three")),
+    Task("logs-what", "Read README.md. What does the weather station log?", answer_has("temperature")),
+    Task("config-host", "Read config.json. What is the host?", answer_has("localhost")),
+    Task("warmest-city", "Read data.csv. Which city is the warmest?", answer_has("cairo")),
+    Task(
+        "debug-enabled",
+        "Is debug enabled in config.json? Answer yes or no.",
+        answer_has_any("no", "false"),
+    ),
+    Task("src-count", "How many files are in the folder src?", answer_has_any("2", "two")),
+    Task("helper-returns", "Read src/util.py. What does the function helper return?", answer_has("sorted")),
+    Task("run-year", "Run the command: date +%Y. Which year does it print?", answer_has("20")),
+    Task("shopping-day", "Read notes.txt. Which day is the shopping list for?", answer_has("saturday")),
+    Task("find-greet", "Search for the word greet. Which file contains it?", answer_has("app.py")),
+]
+"""Answer tasks written after the answer pass was built and used only to decide whether the
+command line turns it on (``--heldout`` runs them); never tuned against."""
+
 
 def make_workspace(parent: Path) -> Path:
     workspace = parent / "ws"
@@ -376,6 +395,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per task")
     parser.add_argument("--out", default="bench_tasks.jsonl", help="where results are appended")
     parser.add_argument("--fresh", action="store_true", help="run the fresh tasks instead")
+    parser.add_argument("--heldout", action="store_true", help="run the held-out answer tasks")
     parser.add_argument("--keep", help="a folder to keep each task's event lines and stderr in")
     parser.add_argument("--report", help="only summarise this JSONL file of earlier results")
     parser.add_argument(
@@ -393,7 +413,7 @@ def main() -> None:
         lines = Path(args.report).read_text(encoding="utf-8").splitlines()
         print(json.dumps(summarise([json.loads(x) for x in lines if x.strip()]), indent=2))
         return
-    pool = FRESH_TASKS if args.fresh else TASKS
+    pool = HELDOUT_TASKS if args.heldout else FRESH_TASKS if args.fresh else TASKS
     chosen = [t for t in pool if not args.k or any(word in t.name for word in args.k)]
     chosen = [t for t in chosen if not args.only or t.name in args.only]
     chosen = chosen * max(1, args.repeat)

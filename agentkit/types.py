@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import to_jsonable_python
 
 from .abort import AbortSignal
@@ -272,13 +272,7 @@ class Model(_Data):
     headers: dict[str, str] | None = None
     compat: ModelCompat | None = None
     """Per-server quirks, laid over the provider table's (a dict is validated: a misspelt key
-    raises); dumped without its unset fields."""
-
-    @field_serializer("compat")
-    def _dump_compat(self, compat: ModelCompat | dict[str, Any] | None) -> dict[str, Any] | None:
-        if isinstance(compat, ModelCompat):
-            return compat.model_dump(exclude_none=True) or None
-        return compat
+    raises)."""
 
 
 def placeholder_model() -> Model:

@@ -413,7 +413,6 @@ def test_a_misspelt_compat_quirk_is_refused_when_the_model_is_made() -> None:
         make_model(CHAT, "http://127.0.0.1:1/v1", compat={"max_token_field": "max_tokens"})
     model = make_model(CHAT, "http://127.0.0.1:1/v1", compat={"max_tokens_field": "max_tokens"})
     assert model.compat is not None and model.compat.max_tokens_field == "max_tokens"
-    assert model.model_dump(mode="json")["compat"] == {"max_tokens_field": "max_tokens"}
     assert type(model).model_validate(model.model_dump(mode="json")) == model
 
 

@@ -175,6 +175,7 @@ CALL = '{"name": "read_file", "arguments": {"path": "notes.txt"}}'
         f"```json\n{CALL}\n```",
         f"```\n{CALL}\n```",
         f"```json\n{CALL}",  # the model stopped before closing the fence
+        f"{CALL}\n\n```",  # ... or closed a fence it never opened
         f"<tool_call>\n{CALL}\n</tool_call>",
         '{"name": "read_file", "parameters": {"path": "notes.txt"}}',
         '{"name": "read_file", "arguments": "{\\"path\\": \\"notes.txt\\"}"}',
@@ -191,6 +192,8 @@ def test_a_reply_that_is_one_json_call_is_read_as_that_call(text: str) -> None:
         f"I will call the tool now: {CALL}",
         f"Here it is:\n```json\n{CALL}\n```",
         f"```json\n{CALL}\n```\nThat reads the file.",
+        f"I read it:\n{CALL}\n```",
+        f"{CALL}\n```\nmore",
         f"{CALL}\n{CALL}",
         '{"name": "delete_everything", "arguments": {}}',
         '{"name": "read_file", "arguments": {"path": "a"}, "id": 1}',

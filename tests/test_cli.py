@@ -380,25 +380,24 @@ def test_the_task_comes_from_stdin_or_a_file(workspace: Path, tmp_path: Path) ->
     assert [r.messages[-1].content[0].text for r in model.requests] == [big, big]
 
 
-def test_a_hosted_default_is_announced(monkeypatch: pytest.MonkeyPatch) -> None:
-    for env in HOSTED_KEYS:
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+@pytest.mark.parametrize(
+    ("env", "key", "chosen_as"),
+    [
+        ("OPENAI_API_KEY", "sk-test", "openai:gpt-4.1-mini"),
+        ("GOOGLE_API_KEY", "g-test", "google:gemini-2.5-flash"),  # Gemini's second variable
+    ],
+)
+def test_a_hosted_default_is_announced(
+    monkeypatch: pytest.MonkeyPatch, env: str, key: str, chosen_as: str
+) -> None:
+    for name in HOSTED_KEYS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(env, key)
     err = io.StringIO()
     chosen = cli.resolve_model(None, None, cli._Io(io.StringIO(), io.StringIO(), err))
-    assert chosen.provider == "openai"
-    assert "OPENAI_API_KEY is set; using openai:gpt-4.1-mini" in err.getvalue()
-    assert "sk-test" not in err.getvalue()
-
-
-def test_google_api_key_alone_picks_gemini(monkeypatch: pytest.MonkeyPatch) -> None:
-    for env in HOSTED_KEYS:
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setenv("GOOGLE_API_KEY", "g-test")
-    err = io.StringIO()
-    chosen = cli.resolve_model(None, None, cli._Io(io.StringIO(), io.StringIO(), err))
-    assert (chosen.provider, chosen.id) == ("google", "gemini-2.5-flash")
-    assert "GOOGLE_API_KEY is set" in err.getvalue() and "g-test" not in err.getvalue()
+    assert f"{chosen.provider}:{chosen.id}" == chosen_as
+    assert f"{env} is set; using {chosen_as}" in err.getvalue()
+    assert key not in err.getvalue()
 
 
 def test_model_names_read_as_the_library_reads_them() -> None:

@@ -10,8 +10,13 @@ import pytest
 import agentkit
 
 
+def in_a_fresh_interpreter(code: str) -> None:
+    """Run ``code`` in a new interpreter (nothing imported yet); its assertions must hold."""
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_import_leaves_the_catalog_and_approvals_unloaded() -> None:
-    code = (
+    in_a_fresh_interpreter(
         "import sys, agentkit\n"
         "from agentkit import Agent, Model, tool\n"
         "loaded = [m for m in ('agentkit.approvals', 'agentkit.providers', 'requests', 'jsonschema',"
@@ -21,7 +26,6 @@ def test_import_leaves_the_catalog_and_approvals_unloaded() -> None:
         "from agentkit import Approvals, get_model\n"
         "assert 'agentkit.approvals' in sys.modules and 'agentkit.providers' in sys.modules\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_lazy_names_are_the_modules_own() -> None:
@@ -42,7 +46,7 @@ def test_unknown_name_is_an_attribute_error() -> None:
 
 
 def test_a_request_loads_only_its_own_api() -> None:
-    code = (
+    in_a_fresh_interpreter(
         "import sys\n"
         "from agentkit.providers import complete, registered_apis\n"
         "from agentkit.types import Context, Model\n"
@@ -56,7 +60,6 @@ def test_a_request_loads_only_its_own_api() -> None:
         "assert message.stop_reason == 'error', message\n"
         "assert loaded() == ['anthropic'], loaded()\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_an_unregistered_builtin_api_stays_unregistered() -> None:

@@ -358,15 +358,15 @@ def resolve_model(
     if provider == "local" and base_url is None:
         return _local_model(model_id or None, ctx_size, io)
     if base_url is not None:
-        try:
-            if not model_id:
-                raise CliError("no model id: the server's own default")
-            known = _catalog_model(f"{provider}:{model_id}")
-            return known.model_copy(update={"base_url": base_url.rstrip("/")})
-        except CliError:  # an OpenAI-compatible server the catalog does not know
-            from .providers import local_model
+        if model_id:
+            try:
+                known = _catalog_model(f"{provider}:{model_id}")
+                return known.model_copy(update={"base_url": base_url.rstrip("/")})
+            except CliError:
+                pass  # an OpenAI-compatible server the catalog does not know
+        from .providers import local_model
 
-            return local_model(base_url, model_id or "default", provider=provider)
+        return local_model(base_url, model_id or "default", provider=provider)
     return _catalog_model(spec or "")
 
 

@@ -1,9 +1,10 @@
 """Which stream function serves which wire API, and the ``stream``/``complete`` entry points.
 
 The four built-in APIs are registered from the start, each module imported when a request first
-asks for its API (a run on one API loads no other's code); ``register_api`` adds or replaces one. ``stream`` dispatches on ``model.api`` and, like every stream function, never raises for a
-failure: an unknown API ends the stream with an error event. ``stream_simple`` maps a thinking
-level (``options.reasoning``) to each API's own options first.
+asks for its API (a run on one API loads no other's code); ``register_api`` adds or replaces one.
+``stream`` dispatches on ``model.api`` and, like every stream function, never raises for a failure:
+an unknown API ends the stream with an error event. ``stream_simple`` maps a thinking level
+(``options.reasoning``) to each API's own options first.
 """
 
 from __future__ import annotations

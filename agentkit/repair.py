@@ -264,9 +264,10 @@ def parse_text_tool_call(text: str, tool_names: Iterable[str]) -> tuple[str, dic
 
     The whole reply must be one ``{"name": ..., "arguments": {...}}`` object naming a tool in
     ``tool_names``: bare (a closing fence after it, with no opening one, is dropped), in one
-    code fence (```` ```json ````, the closing fence optional), or in ``<tool_call>`` tags. ``"parameters"`` is accepted for ``"arguments"``, and arguments
-    given as a JSON string holding an object are decoded. Anything else -- prose, a fence with
-    text around it, two calls, an unknown tool, other keys -- is not a call.
+    code fence (```` ```json ````, the closing fence optional), or in ``<tool_call>`` tags.
+    ``"parameters"`` is accepted for ``"arguments"``, and arguments given as a JSON string
+    holding an object are decoded. Anything else -- prose, a fence with text around it, two
+    calls, an unknown tool, other keys -- is not a call.
     """
     body = text.strip()
     if body.endswith("```") and body[:1] == "{":  # a closing fence it never opened (seen)

@@ -26,7 +26,6 @@ from ..types import (
     GoogleOptions,
     ImageContent,
     Model,
-    ModelCompat,
     StopReason,
     StreamOptions,
     TextContent,
@@ -36,7 +35,7 @@ from ..types import (
 )
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
-from .table import provider_label
+from .table import own_compat, provider_label
 from .tool_choice import wire_tool_choice
 from .transform import prepare_context, same_source
 
@@ -177,8 +176,8 @@ def prepare(
         config["thinkingConfig"] = thinking_config
     if config:
         payload["generationConfig"] = config
-    compat = ModelCompat.model_validate(model.compat) if model.compat else ModelCompat()
-    use_sse = compat.sse is not False
+    compat = own_compat(model)
+    use_sse = compat is None or compat.sse is not False
     url = f"{model.base_url.rstrip('/')}/models/{model.id}:streamGenerateContent"
     if use_sse:
         url += "?alt=sse"

@@ -42,7 +42,7 @@ from ..types import (
 )
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
-from .table import provider_compat, provider_label
+from .table import own_compat, provider_compat, provider_label
 from .tool_choice import wire_tool_choice
 from .transform import call_part, images_of, prepare_context, safe_id, text_of
 
@@ -68,16 +68,10 @@ def resolve_compat(model: Model) -> dict[str, Any]:
     ``model.compat`` (a misspelt key raises ``ValueError``).
 
     Every request asks, so the merge is remembered per (provider, base URL, compat) and each
-    caller gets its own copy; a ``compat`` with unhashable values is merged afresh each time."""
-    compat: Any = model.compat
-    if isinstance(compat, ModelCompat):
-        compat = compat.model_dump(exclude_none=True)
-    try:  # a dict assigned after construction is validated by the merge
-        own = tuple(sorted(compat.items())) if compat else ()
-        hash(own)
-    except (TypeError, AttributeError):
-        return _merge_compat(model)
-    return dict(_cached_compat(model.provider, model.base_url, own))
+    caller gets its own copy."""
+    own = own_compat(model)  # validated: every value is a plain string or bool, so hashable
+    key = tuple(sorted(own.model_dump(exclude_none=True).items())) if own is not None else ()
+    return dict(_cached_compat(model.provider, model.base_url, key))
 
 
 def _merge_compat(model: Model) -> dict[str, Any]:
@@ -91,7 +85,7 @@ def _cached_compat(
     """The merge for one model identity (never handed out: :func:`resolve_compat` copies it)."""
     model = Model(
         id="", name="", api=API, provider=provider, base_url=base_url, compat=dict(own) or None
-    )  # validated here: a misspelt key raises
+    )
     return _merge_compat(model)
 
 

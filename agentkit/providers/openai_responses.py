@@ -34,7 +34,7 @@ from ..types import (
 from .builder import MessageBuilder, set_usage, tokens
 from .json_stream import as_arguments, parse_streaming_json
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
-from .table import is_local_url, provider_label
+from .table import is_local_url, own_compat, provider_label
 from .tool_choice import wire_tool_choice
 from .transform import images_of, prepare_context, safe_id, same_source, text_of
 
@@ -52,8 +52,7 @@ def normalize_tool_call_id(tool_call_id: str) -> str:
 def _compat(model: Model) -> dict[str, Any]:
     local = is_local_url(model.base_url)
     defaults = ModelCompat(supports_store=not local, supports_include=not local)
-    own = ModelCompat.model_validate(model.compat) if model.compat else None
-    return defaults.merged(own).model_dump()
+    return defaults.merged(own_compat(model)).model_dump()
 
 
 # --- request ------------------------------------------------------------------------------------

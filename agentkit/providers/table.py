@@ -210,6 +210,12 @@ def local_servers() -> dict[str, str]:
     return {info.name: info.local_url for info in PROVIDERS.values() if info.local_url}
 
 
+def own_compat(model: Model) -> ModelCompat | None:
+    """``model.compat`` as validated quirks (a dict assigned after the model was made is checked
+    here: a misspelt key raises ``ValueError``), or ``None`` when it has none."""
+    return ModelCompat.model_validate(model.compat) if model.compat else None
+
+
 def provider_compat(model: Model) -> ModelCompat:
     """The table's quirks for ``model``'s provider (a local URL of an unknown provider counts
     as ``local``) with ``model.compat`` laid over them; a misspelt ``model.compat`` key raises
@@ -217,6 +223,5 @@ def provider_compat(model: Model) -> ModelCompat:
     info = PROVIDERS.get(model.provider)
     if info is None and is_local_url(model.base_url):
         info = PROVIDERS["local"]
-    own = ModelCompat.model_validate(model.compat) if model.compat else None  # a dict set later
     base = info.compat if info is not None else ModelCompat()
-    return base.merged(own)
+    return base.merged(own_compat(model))

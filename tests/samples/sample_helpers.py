@@ -99,10 +99,13 @@ def stream_until(
     response = client.post(f"{base}/runs/stream", json={"prompt": prompt}, stream=True)
     events = sse_events(response)
     run_id = next(events)[1]["id"]
+    seen: list[tuple[str, Any]] = []
     for name, data in events:
         if until(name, data):
-            break
-    return response, str(run_id)
+            return response, str(run_id)
+        seen.append((name, data))
+    response.close()
+    raise AssertionError(f"the stream ended before the awaited event; it sent {seen!r}")
 
 
 def tool_started(name: str, data: Any) -> bool:

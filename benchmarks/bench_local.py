@@ -1,4 +1,4 @@
-"""Benchmark the embedded local model (``agentkit.local``).
+"""Benchmark the embedded local model (``agentkit.local.model``).
 
 Measures, on this machine:
 
@@ -34,7 +34,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentkit import local  # noqa: E402
+from agentkit.local import model as local  # noqa: E402
 
 WEATHER_TOOL = {
     "type": "function",
@@ -184,8 +184,8 @@ def measure_tool_turns(server: local.LocalModel, runs: int = 3) -> dict[str, Any
 
 def _cli_prefix(compact: bool) -> tuple[str, list[dict[str, Any]]]:
     """The system prompt and the tool declarations ``agentkit run`` sends the embedded model."""
-    from agentkit.cli import SMALL_MODEL_SYSTEM_PROMPT
-    from agentkit.cli_tools import compact_tools, workspace_tools
+    from agentkit.cli.app import SMALL_MODEL_SYSTEM_PROMPT
+    from agentkit.workspace.tools import compact_tools, workspace_tools
 
     tools = workspace_tools(ROOT)
     if compact:

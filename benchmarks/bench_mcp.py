@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentkit import AbortController, AgentTool, tool
-from agentkit.mcp import MCPServer
+from agentkit.integrations.mcp import MCPServer
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentkit import Agent, tool
+from agentkit.integrations.tracing import enable_tracing
 from agentkit.testing import ScriptedModel, reply, tool_call
-from agentkit.tracing import enable_tracing
 
 TURNS = 20
 RUNS = 30
@@ -54,7 +54,7 @@ def listener_us_per_turn(provider: TracerProvider, capture: bool) -> float:
     events: list[Any] = []
     agent.subscribe(events.append)
     agent.prompt("go")
-    from agentkit.tracing import _Tracer
+    from agentkit.integrations.tracing import _Tracer
 
     tracer = _Tracer(agent, provider.get_tracer("bench"), capture, None)
     samples = []

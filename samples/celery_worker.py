@@ -35,7 +35,7 @@ from celery import Celery
 
 from agentkit import Agent, tool
 from agentkit.abort import AbortSignal
-from agentkit.celery import RunChannel, agent_task, submit
+from agentkit.integrations.celery import RunChannel, agent_task, submit
 from agentkit.sessions import Session
 from agentkit.testing import SCRIPTED_MODEL, Reply, reply, tool_call
 

@@ -23,9 +23,9 @@ def restore_default_stream_fn() -> Iterable[None]:
 
 @pytest.fixture(scope="module")
 def embedded_server() -> Any:
-    """The embedded model's server (``agentkit.local``); skips the test when its weights are
+    """The embedded model's server (``agentkit.local.model``); skips the test when its weights are
     not installed."""
-    from agentkit import local
+    from agentkit.local import model as local
 
     try:
         return local.get_local_server()
@@ -43,7 +43,7 @@ def kept_servers_stay_in_the_suite(tmp_path_factory: pytest.TempPathFactory) -> 
     try:
         yield directory
     finally:
-        from agentkit.local_server import stop_kept_server
+        from agentkit.local.kept import stop_kept_server
 
         stop_kept_server()
         left = [
@@ -63,4 +63,4 @@ def _runs_kept_server_in(cmdline: Path, directory: Path) -> bool:
         argv = cmdline.read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"agentkit.local_server" in argv and str(directory).encode() in argv
+    return b"agentkit.local.kept" in argv and str(directory).encode() in argv

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentkit import cli
+from agentkit.cli import app as cli
 from agentkit.providers.table import PROVIDERS
 from agentkit.testing import SCRIPTED_MODEL, ScriptedModel, reply, tool_call
 
@@ -171,7 +171,8 @@ def test_a_failed_run_exits_non_zero(workspace: Path) -> None:
 
 
 def test_default_model_is_the_embedded_one_without_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentkit import Model, local
+    from agentkit import Model
+    from agentkit.local import model as local
 
     for env in HOSTED_KEYS:
         monkeypatch.delenv(env, raising=False)
@@ -714,7 +715,7 @@ def test_json_reports_progress_and_the_time_to_first_token(workspace: Path) -> N
 def test_json_says_the_local_model_is_starting(
     monkeypatch: pytest.MonkeyPatch, workspace: Path
 ) -> None:
-    from agentkit import local
+    from agentkit.local import model as local
 
     for env in HOSTED_KEYS:
         monkeypatch.delenv(env, raising=False)
@@ -747,7 +748,7 @@ def test_json_says_the_local_model_is_starting(
 def test_the_command_question_says_whether_it_is_sandboxed(
     monkeypatch: pytest.MonkeyPatch, workspace: Path, sandboxed: bool, says: str
 ) -> None:
-    from agentkit import cli_tools
+    from agentkit.workspace import tools as cli_tools
 
     monkeypatch.setattr(cli_tools, "_sandbox_probe", [sandboxed])
     code, out, _, _ = run_cli(

@@ -1,4 +1,4 @@
-"""Argument repair for small models (``agentkit.repair``), through the agent loop."""
+"""Argument repair for small models (``agentkit.local.repair``), through the agent loop."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agentkit import Agent, tool
-from agentkit.repair import (
+from agentkit.local.repair import (
     REPEATED_FAILURE,
     PlaceholderArguments,
     find_placeholders,

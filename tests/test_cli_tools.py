@@ -1,4 +1,4 @@
-"""The CLI's workspace tools (``agentkit.cli_tools``), called the way the loop calls them:
+"""The CLI's workspace tools (``agentkit.workspace.tools``), called the way the loop calls them:
 ``tool.execute(tool_call_id, params, signal, on_update)``."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from agentkit import cli_tools
 from agentkit.abort import AbortController
-from agentkit.cli_tools import MUTATING_TOOLS, WorkspaceError, workspace_tools
 from agentkit.errors import AbortError
 from agentkit.tools import AgentTool, AgentToolResult
+from agentkit.workspace import tools as cli_tools
+from agentkit.workspace.tools import MUTATING_TOOLS, WorkspaceError, workspace_tools
 
 
 @pytest.fixture()

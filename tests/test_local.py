@@ -1,4 +1,4 @@
-"""The embedded local model (``agentkit.local``).
+"""The embedded local model (``agentkit.local.model``).
 
 Unit tests run without the ``local`` extra: fake weight parts in a temporary folder exercise the
 join, the hash check, the verified-cache sidecar and the error messages. Tests marked
@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import requests
 
-from agentkit import local as L
 from agentkit.abort import AbortController
 from agentkit.errors import AbortError, AgentError
+from agentkit.local import model as L
 
 # --- fake weights -------------------------------------------------------------------------
 

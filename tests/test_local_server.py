@@ -1,4 +1,4 @@
-"""The kept local server (``agentkit.local_server``), with real processes: the ``agentkit``
+"""The kept local server (``agentkit.local.kept``), with real processes: the ``agentkit``
 command, the detached server it starts, its state file, lock and key, and Ctrl-C typed on a real
 terminal while a run uses it. Each test keeps its server in a folder of its own and stops it
 at the end; no server process may outlive a test."""
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from agentkit import local_server as K
+from agentkit.local import kept as K
 
 from .support import NEEDS_EMBEDDED_MODEL
 
@@ -47,7 +47,7 @@ def servers_in(directory: Path) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"agentkit.local_server" in argv and str(directory).encode() in argv:
+        if b"agentkit.local.kept" in argv and str(directory).encode() in argv:
             if K._pid_alive(int(entry.name)):
                 found.append(int(entry.name))
     return found
@@ -125,7 +125,7 @@ def test_a_second_run_reuses_the_server_without_loading_llama_cpp(
     assert "starting the local model" not in second.stderr
     assert f"kept from an earlier run (pid {started.pid})" in second.stderr
     imported = [line for line in second.stderr.splitlines() if line.startswith("import time:")]
-    assert any("agentkit.local_server" in line for line in imported)
+    assert any("agentkit.local.kept" in line for line in imported)
     assert not [line for line in imported if "xllamacpp" in line]
     assert K.read_state(server_dir) == started
     assert servers_in(server_dir) == [started.pid]

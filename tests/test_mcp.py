@@ -1,4 +1,4 @@
-"""agentkit.mcp against a real MCP server (tests/mcp_servers/tool_server.py, written with the
+"""agentkit.integrations.mcp against a real MCP server (tests/mcp_servers/tool_server.py, written with the
 SDK's server API), started as a subprocess over stdio and over streamable HTTP."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from agentkit import Agent, ImageContent, ToolResultMessage  # noqa: E402
-from agentkit.mcp import MCPServer, MCPServerError  # noqa: E402
+from agentkit.integrations.mcp import MCPServer, MCPServerError  # noqa: E402
 from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
 
 from .servers import MCP_SERVER, MCPHttpServer  # noqa: E402
@@ -247,7 +247,7 @@ def test_bad_url_is_refused() -> None:
 def test_without_the_sdk_the_error_names_the_extra() -> None:
     code = (
         "import sys; sys.modules['mcp'] = None\n"
-        "from agentkit.mcp import MCPServer, MCPServerError\n"
+        "from agentkit.integrations.mcp import MCPServer, MCPServerError\n"
         "try:\n"
         "    MCPServer.stdio('python server.py')\n"
         "except MCPServerError as exc:\n"

@@ -1,4 +1,4 @@
-"""agentkit.tracing: the span tree of real runs, read back from the OpenTelemetry SDK's
+"""agentkit.integrations.tracing: the span tree of real runs, read back from the OpenTelemetry SDK's
 in-memory exporter, and the stdlib logging records."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 
 from agentkit import Agent, AgentTool, Usage  # noqa: E402
 from agentkit.abort import AbortSignal  # noqa: E402
+from agentkit.integrations.tracing import enable_logging, enable_tracing  # noqa: E402
 from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
-from agentkit.tracing import enable_logging, enable_tracing  # noqa: E402
 
 from .support import signal_tool  # noqa: E402
 
@@ -274,7 +274,7 @@ def test_logging_records_carry_the_run_and_tool_call(caplog: pytest.LogCaptureFi
 
 def test_nothing_is_imported_without_asking() -> None:
     code = (
-        "import sys, agentkit, agentkit.tracing; from agentkit import Agent\n"
+        "import sys, agentkit, agentkit.integrations.tracing; from agentkit import Agent\n"
         "loaded = [m for m in sys.modules if m.split('.')[0] in ('opentelemetry', 'mcp')]\n"
         "assert not loaded, loaded\n"
     )

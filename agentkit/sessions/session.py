@@ -121,7 +121,7 @@ class Session:
 
         A new session starts with ``initial`` (the agent's system message), stored. An existing
         one keeps its own history, and tool calls a crash interrupted are settled first. If its
-        history has no leading system message (:func:`agentkit.celery.submit` makes such
+        history has no leading system message (:func:`agentkit.integrations.celery.submit` makes such
         sessions), the agent's own system message leads the transcript in memory, unstored.
         """
         messages = self.load()

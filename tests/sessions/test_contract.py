@@ -346,7 +346,7 @@ def test_application_messages_load_back_as_dicts(store: SessionStore, name: str)
 def test_a_history_without_a_system_message_is_led_by_the_agents(
     open_stores: Callable[[], SessionStore], name: str
 ) -> None:
-    """A session started by a client (agentkit.celery.submit stores only the prompt) gets the
+    """A session started by a client (agentkit.integrations.celery.submit stores only the prompt) gets the
     agent's system prompt in memory, from code, each time it is loaded; the store is unchanged."""
     Session(name, open_stores()).append(UserMessage(content="hi"))
     model = ScriptedModel(["hello"])

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from agentkit import Agent
-from agentkit.celery import AgentRunFailed, RunChannel, run_session, submit
+from agentkit.integrations.celery import AgentRunFailed, RunChannel, run_session, submit
 from agentkit.sessions import Session
 from agentkit.testing import ScriptedModel
 from agentkit.types import UserMessage

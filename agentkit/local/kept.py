@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .local import (
+from .model import (
     CONTEXT_WINDOW,
     LocalModel,
     LocalModelError,
@@ -64,6 +64,11 @@ STATE_FILE = "server.json"
 LOCK_FILE = "server.lock"
 BUSY_FILE = "server.busy"
 LOG_FILE = "server.log"
+SERVER_MODULE = "agentkit.local.kept"
+"""The module a kept server runs as (``python -m``): its command line is how it is recognised."""
+SERVER_MARKERS = (SERVER_MODULE.encode(), b"agentkit.local_server")
+"""Command-line words that mark a kept server; the second is the previous release's module, so a
+server it started is still found and stopped."""
 
 _READY_TIMEOUT = 120.0
 _PROBE_TIMEOUT = 10.0
@@ -104,7 +109,7 @@ def server_dir() -> Path:
 def server_spec(model_path: Path, n_ctx: int) -> dict[str, Any]:
     """What a kept server must have been started with to serve a run: the model file (path,
     size, mtime), the context size, the chat template and the layout of its settings."""
-    from . import __version__
+    from .. import __version__
 
     st = model_path.stat()
     template = hashlib.sha256(chat_template().encode("utf-8")).hexdigest()[:16]
@@ -243,7 +248,7 @@ def _is_kept_server_process(pid: int) -> bool:
             ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, check=False
         )
         argv = done.stdout.split()
-    return b"agentkit.local_server" in argv and b"--serve" in argv
+    return any(marker in argv for marker in SERVER_MARKERS) and b"--serve" in argv
 
 
 def _wait_exit(pid: int, timeout: float) -> bool:
@@ -398,14 +403,14 @@ def kept_server(
 
 
 def _spawn(directory: Path, path: Path, n_ctx: int, idle_s: float) -> subprocess.Popen[bytes]:
-    """Start ``python -m agentkit.local_server --serve ...`` detached, in a session of its own."""
-    package_root = str(Path(__file__).resolve().parent.parent)
+    """Start ``python -m agentkit.local.kept --serve ...`` detached, in a session of its own."""
+    package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     argv = [
         sys.executable,
         "-m",
-        "agentkit.local_server",
+        SERVER_MODULE,
         "--serve",
         "--model-path",
         str(path),
@@ -620,7 +625,7 @@ def _serve_until_idle(
 def _main(argv: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m agentkit.local_server")
+    parser = argparse.ArgumentParser(prog="python -m agentkit.local.kept")
     parser.add_argument("--serve", action="store_true", required=True)
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--n-ctx", type=int, default=CONTEXT_WINDOW)

@@ -24,11 +24,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .agent import Agent
-from .errors import AgentError
-from .events import AgentEvent, event_to_dict, to_jsonable
-from .sessions import Session, SessionStore, open_store
-from .types import TextContent, UserMessage, role_of
+from ..agent import Agent
+from ..errors import AgentError
+from ..events import AgentEvent, event_to_dict, to_jsonable
+from ..sessions import Session, SessionStore, open_store
+from ..types import TextContent, UserMessage, role_of
 
 logger = logging.getLogger("agentkit.celery")
 

@@ -1,5 +1,5 @@
 """The command line's session parts: ``agentkit chat --session NAME`` and
-``agentkit sessions list|show|export|import|rm`` (wired into :mod:`agentkit.cli`)."""
+``agentkit sessions list|show|export|import|rm`` (wired into :mod:`agentkit.cli.app`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from ..sessions.base import SessionError
+from ..sessions.jsonl import import_jsonl
+from ..sessions.session import Session, open_store
 from ..types import role_of
-from .base import SessionError
-from .jsonl import import_jsonl
-from .session import Session, open_store
 
 STORE_HELP = "the session store: a SQLite path or a sqlite:// redis:// postgresql:// URL " \
     "(default: $AGENTKIT_SESSIONS, else ~/.agentkit/sessions.db)"  # fmt: skip

@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from .abort import AbortSignal, readable_on_abort
-from .errors import AbortError, AgentError
-from .tools import AgentTool, AgentToolResult, OnUpdate, tool
+from ..abort import AbortSignal, readable_on_abort
+from ..errors import AbortError, AgentError
+from ..tools import AgentTool, AgentToolResult, OnUpdate, tool
 
 MUTATING_TOOLS: frozenset[str] = frozenset({"write_file", "edit_file", "run_command"})
 """Tools that change the workspace or run a program: the CLI asks before each call."""

@@ -49,14 +49,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from .abort import AbortSignal
-from .event_stream import AssistantMessageEventStream
-from .events import DoneEvent
-from .hooks import AfterToolCallContext, AfterToolCallResult
-from .loop import StreamFn, get_default_stream_fn
-from .tools import AgentTool, AgentToolResult, OnUpdate
-from .transcript import get_current_tools
-from .types import AssistantMessage, Context, Model, TextContent, ToolCall
+from ..abort import AbortSignal
+from ..event_stream import AssistantMessageEventStream
+from ..events import DoneEvent
+from ..hooks import AfterToolCallContext, AfterToolCallResult
+from ..loop import StreamFn, get_default_stream_fn
+from ..tools import AgentTool, AgentToolResult, OnUpdate
+from ..transcript import get_current_tools
+from ..types import AssistantMessage, Context, Model, TextContent, ToolCall
 
 _WRAPPER_KEYS = ("value", "default", "const", "example")
 _TYPE_NAMES = frozenset(

@@ -11,7 +11,7 @@ not matter, and :meth:`MCPServer.close` joins the thread, so none outlives it.
         agent = Agent(model=..., tools=server.tools)
         server.attach(agent)        # follow tools/list_changed, close with the agent
 
-This module is ``agentkit.mcp``; the SDK is the top-level package ``mcp``. Imports here are
+This module is ``agentkit.integrations.mcp``; the SDK is the top-level package ``mcp``. Imports here are
 absolute, so ``import mcp`` always means the SDK.
 """
 
@@ -57,7 +57,7 @@ def _require_sdk() -> Any:
     try:
         import mcp
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MCPServerError("agentkit.mcp needs the MCP SDK: pip install 'agentkit[mcp]'") from exc
+        raise MCPServerError("agentkit.integrations.mcp needs the MCP SDK: pip install 'agentkit[mcp]'") from exc
     return mcp
 
 

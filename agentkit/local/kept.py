@@ -38,16 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .model import (
-    CONTEXT_WINDOW,
-    LocalModel,
-    LocalModelError,
-    _probe_health,
-    cache_dir,
-    chat_template,
-    prepare_weights,
-    start_local_model,
-)
+from .constants import CONTEXT_WINDOW
+from .server import LocalModel, _probe_health, start_local_model
+from .template import chat_template
+from .weights import LocalModelError, cache_dir, prepare_weights
 
 KEEP_ENV = "AGENTKIT_KEEP_SERVER"
 """Set to ``0`` to give each run a server of its own that ends with it (no kept server)."""

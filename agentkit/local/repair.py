@@ -135,29 +135,41 @@ _FAILED: Any = object()
 def _convert(value: Any, kind: str) -> Any:
     """``value`` as the JSON type ``kind`` when the conversion is exact, else ``_FAILED``
     (or ``value`` itself when it already has that type)."""
-    if kind == "string":
-        if isinstance(value, str):
-            return value
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, int) or (isinstance(value, float) and value == value):
-            return str(value)
-        return _FAILED
-    if kind == "boolean":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        return _FAILED
+    return _CONVERTERS[kind](value)
+
+
+def _to_string(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
     if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) or (isinstance(value, float) and value == value):
+        return str(value)
+    return _FAILED
+
+
+def _to_boolean(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return _FAILED
+
+
+def _to_integer(value: Any) -> Any:
+    if isinstance(value, bool):  # a bool is an int to Python, never a number to the schema
         return _FAILED
-    if kind == "integer":
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str) and _INTEGER.match(value.strip()):
-            return int(value.strip())
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and _INTEGER.match(value.strip()):
+        return int(value.strip())
+    return _FAILED
+
+
+def _to_number(value: Any) -> Any:
+    if isinstance(value, bool):
         return _FAILED
     if isinstance(value, (int, float)):
         return value
@@ -165,6 +177,15 @@ def _convert(value: Any, kind: str) -> Any:
         number = float(value.strip())
         return number if number not in (float("inf"), float("-inf")) else _FAILED
     return _FAILED
+
+
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "string": _to_string,
+    "boolean": _to_boolean,
+    "integer": _to_integer,
+    "number": _to_number,
+}
+"""The exact conversion to each scalar JSON type :func:`_repair_value` repairs."""
 
 
 def find_placeholders(arguments: Any, schema: dict[str, Any]) -> list[str]:

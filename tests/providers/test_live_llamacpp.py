@@ -1,4 +1,4 @@
-"""End to end against the embedded llama.cpp server (``agentkit.local.model``), when it is installed.
+"""End to end against the embedded llama.cpp server (``agentkit.local``), when it is installed.
 
 Asserts protocol facts only (a call to the right tool with the right argument names, then an
 answer), never wording. Skipped when the ``local`` extra or its weights are missing.
@@ -40,10 +40,10 @@ WEATHER = Tool(
 
 @pytest.fixture(scope="module")
 def local_server() -> Iterator[Any]:
-    local = pytest.importorskip("agentkit.local.model")
+    local = pytest.importorskip("agentkit.local")
     here = Path(providers.__file__).resolve().parent.parent
-    if Path(local.__file__).resolve().parent != here:
-        pytest.skip("agentkit.local.model comes from another checkout than these providers")
+    if Path(local.__file__).resolve().parent.parent != here:
+        pytest.skip("agentkit.local comes from another checkout than these providers")
     try:
         server = local.start_local_model()
     except local.LocalModelError as exc:  # the extra or the weights are not installed

@@ -10,14 +10,14 @@ from gbnf import matches
 from replay_server import ReplayServer, Reply
 
 from agentkit import Agent, tool
-from agentkit.local.model import (
-    TOOLS_POSTAMBLE,
+from agentkit.local import (
     constrain_tool_calls,
-    local_model,
+    embedded_model,
     tool_call_grammar,
     with_constrained_tool_calls,
 )
 from agentkit.local.repair import with_text_tool_calls
+from agentkit.local.template import TOOLS_POSTAMBLE
 from agentkit.types import ToolCall
 
 
@@ -41,7 +41,7 @@ def test_the_call_is_constrained_declared_in_text_and_read_back(server: ReplaySe
         Reply(body=sse("It says hello.")),
     )
     agent = Agent(
-        model=local_model(server.url),
+        model=embedded_model(server.url),
         system_prompt="Use the tools.",
         tools=[read_file],
         stream_fn=with_text_tool_calls(with_constrained_tool_calls()),

@@ -747,9 +747,9 @@ def test_json_says_the_local_model_is_starting(
 def test_the_command_question_says_whether_it_is_sandboxed(
     monkeypatch: pytest.MonkeyPatch, workspace: Path, sandboxed: bool, says: str
 ) -> None:
-    from agentkit.workspace import tools as cli_tools
+    from agentkit.workspace import sandbox
 
-    monkeypatch.setattr(cli_tools, "_sandbox_probe", [sandboxed])
+    monkeypatch.setattr(sandbox, "_sandbox_probe", [sandboxed])
     code, out, _, _ = run_cli(
         ["run", "list", "--workspace", str(workspace)],
         [reply(tool_call("run_command", {"command": "ls"})), "Not run."],

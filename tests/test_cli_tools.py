@@ -1,4 +1,4 @@
-"""The CLI's workspace tools (``agentkit.workspace.tools``), called the way the loop calls them:
+"""The CLI's workspace tools (``agentkit.workspace``), called the way the loop calls them:
 ``tool.execute(tool_call_id, params, signal, on_update)``."""
 
 from __future__ import annotations
@@ -17,8 +17,15 @@ import pytest
 from agentkit.abort import AbortController
 from agentkit.errors import AbortError
 from agentkit.tools import AgentTool, AgentToolResult
-from agentkit.workspace import tools as cli_tools
-from agentkit.workspace.tools import MUTATING_TOOLS, WorkspaceError, workspace_tools
+from agentkit.workspace import (
+    MUTATING_TOOLS,
+    WorkspaceError,
+    compact_tools,
+    is_sandboxed,
+    sandbox_available,
+    workspace_tools,
+)
+from agentkit.workspace import sandbox as workspace_sandbox
 
 
 @pytest.fixture()
@@ -378,7 +385,7 @@ class CountingSelector(selectors.DefaultSelector):
 def counting(monkeypatch: pytest.MonkeyPatch) -> type[CountingSelector]:
     CountingSelector.selects = 0
     CountingSelector.waiting = threading.Event()
-    monkeypatch.setattr(cli_tools.selectors, "DefaultSelector", CountingSelector)
+    monkeypatch.setattr(selectors, "DefaultSelector", CountingSelector)
     return CountingSelector
 
 
@@ -584,7 +591,7 @@ def test_undecodable_file_names_are_listed_as_encodable_text(ws: Path) -> None:
 # --- run_command: sandboxed when bubblewrap can, honest when it cannot ---------------------------
 
 needs_sandbox = pytest.mark.skipif(
-    not cli_tools.sandbox_available(), reason="bubblewrap (bwrap) is not available here"
+    not sandbox_available(), reason="bubblewrap (bwrap) is not available here"
 )
 
 
@@ -593,7 +600,7 @@ def test_a_sandboxed_command_writes_only_the_workspace_and_has_no_network(ws: Pa
     import socket
 
     (run_command,) = [t for t in workspace_tools(ws, sandbox=True) if t.name == "run_command"]
-    assert cli_tools.is_sandboxed(run_command) and "no network" in run_command.description
+    assert is_sandboxed(run_command) and "no network" in run_command.description
     signal = AbortController().signal
     wrote = run_command.execute(
         "c", {"command": "echo hi > inside.txt; touch ../outside.txt; touch $HOME/x"}, signal, print
@@ -614,11 +621,11 @@ def test_a_sandboxed_command_writes_only_the_workspace_and_has_no_network(ws: Pa
 def test_without_a_sandbox_run_command_says_it_is_not_confined(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli_tools, "_sandbox_probe", [False])
+    monkeypatch.setattr(workspace_sandbox, "_sandbox_probe", [False])
     by_name = {t.name: t for t in workspace_tools(ws)}
     assert "Not sandboxed" in by_name["run_command"].description
-    assert not cli_tools.is_sandboxed(by_name["run_command"])
-    compact = {t.name: t for t in cli_tools.compact_tools(list(by_name.values()))}
+    assert not is_sandboxed(by_name["run_command"])
+    compact = {t.name: t for t in compact_tools(list(by_name.values()))}
     assert "Not sandboxed" in compact["run_command"].description
     assert call(ws, "run_command", command="echo $((6 * 7))").text == "Exit code 0\n42"
     with pytest.raises(WorkspaceError, match="install bubblewrap"):

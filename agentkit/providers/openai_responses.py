@@ -5,8 +5,9 @@ Reasoning items come back as thinking blocks whose ``signature`` is the whole it
 are ``call_id|item_id``; the request splits them again. Events are matched to output items by
 ``item_id`` (llama.cpp's server sends no ``output_index`` or ``sequence_number``).
 
-Provider-specific options: ``reasoning_effort``, ``reasoning_summary`` (default ``"auto"``),
-``tool_choice``. ``model.compat``: ``supports_store`` and ``supports_include`` (both default on
+Provider-specific options: ``reasoning_effort``, ``reasoning_summary`` (default ``"auto"``).
+``tool_choice`` is sent as a mode or ``{"type": "function", "name": ...}``; ``output_schema`` as
+``text.format`` (``json_schema``, strict when the schema allows it). ``model.compat``: ``supports_store`` and ``supports_include`` (both default on
 for vendors, off for local servers).
 """
 
@@ -24,19 +25,21 @@ from ..types import (
     Model,
     ModelCompat,
     OpenAIOptions,
+    OutputSchema,
     StopReason,
     StreamOptions,
     TextContent,
     ThinkingContent,
     ToolCall,
+    ToolChoice,
     ToolResultMessage,
 )
 from .builder import MessageBuilder, set_usage, tokens
 from .json_stream import as_arguments, parse_streaming_json
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import is_local_url, own_compat, provider_label
-from .tool_choice import wire_tool_choice
 from .transform import images_of, prepare_context, safe_id, same_source, text_of
+from .wire import closed_schema, llama_cpp_schema, named_tool, portable_mode
 
 API = "openai-responses"
 
@@ -181,9 +184,8 @@ def prepare(
         payload["temperature"] = options.temperature
     if tools:
         payload["tools"] = tools
-        tool_choice = wire_tool_choice(API, options.tool_choice)
-        if tool_choice is not None:
-            payload["tool_choice"] = tool_choice
+        if options.tool_choice is not None:
+            payload["tool_choice"] = wire_tool_choice(options.tool_choice)
     if options.session_id and model.provider == "openai":
         payload["prompt_cache_key"] = options.session_id
     own = options.openai or OpenAIOptions()
@@ -194,6 +196,9 @@ def prepare(
             payload["reasoning"] = {"effort": effort, "summary": summary}
         if compat.get("supports_include"):
             payload["include"] = ["reasoning.encrypted_content"]
+    schema = options.output_schema
+    if schema is not None and not llama_cpp_schema(payload, model, schema):
+        payload["text"] = {"format": text_format(schema)}
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -202,6 +207,24 @@ def prepare(
     return PreparedRequest(
         url=model.base_url.rstrip("/") + "/responses", headers=headers, payload=payload
     )
+
+
+def wire_tool_choice(choice: ToolChoice) -> Any:
+    """``choice`` as Responses spells it: a mode as it is, a named tool as a function."""
+    name = named_tool(choice)
+    if name is not None:
+        return {"type": "function", "name": name}
+    return portable_mode(choice)
+
+
+def text_format(schema: OutputSchema) -> dict[str, Any]:
+    """The ``text.format`` that asks for ``schema``."""
+    return {
+        "type": "json_schema",
+        "name": schema.name,
+        "schema": closed_schema(schema.json_schema),
+        "strict": schema.strict,
+    }
 
 
 # --- response -----------------------------------------------------------------------------------

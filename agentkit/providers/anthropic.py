@@ -184,16 +184,7 @@ def prepare(
         payload["thinking"] = {"type": "enabled", "budget_tokens": budget}
     elif options.temperature is not None:
         payload["temperature"] = options.temperature  # not allowed together with thinking
-    extra = dict(options.headers or {})
-    schema = options.output_schema
-    if schema is not None and not llama_cpp_schema(payload, model, schema):
-        payload["output_format"] = {
-            "type": "json_schema",
-            "schema": closed_schema(schema.json_schema),
-        }
-        present = extra.get("anthropic-beta")
-        beta = STRUCTURED_OUTPUTS_BETA
-        extra["anthropic-beta"] = f"{present},{beta}" if present else beta
+    extra = _ask_for_output(model, options, payload)
     headers = {
         "Content-Type": "application/json",
         "Accept": "text/event-stream",
@@ -206,6 +197,24 @@ def prepare(
     return PreparedRequest(
         url=model.base_url.rstrip("/") + "/v1/messages", headers=headers, payload=payload
     )
+
+
+def _ask_for_output(
+    model: Model, options: StreamOptions, payload: dict[str, Any]
+) -> dict[str, str]:
+    """Ask for ``options.output_schema`` as ``output_format``; return the caller's headers, with
+    the structured-outputs beta joined to the ``anthropic-beta`` they give."""
+    headers = dict(options.headers or {})
+    schema = options.output_schema
+    if schema is not None and not llama_cpp_schema(payload, model, schema):
+        payload["output_format"] = {
+            "type": "json_schema",
+            "schema": closed_schema(schema.json_schema),
+        }
+        present = headers.get("anthropic-beta")
+        beta = STRUCTURED_OUTPUTS_BETA
+        headers["anthropic-beta"] = f"{present},{beta}" if present else beta
+    return headers
 
 
 def wire_tool_choice(choice: ToolChoice) -> Any:

@@ -52,7 +52,6 @@ __all__ = [
     "DEFAULT_READ_TIMEOUT",
     "StreamingRequest",
     "error_detail",
-    "is_local_url",
     "resolve_timeout",
     "scrub",
 ]

@@ -123,8 +123,8 @@ RUN_OPTIONS = frozenset({"output_type", "output_retries", "budgets", "deps", "to
 @functools.cache
 def request_options() -> frozenset[str]:
     """The Agent options that are request options: each is a ``StreamOptions`` field, defined
-    there (``signal`` and ``reasoning`` come from the run)."""
-    return frozenset(StreamOptions.model_fields) - {"signal", "reasoning"}
+    there (``signal``, ``reasoning`` and ``output_schema`` come from the run)."""
+    return frozenset(StreamOptions.model_fields) - {"signal", "reasoning", "output_schema"}
 
 
 def resolve_model(model: Model | str | None) -> Model:

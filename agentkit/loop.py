@@ -614,7 +614,7 @@ def _request_options(state: _LoopState, api_key: str | None) -> StreamOptions:
         "reasoning": state.config.reasoning,
     }
     if state.output is not None and not state.tracker.summarizing:
-        update.update(state.output.request_options(options, state.config.model))
+        update["output_schema"] = state.output.output_schema
     return options.model_copy(update=update)
 
 

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import to_jsonable_python
+from typing_extensions import TypedDict
 
 from .abort import AbortSignal
 
@@ -347,14 +348,49 @@ class GoogleOptions(_Options):
     """Gemini 2.5 thinking budget (-1: dynamic, 0: off)."""
 
 
+class OutputSchema(BaseModel):
+    """The answer a request asks for, as the core states it; each provider spells it its API's way.
+
+    ``json_schema`` is a JSON schema whose root is an object; ``name`` is what the API shows it
+    under; ``strict`` says whether the API may enforce it exactly (every object lists all its
+    properties as required and allows no others).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    json_schema: dict[str, Any]
+    strict: bool = False
+
+
+ToolChoiceMode = Literal["auto", "none", "required", "any"]
+"""Whether the model may call tools (``"auto"``), must not (``"none"``) or must call one
+(``"required"``; ``"any"`` is a synonym)."""
+
+
+class NamedToolChoice(TypedDict):
+    """``{"name": "<tool>"}``: the model must call that tool."""
+
+    # Forbidding other keys keeps an API's own dict that has a "name" (Anthropic's
+    # {"type": "tool", "name": ...}) whole: it then validates as a plain dict.
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    name: str
+
+
+ToolChoice = ToolChoiceMode | NamedToolChoice | dict[str, Any]
+"""A portable mode, a named tool, or any other dict: the API's own value, sent as it is."""
+
+
 class StreamOptions(_Options):
     """Options for one provider request, and nothing else (no callbacks of the loop).
 
     A misspelt option raises (``extra="forbid"``); options that only one API understands live in
     :attr:`anthropic`, :attr:`openai` and :attr:`google`. ``signal`` is the run's
     :class:`~agentkit.abort.AbortSignal`; ``timeout`` is seconds (one number, or a ``(connect,
-    read)`` pair); ``on_payload`` sees (and may replace) the request body; ``tool_choice`` is the
-    API's own value (``"auto"``, ``"none"``, ``"required"``/``"any"``, or its dict form).
+    read)`` pair); ``on_payload`` sees (and may replace) the request body. ``tool_choice`` and
+    ``output_schema`` say what the request asks for; each provider module spells them for its
+    API (an unknown :data:`ToolChoice` dict is sent as it is).
     ``stream_simple`` turns ``reasoning`` (with ``thinking_budgets``) into the per-API options.
     """
 
@@ -372,7 +408,9 @@ class StreamOptions(_Options):
     timeout: float | tuple[float, float] | None = None
     on_payload: Any = None
     thinking_budgets: dict[str, int] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: ToolChoice | None = None
+    output_schema: OutputSchema | None = None
+    """The structured answer to ask for (the loop sets it from ``output_type``)."""
     anthropic: AnthropicOptions | None = None
     openai: OpenAIOptions | None = None
     google: GoogleOptions | None = None

@@ -9,11 +9,16 @@ Where things live:
 
 - ``registry.py``: ``register_api``, dispatch on ``model.api``, ``stream``/``complete``.
 - ``openai_completions.py``, ``openai_responses.py``, ``anthropic.py``, ``google.py``: one wire
-  API each (request body from our transcript, stream events to our message).
+  API each (request body from our transcript, the request's tool choice and output schema in
+  the API's own spelling, stream events to our message).
+- ``wire.py``: what those modules spell alike (the portable tool choice, a closed schema,
+  llama.cpp's ``json_schema``).
 - ``builder.py``: :class:`MessageBuilder`, the streamed message every API (and
   ``agentkit.testing``) builds.
-- ``runner.py``: one request on a background thread, and the one retry policy.
-- ``http.py``: one streaming POST on a pooled, kept-alive connection; abort; key scrubbing.
+- ``runner.py``: one request on a background thread, and the one retry policy (which statuses
+  retry, ``Retry-After``, backoff with jitter, the longest wait).
+- ``http.py`` and ``chunked.py``: one streaming POST on a pooled, kept-alive connection, its
+  chunked body read as it arrives; abort; key scrubbing.
 - ``sse.py`` and ``json_stream.py``: event-stream parsing, streamed JSON (tool arguments,
   Gemini's JSON array).
 - ``transform.py``: making a transcript fit the target API (ids, thinking, orphans, images).

@@ -6,9 +6,10 @@ only to Anthropic. ``server_tool_use`` and server tool results are the vendor's 
 never become ``tool_call`` content. The final ``message_delta`` usage wins over
 ``message_start``'s. Tool-call ids are made to match ``^[a-zA-Z0-9_-]+$`` (64 characters max).
 
-Provider-specific options: ``thinking_enabled``, ``thinking_budget_tokens``, ``tool_choice``,
-``cache_retention`` (``"short"``, ``"long"`` or ``"none"``: prompt-cache breakpoints on the system
-prompt and the last user turn, for the ``anthropic`` provider only).
+Provider-specific options: ``thinking_enabled``, ``thinking_budget_tokens``, ``cache_retention``
+(``"short"``, ``"long"`` or ``"none"``: prompt-cache breakpoints on the system prompt and the last
+user turn, for the ``anthropic`` provider only). ``tool_choice`` is sent as ``{"type": ...}``;
+``output_schema`` as ``output_format``, with the structured-outputs beta header.
 """
 
 from __future__ import annotations
@@ -29,17 +30,20 @@ from ..types import (
     TextContent,
     ThinkingContent,
     ToolCall,
+    ToolChoice,
     ToolResultMessage,
 )
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import provider_label
-from .tool_choice import wire_tool_choice
 from .transform import call_part, prepare_context, safe_id
+from .wire import closed_schema, llama_cpp_schema, named_tool, portable_mode
 
 API = "anthropic-messages"
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
+STRUCTURED_OUTPUTS_BETA = "structured-outputs-2025-11-13"
+"""The ``anthropic-beta`` value that enables ``output_format``."""
 
 DEFAULT_THINKING_BUDGETS: dict[str, int] = {
     "minimal": 1024,
@@ -164,9 +168,8 @@ def prepare(
     _add_cache_points(model, options, payload)
     if tools:
         payload["tools"] = tools
-        tool_choice = wire_tool_choice(API, options.tool_choice)
-        if tool_choice is not None:
-            payload["tool_choice"] = tool_choice
+        if options.tool_choice is not None:
+            payload["tool_choice"] = wire_tool_choice(options.tool_choice)
     own = options.anthropic or AnthropicOptions()
     budget = own.thinking_budget_tokens
     thinking = own.thinking_enabled and model.reasoning
@@ -181,6 +184,7 @@ def prepare(
         payload["thinking"] = {"type": "enabled", "budget_tokens": budget}
     elif options.temperature is not None:
         payload["temperature"] = options.temperature  # not allowed together with thinking
+    extra = _ask_for_output(model, options, payload)
     headers = {
         "Content-Type": "application/json",
         "Accept": "text/event-stream",
@@ -189,10 +193,40 @@ def prepare(
     if api_key:
         headers["x-api-key"] = api_key
     headers.update(model.headers or {})
-    headers.update(options.headers or {})
+    headers.update(extra)
     return PreparedRequest(
         url=model.base_url.rstrip("/") + "/v1/messages", headers=headers, payload=payload
     )
+
+
+def _ask_for_output(
+    model: Model, options: StreamOptions, payload: dict[str, Any]
+) -> dict[str, str]:
+    """Ask for ``options.output_schema`` as ``output_format``; return the caller's headers, with
+    the structured-outputs beta joined to the ``anthropic-beta`` they give."""
+    headers = dict(options.headers or {})
+    schema = options.output_schema
+    if schema is not None and not llama_cpp_schema(payload, model, schema):
+        payload["output_format"] = {
+            "type": "json_schema",
+            "schema": closed_schema(schema.json_schema),
+        }
+        present = headers.get("anthropic-beta")
+        beta = STRUCTURED_OUTPUTS_BETA
+        headers["anthropic-beta"] = f"{present},{beta}" if present else beta
+    return headers
+
+
+def wire_tool_choice(choice: ToolChoice) -> Any:
+    """``choice`` as Messages spells it: ``{"type": "auto" | "none" | "any"}``, a named tool as
+    ``{"type": "tool", "name": ...}``; a dict (the API's own value) as it is."""
+    name = named_tool(choice)
+    if name is not None:
+        return {"type": "tool", "name": name}
+    if isinstance(choice, dict):
+        return choice
+    mode = portable_mode(choice)
+    return {"type": "any" if mode == "required" else mode}
 
 
 def _add_cache_points(model: Model, options: StreamOptions, payload: dict[str, Any]) -> None:

@@ -8,8 +8,10 @@ block and is echoed back to Gemini; function calls, which carry no id, get a gen
 ``STOP`` that carries a function call is ``tool_use``.
 
 Gemini's own options are ``StreamOptions.google`` (:class:`~agentkit.types.GoogleOptions`:
-``thinking``, ``include_thoughts``, ``thinking_level``, ``thinking_budget_tokens``); the
-request's ``tool_choice`` is ``"auto"``, ``"any"`` or ``"none"``.
+``thinking``, ``include_thoughts``, ``thinking_level``, ``thinking_budget_tokens``).
+``tool_choice`` is sent as ``toolConfig.functionCallingConfig`` (a named tool as mode ``ANY``
+with ``allowedFunctionNames``); ``output_schema`` as ``responseSchema``, in the OpenAPI subset
+Gemini takes (:func:`openapi_schema`).
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ from ..types import (
     TextContent,
     ThinkingContent,
     ToolCall,
+    ToolChoice,
     ToolResultMessage,
 )
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import own_compat, provider_label
-from .tool_choice import wire_tool_choice
 from .transform import prepare_context, same_source
+from .wire import llama_cpp_schema, named_tool, portable_mode
 
 API = "google-generative-ai"
 
@@ -158,9 +161,8 @@ def prepare(
         payload["systemInstruction"] = {"parts": [{"text": system}]}
     if declarations:
         payload["tools"] = [{"functionDeclarations": declarations}]
-        tool_choice = wire_tool_choice(API, options.tool_choice)
-        if tool_choice is not None:
-            payload["toolConfig"] = tool_choice
+        if options.tool_choice is not None:
+            payload["toolConfig"] = wire_tool_choice(options.tool_choice)
     config: dict[str, Any] = {}
     if options.max_tokens:
         config["maxOutputTokens"] = options.max_tokens
@@ -176,6 +178,13 @@ def prepare(
         config["thinkingConfig"] = thinking_config
     if config:
         payload["generationConfig"] = config
+    schema = options.output_schema
+    if schema is not None and not llama_cpp_schema(payload, model, schema):
+        payload["generationConfig"] = {
+            **config,
+            "responseMimeType": "application/json",
+            "responseSchema": openapi_schema(schema.json_schema),
+        }
     compat = own_compat(model)
     use_sse = compat is None or compat.sse is not False
     url = f"{model.base_url.rstrip('/')}/models/{model.id}:streamGenerateContent"
@@ -189,6 +198,77 @@ def prepare(
     return PreparedRequest(
         url=url, headers=headers, payload=payload, body_format="sse-or-json-array"
     )
+
+
+def wire_tool_choice(choice: ToolChoice) -> Any:
+    """``choice`` as Gemini spells it: a ``functionCallingConfig`` mode (``"required"`` is
+    ``ANY``), a named tool as ``ANY`` with ``allowedFunctionNames``; a dict (the API's own
+    value) as it is."""
+    name = named_tool(choice)
+    if name is not None:
+        return {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [name]}}
+    if isinstance(choice, dict):
+        return choice
+    mode = portable_mode(choice)
+    return {"functionCallingConfig": {"mode": "ANY" if mode == "required" else str(mode).upper()}}
+
+
+_OPENAPI_KEYS = frozenset(
+    {
+        "type", "format", "description", "nullable", "enum", "items", "properties", "required",
+        "minItems", "maxItems", "minimum", "maximum", "anyOf", "propertyOrdering",
+    }
+)
+
+
+def openapi_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` in the OpenAPI subset Gemini's ``responseSchema`` takes: ``$ref`` inlined,
+    ``["x", "null"]`` and ``anyOf [x, null]`` as ``nullable``, ``const`` as a one-value enum,
+    unsupported keys dropped."""
+    defs = schema.get("$defs") or {}
+
+    def convert(node: Any, depth: int = 0) -> Any:
+        if not isinstance(node, dict) or depth > 32:
+            return {}
+        if "$ref" in node:
+            target = defs.get(str(node["$ref"]).rsplit("/", 1)[-1], {})
+            return convert({**target, **{k: v for k, v in node.items() if k != "$ref"}}, depth + 1)
+        node = dict(node)
+        if "const" in node:
+            node["enum"] = [node.pop("const")]
+        variants = node.get("anyOf")
+        if isinstance(variants, list):
+            rest = [v for v in variants if v != {"type": "null"}]
+            if len(rest) < len(variants):
+                node["nullable"] = True
+            if len(rest) == 1:
+                del node["anyOf"]
+                node = {**convert(rest[0], depth + 1), **{k: v for k, v in node.items()}}
+            else:
+                node["anyOf"] = rest
+        types = node.get("type")
+        if isinstance(types, list):
+            kinds = [t for t in types if t != "null"]
+            if len(kinds) < len(types):
+                node["nullable"] = True
+            node["type"] = kinds[0] if kinds else "string"
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key not in _OPENAPI_KEYS:
+                continue
+            if key == "properties" and isinstance(value, dict):
+                out[key] = {k: convert(v, depth + 1) for k, v in value.items()}
+            elif key == "items":
+                out[key] = convert(value, depth + 1)
+            elif key == "anyOf" and isinstance(value, list):
+                out[key] = [convert(v, depth + 1) for v in value]
+            elif key == "type" and isinstance(value, str):
+                out[key] = value.upper()
+            else:
+                out[key] = value
+        return out
+
+    return convert(schema)
 
 
 # --- response -----------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """The HTTP side every provider shares: one streaming POST on a pooled, kept-alive connection.
 
 A :class:`StreamingRequest` is one attempt: :meth:`~StreamingRequest.open` sends the request once
-and returns the 2xx response or raises :class:`~agentkit.errors.ProviderError` saying whether a
-retry may help (``retryable``, ``status``, ``retry_after``). The one retry policy (backoff with
-jitter, ``Retry-After``, ``max_retries``) lives in the runner (:mod:`.runner`).
+and returns the 2xx response or raises :class:`~agentkit.errors.ProviderError` (with the HTTP
+``status`` when the server answered; the response's headers stay readable as
+:attr:`~StreamingRequest.response_headers`). Whether and when to try again (the retryable
+statuses, ``Retry-After``, backoff with jitter, ``max_retries``) is the runner's policy
+(:mod:`.runner`), and only the runner's.
 
 Connections come from one process-wide urllib3 pool manager (thread-safe), so the TCP connection
 and TLS session of one turn are reused by the next turn and the next run. A response read to its
@@ -19,13 +21,10 @@ length.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
-import random
 import socket
 import threading
-import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -44,9 +43,6 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 600.0
 """Seconds to wait between two reads of the body when ``options.timeout`` is not given."""
 
-RETRYABLE_STATUS = frozenset({408, 409, 429})
-"""HTTP statuses retried besides every 5xx."""
-
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_DETAIL = 1000
 _SCRUBBED = "[REDACTED]"
@@ -54,12 +50,8 @@ _SCRUBBED = "[REDACTED]"
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_READ_TIMEOUT",
-    "RETRYABLE_STATUS",
     "StreamingRequest",
-    "backoff",
     "error_detail",
-    "is_local_url",
-    "parse_retry_after",
     "resolve_timeout",
     "scrub",
 ]
@@ -90,32 +82,6 @@ def resolve_timeout(value: Any) -> tuple[float, float]:
         return float(value), float(value)
     connect, read = value
     return float(connect), float(read)
-
-
-def parse_retry_after(headers: Any, now: float | None = None) -> float | None:
-    """The delay in seconds a response asks for (``retry-after-ms``, then ``Retry-After``)."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(float(millis) / 1000.0, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    current = time.time() if now is None else now
-    return max(when.timestamp() - current, 0.0)
 
 
 def error_detail(body: str, secrets: Sequence[str | None] = ()) -> str:
@@ -407,6 +373,12 @@ class StreamingRequest:
             pass
 
     @property
+    def response_headers(self) -> Any:
+        """The headers of the response :meth:`open` received (a 2xx or not), while the request
+        is open; empty before."""
+        return self._response.headers if self._response is not None else {}
+
+    @property
     def aborted(self) -> bool:
         """Whether the request's signal has fired."""
         return self.signal is not None and bool(self.signal.aborted)
@@ -427,8 +399,10 @@ class StreamingRequest:
     def open(self) -> Any:
         """Send the request once; return the 2xx response whose body is an event stream.
 
-        Raises :class:`ProviderError` (message scrubbed; ``retryable`` says whether another
-        attempt may help) or the internal :class:`_RequestAborted`.
+        Raises :class:`ProviderError` (message scrubbed; ``status`` set when the server
+        answered, ``retryable`` only where the transport knows: a connection that failed may
+        be tried again, a web page in place of the API may not) or the internal
+        :class:`_RequestAborted`.
         """
         self._check_abort()
         proxy = _proxy_for(self.url)
@@ -465,13 +439,7 @@ class StreamingRequest:
             return response
         detail = self._read_error_body(response)
         self._check_abort()
-        retryable = status in RETRYABLE_STATUS or status >= 500
-        raise ProviderError(
-            self._status_message(status, detail),
-            status=status,
-            retry_after=parse_retry_after(response.headers),
-            retryable=retryable,
-        )
+        raise ProviderError(self._status_message(status, detail), status=status)
 
     def _check_html(self, response: Any) -> None:
         """A 2xx that is a web page (a proxy or captive portal) is not the API: say so, and do
@@ -611,12 +579,6 @@ def _html_title(text: str) -> str:
     if start < 0 or end < 0:
         return ""
     return " ".join(text[start + 1 : end].split())[:100]
-
-
-def backoff(base_ms: float, attempt: int) -> float:
-    """Seconds to wait before retry ``attempt`` (0-based): ``base * 2**attempt``, jittered
-    by 0.75 to 1.25."""
-    return base_ms / 1000.0 * (2**attempt) * (0.75 + random.random() / 2)
 
 
 def _describe(exc: BaseException) -> str:

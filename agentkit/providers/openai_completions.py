@@ -14,7 +14,8 @@ are always tried after it), ``send_reasoning`` (replay our thinking in that fiel
 ``supports_store`` (send ``store: false``).
 
 OpenAI's own options are ``StreamOptions.openai`` (:class:`~agentkit.types.OpenAIOptions`:
-``reasoning_effort``); the request's ``tool_choice`` is sent as the API's value.
+``reasoning_effort``). ``tool_choice`` is sent as a mode or ``{"type": "function", ...}``;
+``output_schema`` as ``response_format`` (``json_schema``, strict when the schema allows it).
 """
 
 from __future__ import annotations
@@ -32,19 +33,21 @@ from ..types import (
     Model,
     ModelCompat,
     OpenAIOptions,
+    OutputSchema,
     StopReason,
     StreamOptions,
     TextContent,
     ThinkingContent,
     ToolCall,
+    ToolChoice,
     ToolResultMessage,
     UserMessage,
 )
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import own_compat, provider_compat, provider_label
-from .tool_choice import wire_tool_choice
 from .transform import call_part, images_of, prepare_context, safe_id, text_of
+from .wire import closed_schema, llama_cpp_schema, named_tool, portable_mode
 
 API = "openai-completions"
 
@@ -235,15 +238,17 @@ def prepare(
         payload["temperature"] = options.temperature
     if tools:
         payload["tools"] = tools
-        tool_choice = wire_tool_choice(API, options.tool_choice)
-        if tool_choice is not None:
-            payload["tool_choice"] = tool_choice
+        if options.tool_choice is not None:
+            payload["tool_choice"] = wire_tool_choice(options.tool_choice)
     effort = (options.openai or OpenAIOptions()).reasoning_effort
     if effort and model.reasoning:
         if compat.get("thinking_format") == "openrouter":
             payload["reasoning"] = {"effort": effort}
         elif compat.get("supports_reasoning_effort"):
             payload["reasoning_effort"] = effort
+    schema = options.output_schema
+    if schema is not None and not llama_cpp_schema(payload, model, schema):
+        payload["response_format"] = response_format(schema)
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -252,6 +257,26 @@ def prepare(
     return PreparedRequest(
         url=model.base_url.rstrip("/") + "/chat/completions", headers=headers, payload=payload
     )
+
+
+def wire_tool_choice(choice: ToolChoice) -> Any:
+    """``choice`` as Chat Completions spells it: a mode as it is, a named tool as a function."""
+    name = named_tool(choice)
+    if name is not None:
+        return {"type": "function", "function": {"name": name}}
+    return portable_mode(choice)
+
+
+def response_format(schema: OutputSchema) -> dict[str, Any]:
+    """The ``response_format`` that asks for ``schema``."""
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": schema.name,
+            "schema": closed_schema(schema.json_schema),
+            "strict": schema.strict,
+        },
+    }
 
 
 # --- response -----------------------------------------------------------------------------------

@@ -5,14 +5,16 @@ Reasoning items come back as thinking blocks whose ``signature`` is the whole it
 are ``call_id|item_id``; the request splits them again. Events are matched to output items by
 ``item_id`` (llama.cpp's server sends no ``output_index`` or ``sequence_number``).
 
-Provider-specific options: ``reasoning_effort``, ``reasoning_summary`` (default ``"auto"``),
-``tool_choice``. ``model.compat``: ``supports_store`` and ``supports_include`` (both default on
+Provider-specific options: ``reasoning_effort``, ``reasoning_summary`` (default ``"auto"``).
+``tool_choice`` is sent as a mode or ``{"type": "function", "name": ...}``; ``output_schema`` as
+``text.format`` (``json_schema``, strict when the schema allows it). ``model.compat``: ``supports_store`` and ``supports_include`` (both default on
 for vendors, off for local servers).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ProviderError
@@ -24,19 +26,21 @@ from ..types import (
     Model,
     ModelCompat,
     OpenAIOptions,
+    OutputSchema,
     StopReason,
     StreamOptions,
     TextContent,
     ThinkingContent,
     ToolCall,
+    ToolChoice,
     ToolResultMessage,
 )
 from .builder import MessageBuilder, set_usage, tokens
 from .json_stream import as_arguments, parse_streaming_json
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import is_local_url, own_compat, provider_label
-from .tool_choice import wire_tool_choice
 from .transform import images_of, prepare_context, safe_id, same_source, text_of
+from .wire import closed_schema, llama_cpp_schema, named_tool, portable_mode
 
 API = "openai-responses"
 
@@ -181,9 +185,8 @@ def prepare(
         payload["temperature"] = options.temperature
     if tools:
         payload["tools"] = tools
-        tool_choice = wire_tool_choice(API, options.tool_choice)
-        if tool_choice is not None:
-            payload["tool_choice"] = tool_choice
+        if options.tool_choice is not None:
+            payload["tool_choice"] = wire_tool_choice(options.tool_choice)
     if options.session_id and model.provider == "openai":
         payload["prompt_cache_key"] = options.session_id
     own = options.openai or OpenAIOptions()
@@ -194,6 +197,9 @@ def prepare(
             payload["reasoning"] = {"effort": effort, "summary": summary}
         if compat.get("supports_include"):
             payload["include"] = ["reasoning.encrypted_content"]
+    schema = options.output_schema
+    if schema is not None and not llama_cpp_schema(payload, model, schema):
+        payload["text"] = {"format": text_format(schema)}
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -202,6 +208,24 @@ def prepare(
     return PreparedRequest(
         url=model.base_url.rstrip("/") + "/responses", headers=headers, payload=payload
     )
+
+
+def wire_tool_choice(choice: ToolChoice) -> Any:
+    """``choice`` as Responses spells it: a mode as it is, a named tool as a function."""
+    name = named_tool(choice)
+    if name is not None:
+        return {"type": "function", "name": name}
+    return portable_mode(choice)
+
+
+def text_format(schema: OutputSchema) -> dict[str, Any]:
+    """The ``text.format`` that asks for ``schema``."""
+    return {
+        "type": "json_schema",
+        "name": schema.name,
+        "schema": closed_schema(schema.json_schema),
+        "strict": schema.strict,
+    }
 
 
 # --- response -----------------------------------------------------------------------------------
@@ -231,44 +255,43 @@ class ResponsesParser:
         return self.last_item
 
     def handle(self, event: str, data: Any) -> None:
-        """Take one stream event."""
+        """Take one stream event: the handler its ``type`` names (one dict lookup per event,
+        however many kinds there are); kinds we do not know are ignored."""
         if not isinstance(data, dict):
             return
         kind = str(data.get("type") or event)
-        if kind in ("response.created", "response.in_progress"):
-            response = data.get("response") or {}
-            if response.get("id"):
-                self.b.message.response_id = str(response["id"])
-            self.b.start()
-        elif kind == "response.output_item.added":
-            self._item_added(data)
-        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-            self._thinking_delta(data, str(data.get("delta") or ""))
-        elif kind == "response.reasoning_summary_part.added":
-            item_id = self._item_id(data)
-            if item_id is not None:
-                count = self.summary_parts.get(item_id, 0)
-                if count:
-                    self._thinking_delta(data, "\n\n")
-                self.summary_parts[item_id] = count + 1
-        elif kind in ("response.output_text.delta", "response.refusal.delta"):
-            self._text_delta(data, str(data.get("delta") or ""))
-        elif kind == "response.function_call_arguments.delta":
-            found = self._lookup(data, "tool_call")
-            if found is not None:
-                self.b.add_tool_args(found, str(data.get("delta") or ""))
-        elif kind == "response.function_call_arguments.done":
-            found = self._lookup(data, "tool_call")
-            arguments = data.get("arguments")
-            if found is not None and isinstance(arguments, str):
-                if not self.b.tool_args_text(found):
-                    self.b.add_tool_args(found, arguments)
-        elif kind == "response.output_item.done":
-            self._item_done(data)
-        elif kind in ("response.completed", "response.incomplete", "response.failed"):
-            self._completed(data.get("response") or {}, kind)
-        elif kind == "error":
-            raise ProviderError(f"{self.label} stream error: {vendor_error_message(data)}")
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, data, kind)
+
+    def _created(self, data: dict[str, Any], kind: str) -> None:
+        response = data.get("response") or {}
+        if response.get("id"):
+            self.b.message.response_id = str(response["id"])
+        self.b.start()
+
+    def _summary_part_added(self, data: dict[str, Any], kind: str) -> None:
+        item_id = self._item_id(data)
+        if item_id is not None:
+            count = self.summary_parts.get(item_id, 0)
+            if count:
+                self._thinking_delta(data, "\n\n")
+            self.summary_parts[item_id] = count + 1
+
+    def _arguments_delta(self, data: dict[str, Any], kind: str) -> None:
+        found = self._lookup(data, "tool_call")
+        if found is not None:
+            self.b.add_tool_args(found, str(data.get("delta") or ""))
+
+    def _arguments_done(self, data: dict[str, Any], kind: str) -> None:
+        found = self._lookup(data, "tool_call")
+        arguments = data.get("arguments")
+        if found is not None and isinstance(arguments, str):
+            if not self.b.tool_args_text(found):
+                self.b.add_tool_args(found, arguments)
+
+    def _error(self, data: dict[str, Any], kind: str) -> None:
+        raise ProviderError(f"{self.label} stream error: {vendor_error_message(data)}")
 
     def _lookup(self, data: dict[str, Any], want: str) -> int | None:
         item_id = self._item_id(data)
@@ -277,7 +300,7 @@ class ResponsesParser:
         kind, index = self.items[item_id]
         return index if kind == want and self.b.is_open(index) else None
 
-    def _item_added(self, data: dict[str, Any]) -> None:
+    def _item_added(self, data: dict[str, Any], kind: str) -> None:
         item = data.get("item") or {}
         item_type = item.get("type")
         item_id = str(item.get("id") or f"item_{len(self.items)}")
@@ -306,51 +329,67 @@ class ResponsesParser:
         if found is not None:
             self.b.add_thinking(found, delta)
 
-    def _text_delta(self, data: dict[str, Any], delta: str) -> None:
+    def _thinking_delta_event(self, data: dict[str, Any], kind: str) -> None:
+        self._thinking_delta(data, str(data.get("delta") or ""))
+
+    def _text_delta(self, data: dict[str, Any], kind: str) -> None:
         found = self._lookup(data, "text")
         if found is not None:
-            self.b.add_text(found, delta)
+            self.b.add_text(found, str(data.get("delta") or ""))
 
-    def _item_done(self, data: dict[str, Any]) -> None:
+    def _item_done(self, data: dict[str, Any], kind: str) -> None:
         item = data.get("item") or {}
         item_id = item.get("id")
         if not isinstance(item_id, str) or item_id not in self.items:
             item_id = self._item_id(data)
         if item_id is None or item_id not in self.items:
             return
-        kind, index = self.items[item_id]
+        content_kind, index = self.items[item_id]
         if not self.b.is_open(index):
             return
-        if kind == "thinking":
-            block = self.b.message.content[index]
-            if isinstance(block, ThinkingContent) and not block.thinking:
-                summary = "\n\n".join(
-                    str(part.get("text") or "")
-                    for part in item.get("summary") or []
-                    if isinstance(part, dict)
-                )
-                if summary:
-                    self.b.add_thinking(index, summary)
-            self.b.set_thinking_signature(index, json.dumps(item))
-            self.b.end_thinking(index)
-        elif kind == "text":
-            block = self.b.message.content[index]
-            if isinstance(block, TextContent):
-                if not block.text:
-                    text = "".join(
-                        str(part.get("text") or part.get("refusal") or "")
-                        for part in item.get("content") or []
-                        if isinstance(part, dict)
-                    )
-                    self.b.add_text(index, text)
-                block.text_signature = item_id
-            self.b.end_text(index)
-        elif kind == "tool_call":
+        if content_kind == "thinking":
+            self._thinking_done(index, item)
+        elif content_kind == "text":
+            self._text_done(index, item, item_id)
+        elif content_kind == "tool_call":
             arguments = item.get("arguments")
             if not self.b.tool_args_text(index) and isinstance(arguments, str):
                 self.b.end_tool_call(index, as_arguments(parse_streaming_json(arguments)))
             else:
                 self.b.end_tool_call(index)
+
+    def _thinking_done(self, index: int, item: dict[str, Any]) -> None:
+        """End a reasoning block: its summary as the text if none streamed, the whole item as
+        the signature (echoed back verbatim)."""
+        block = self.b.message.content[index]
+        if isinstance(block, ThinkingContent) and not block.thinking:
+            summary = "\n\n".join(
+                str(part.get("text") or "")
+                for part in item.get("summary") or []
+                if isinstance(part, dict)
+            )
+            if summary:
+                self.b.add_thinking(index, summary)
+        self.b.set_thinking_signature(index, json.dumps(item))
+        self.b.end_thinking(index)
+
+    def _text_done(self, index: int, item: dict[str, Any], item_id: str) -> None:
+        """End a message block: its content as the text if none streamed, the item id as the
+        text signature."""
+        block = self.b.message.content[index]
+        if isinstance(block, TextContent):
+            if not block.text:
+                text = "".join(
+                    str(part.get("text") or part.get("refusal") or "")
+                    for part in item.get("content") or []
+                    if isinstance(part, dict)
+                )
+                self.b.add_text(index, text)
+            block.text_signature = item_id
+        self.b.end_text(index)
+
+    def _response_done(self, data: dict[str, Any], kind: str) -> None:
+        self._completed(data.get("response") or {}, kind)
 
     def _completed(self, response: dict[str, Any], kind: str) -> None:
         self.status = str(response.get("status") or kind.rsplit(".", 1)[-1])
@@ -394,6 +433,25 @@ class ResponsesParser:
             )
         self.b.finish(reason)
 
+
+_HANDLERS: dict[str, Callable[[ResponsesParser, dict[str, Any], str], None]] = {
+    "response.created": ResponsesParser._created,
+    "response.in_progress": ResponsesParser._created,
+    "response.output_item.added": ResponsesParser._item_added,
+    "response.reasoning_summary_text.delta": ResponsesParser._thinking_delta_event,
+    "response.reasoning_text.delta": ResponsesParser._thinking_delta_event,
+    "response.reasoning_summary_part.added": ResponsesParser._summary_part_added,
+    "response.output_text.delta": ResponsesParser._text_delta,
+    "response.refusal.delta": ResponsesParser._text_delta,
+    "response.function_call_arguments.delta": ResponsesParser._arguments_delta,
+    "response.function_call_arguments.done": ResponsesParser._arguments_done,
+    "response.output_item.done": ResponsesParser._item_done,
+    "response.completed": ResponsesParser._response_done,
+    "response.incomplete": ResponsesParser._response_done,
+    "response.failed": ResponsesParser._response_done,
+    "error": ResponsesParser._error,
+}
+"""The handler of each Responses event type."""
 
 SPEC = ApiSpec(api=API, prepare=prepare, parser=ResponsesParser)
 

@@ -9,15 +9,19 @@ failure; it ends the stream with an ``error`` event instead (``reason`` ``"abort
 signal fired). Every path out of it pushes exactly one terminal event, whatever raises and where.
 
 The retry policy is here and only here: each attempt is one :class:`StreamingRequest`; a
-connection error, HTTP 408/409/429/5xx, or a stream that breaks before its first event is tried
-again up to ``max_retries`` times, after ``Retry-After`` (up to ``max_retry_delay_ms``) or an
-exponential backoff with jitter. Once an event reached the consumer, a failure is final.
+connection error, HTTP 408/409/429/5xx (:data:`RETRYABLE_STATUS`), or a stream that breaks before
+its first event is tried again up to ``max_retries`` times, after ``Retry-After``
+(:func:`parse_retry_after`; one beyond ``max_retry_delay_ms`` fails the request) or an exponential
+backoff with jitter (:func:`backoff`). Once an event reached the consumer, a failure is final.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
+import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -28,12 +32,7 @@ from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import Context, Model, StreamOptions, apply_on_payload, as_stream_options
 from .builder import ABORTED_MESSAGE, MessageBuilder
-from .http import (
-    StreamingRequest,
-    _RequestAborted,
-    backoff,
-    scrub,
-)
+from .http import StreamingRequest, _RequestAborted, scrub
 from .json_stream import JsonArrayStream
 from .sse import SSEParser
 from .table import env_var_names, get_env_api_key, needs_api_key, provider_label
@@ -41,6 +40,9 @@ from .table import env_var_names, get_env_api_key, needs_api_key, provider_label
 _SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization"}
 _MAX_SNIPPET = 200
 _MAX_MESSAGE = 2000  # characters of an error message, cut after keys are redacted
+
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+"""HTTP statuses retried besides every 5xx."""
 
 
 def resolve_api_key(model: Model, options: StreamOptions) -> str | None:
@@ -239,6 +241,44 @@ def _with_retries(call: _Call) -> Iterator[None]:
             attempt += 1
 
 
+def retryable_status(status: int) -> bool:
+    """Whether an HTTP ``status`` may succeed when sent again: 408, 409, 429 and every 5xx."""
+    return status in RETRYABLE_STATUS or status >= 500
+
+
+def parse_retry_after(headers: Any, now: float | None = None) -> float | None:
+    """The delay in seconds a response asks for (``retry-after-ms``, then ``Retry-After``: a
+    number of seconds or an HTTP date)."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(float(millis) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    current = time.time() if now is None else now
+    return max(when.timestamp() - current, 0.0)
+
+
+def backoff(base_ms: float, attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (0-based): ``base * 2**attempt``, jittered
+    by 0.75 to 1.25 so that clients refused together do not come back together."""
+    return base_ms / 1000.0 * (2**attempt) * (0.75 + random.random() / 2)
+
+
 def _wait(signal: Any, seconds: float) -> None:
     """Wait between attempts; an abort ends the wait at once."""
     if signal is not None:
@@ -261,7 +301,13 @@ def _attempt(call: _Call) -> Iterator[None]:
         provider_label=call.label,
         secrets=call.secrets,
     ) as request:
-        request.open()
+        try:
+            request.open()
+        except ProviderError as exc:
+            if exc.status is not None and exc.retryable is None:  # the server refused it
+                exc.retryable = retryable_status(exc.status)
+                exc.retry_after = parse_retry_after(request.response_headers)
+            raise
         parser = call.spec.parser(builder)
         decoder = BodyDecoder(call.prepared.body_format, call.label, call.secrets)
         for chunk in request.iter_bytes():
@@ -277,8 +323,6 @@ def _attempt(call: _Call) -> Iterator[None]:
         if request.aborted:
             raise _RequestAborted()
         parser.finish()
-
-
 
 
 class BodyDecoder:

@@ -5,7 +5,8 @@ CR (a CR at the end of a chunk waits for the next chunk to know whether an LF fo
 lines of one event are joined with newlines, ``:`` starts a comment, ``event`` names the event,
 one space after the colon is dropped. Work is linear in the body size, however it is chunked: a
 line that arrives in many small chunks is kept as a list of pieces and joined once when its end
-is seen, and one large chunk is scanned for line ends once (see :meth:`SSEParser._feed_text`).
+is seen, and one large chunk is scanned for line ends once (see
+:meth:`SSEParser._feed_any_line_ends`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ class SSEParser:
                 start = 1
         if "\r" not in text:
             return self._feed_lf_only(text[start:] if start else text, events)
+        return self._feed_any_line_ends(text, start, events)
+
+    def _feed_any_line_ends(self, text: str, start: int, events: list[SSEEvent]) -> list[SSEEvent]:
+        """The general case: lines end in CRLF, LF or a lone CR, from ``text[start:]`` on."""
         length = len(text)
         # The next CR and LF at or after ``start``, each searched again only once passed: an
         # LF-only stream (what vendors send) then costs one scan for CR per chunk, not per line.

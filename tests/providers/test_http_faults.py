@@ -26,7 +26,8 @@ from replay_server import (
 from agentkit.abort import AbortController
 from agentkit.events import ErrorEvent, TextDeltaEvent
 from agentkit.providers import complete, runner, stream
-from agentkit.providers.http import parse_retry_after, resolve_timeout, scrub
+from agentkit.providers.http import resolve_timeout, scrub
+from agentkit.providers.runner import parse_retry_after
 from agentkit.types import Context, TextContent, UserMessage
 
 ANTHROPIC_BODY = fixture_bytes("vendor/anthropic-thinking-text.sse")

@@ -14,8 +14,8 @@ from pydantic import BaseModel
 from replay_server import API_KEY, ReplayServer, Reply, fixture_bytes, make_model
 
 from agentkit import Agent, MessageUpdateEvent
-from agentkit.output import ANTHROPIC_BETA
 from agentkit.providers import stream_simple
+from agentkit.providers.anthropic import STRUCTURED_OUTPUTS_BETA
 
 
 class City(BaseModel):
@@ -78,7 +78,7 @@ def test_typed_output_over_each_api(server: ReplayServer, api: str, chunk: int |
         assert schema["required"] == ["city", "country", "population_millions"]
         assert schema["additionalProperties"] is False
     if api == "anthropic-messages":
-        assert ANTHROPIC_BETA in request.headers.get("anthropic-beta", "")
+        assert STRUCTURED_OUTPUTS_BETA in request.headers.get("anthropic-beta", "")
 
 
 @pytest.mark.parametrize("api", sorted(FIXTURES))
@@ -166,3 +166,70 @@ def test_gemini_schema_is_the_openapi_subset(server: ReplayServer) -> None:
     schema = server.requests[0].json["generationConfig"]["responseSchema"]
     assert schema["properties"]["nickname"] == {"type": "STRING", "nullable": True}
     assert "default" not in str(schema) and "title" not in str(schema)
+
+
+def _prepared(api: str, **options: Any) -> Any:
+    """The request ``api``'s module prepares for a context with one tool, without sending it."""
+    from agentkit.providers import anthropic, google, openai_completions, openai_responses
+    from agentkit.types import Context, StreamOptions, Tool, UserMessage
+
+    module = {
+        "openai-completions": openai_completions,
+        "openai-responses": openai_responses,
+        "anthropic-messages": anthropic,
+        "google-generative-ai": google,
+    }[api]
+    tool = Tool(name="lookup", description="Look a city up.", parameters={"type": "object"})
+    context = Context(messages=[UserMessage(content="hi")], tools=[tool])
+    model = make_model(api, "http://127.0.0.1:1")
+    return module.prepare(model, context, StreamOptions(**options), API_KEY)
+
+
+@pytest.mark.parametrize("api", sorted(FIXTURES))
+def test_each_api_spells_the_stated_output_schema(api: str) -> None:
+    from agentkit import OutputSpec
+
+    prepared = _prepared(api, output_schema=OutputSpec(City).output_schema)
+    schema = schema_sent(api, prepared.payload)
+    if api == "google-generative-ai":
+        assert schema["required"] == ["city", "country", "population_millions"]
+    else:
+        assert schema["additionalProperties"] is False
+
+
+@pytest.mark.parametrize("api", sorted(FIXTURES))
+def test_an_apis_own_tool_choice_dict_is_sent_whole(api: str) -> None:
+    own = {"type": "tool", "name": "lookup"}  # has a "name", but is not the portable form
+    body = _prepared(api, tool_choice=own).payload
+    assert body["toolConfig" if api == "google-generative-ai" else "tool_choice"] == own
+
+
+@pytest.mark.parametrize(
+    ("api", "sent"),
+    [
+        ("openai-completions", "required"),
+        ("openai-responses", "required"),
+        ("anthropic-messages", {"type": "any"}),
+        ("google-generative-ai", {"functionCallingConfig": {"mode": "ANY"}}),
+    ],
+)
+def test_any_is_a_synonym_of_required(api: str, sent: Any) -> None:
+    body = _prepared(api, tool_choice="any").payload
+    assert body["toolConfig" if api == "google-generative-ai" else "tool_choice"] == sent
+
+
+def test_a_misspelt_tool_choice_fails_where_it_is_given() -> None:
+    with pytest.raises(ValueError, match="tool_choice"):
+        Agent(model=make_model("openai-completions", "http://127.0.0.1:1"), tool_choice="requried")
+
+
+def test_the_structured_outputs_beta_joins_the_callers_own() -> None:
+    from agentkit import OutputSpec
+
+    prepared = _prepared(
+        "anthropic-messages",
+        output_schema=OutputSpec(City).output_schema,
+        headers={"anthropic-beta": "context-1m-2025-08-07"},
+    )
+    assert prepared.headers["anthropic-beta"] == f"context-1m-2025-08-07,{STRUCTURED_OUTPUTS_BETA}"
+    assert "anthropic-beta" not in _prepared("anthropic-messages").headers

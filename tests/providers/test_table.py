@@ -111,7 +111,9 @@ def test_a_missing_key_names_every_variable(
 
 
 def test_provider_error_carries_status_and_retry_after(server: ReplayServer) -> None:
+    """The transport reports the status and keeps the headers; the runner's policy reads them."""
     from agentkit.providers.http import StreamingRequest
+    from agentkit.providers.runner import parse_retry_after, retryable_status
     from agentkit.types import StreamOptions
 
     server.enqueue(
@@ -124,10 +126,12 @@ def test_provider_error_carries_status_and_retry_after(server: ReplayServer) -> 
         options=StreamOptions(),
         provider_label="OpenAI",
     )
-    with request, pytest.raises(ProviderError) as caught:
-        request.open()
+    with request:
+        with pytest.raises(ProviderError) as caught:
+            request.open()
+        asked = parse_retry_after(request.response_headers)
     error = caught.value
-    assert (error.status, error.retry_after, error.retryable) == (429, 7.0, True)
+    assert (error.status, asked, retryable_status(error.status)) == (429, 7.0, True)
     assert "slow down" in str(error)
 
 

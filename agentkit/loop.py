@@ -375,7 +375,7 @@ def _turns(state: _LoopState) -> None:
             message = _stream_assistant_response(state)
             _after_request(state, message)
             failed = message.stop_reason in ("error", "aborted")
-            calls = [] if failed else [c for c in message.content if isinstance(c, ToolCall)]
+            calls = [] if failed else _tool_calls_of(message)
             tool_results, has_more_tool_calls = _run_tools(state, message, calls)
             last_turn = TurnContext(message, tool_results, state.context, state.new_messages)
             decision = _finish_turn(state, last_turn)
@@ -479,6 +479,10 @@ def _after_request(state: _LoopState, message: AssistantMessage) -> None:
     result.append(message)
     result.usage.requests += 1
     result.usage.add(message.usage)
+
+
+def _tool_calls_of(message: AssistantMessage) -> list[ToolCall]:
+    return [block for block in message.content if isinstance(block, ToolCall)]
 
 
 def _run_tools(

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from .abort import AbortController, AbortSignal
 from .agent import Agent, AgentRunStream, AgentState, PendingMessageQueue, Run
 from .budgets import DEFAULT_MAX_TURNS, Budgets
-from .controls import RunContext, current_run_context
 from .errors import (
     AbortError,
     AgentBusyError,
@@ -78,7 +77,14 @@ from .results import (
     RunStopReason,
     RunUsage,
 )
-from .tools import AgentTool, AgentToolResult, tool, validate_tool_arguments
+from .tools import (
+    AgentTool,
+    AgentToolResult,
+    RunContext,
+    current_run_context,
+    tool,
+    validate_tool_arguments,
+)
 from .transcript import (
     get_current_system_message,
     get_current_system_prompt,

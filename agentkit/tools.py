@@ -1,9 +1,14 @@
-"""Tools: :class:`AgentTool`, the :func:`tool` decorator that builds one from a typed function, and
-the argument validation every call goes through before it runs.
+"""Tools: :class:`AgentTool`, the :func:`tool` decorator that builds one from a typed function,
+the argument validation every call goes through before it runs, and :class:`RunContext`.
 
 Validation follows the reference exactly: a deep copy of the arguments, optional ``null`` values
 dropped where the schema rejects null, values coerced to the schema's types, then a JSON Schema
 check whose failure text (``Validation failed for tool "<name>": ...``) is what the model reads.
+
+A ``@tool`` function that has a parameter annotated ``RunContext`` (or ``RunContext[MyDeps]``)
+receives one: the run's ``deps`` (``Agent(deps=...)`` or ``prompt(..., deps=...)``), the call's
+id, the tool's name, how often it was retried and its abort signal. That parameter never
+appears in the schema the model sees. Peers: pydantic-ai ``RunContext`` and ``ModelRetry``.
 """
 
 from __future__ import annotations
@@ -13,14 +18,15 @@ import inspect
 import json
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, get_origin, get_type_hints, overload
+from contextvars import ContextVar, Token
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_origin, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 
 from .abort import AbortSignal
-from .controls import RunContext, current_run_context
-from .errors import ToolArgumentsError
+from .errors import AgentError, ToolArgumentsError
 from .types import (
     AgentTool,
     AgentToolResult,
@@ -42,13 +48,52 @@ __all__ = [
     "AgentToolResult",
     "ExecutionMode",
     "OnUpdate",
+    "RunContext",
     "ToolExecute",
+    "current_run_context",
     "error_result",
     "to_tool_declaration",
     "to_tool_result",
     "tool",
     "validate_tool_arguments",
 ]
+
+
+DepsT = TypeVar("DepsT")
+
+
+@dataclass(frozen=True)
+class RunContext(Generic[DepsT]):
+    """What a tool may ask for besides its arguments: the run's ``deps`` and the call itself."""
+
+    deps: DepsT
+    tool_call_id: str
+    tool_name: str
+    retry: int
+    """How many times this tool already asked for a retry in this run."""
+    signal: AbortSignal
+
+
+# The RunContext of the tool call running in this context (each call runs in a copy of its own).
+_current: ContextVar[RunContext[Any] | None] = ContextVar("agentkit_run_context", default=None)
+
+
+def current_run_context() -> RunContext[Any]:
+    """The :class:`RunContext` of the tool call running on this thread."""
+    context = _current.get()
+    if context is None:
+        raise AgentError("no tool call is running on this thread (RunContext is only for tools)")
+    return context
+
+
+def enter_run_context(context: RunContext[Any]) -> Token[RunContext[Any] | None]:
+    """Make ``context`` the running call's :class:`RunContext`; return the token that undoes it."""
+    return _current.set(context)
+
+
+def leave_run_context(token: Token[RunContext[Any] | None]) -> None:
+    """Undo :func:`enter_run_context`."""
+    _current.reset(token)
 
 
 def error_result(message: str, *, terminate: bool = False) -> AgentToolResult:

@@ -4,9 +4,11 @@ Ctrl-C, no leaked threads, and prompting from inside a running asyncio loop."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal as signals
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -106,9 +108,9 @@ def test_steer_follow_up_and_abort_from_other_threads() -> None:
     agent.subscribe(recorder)
     run = agent.start("go")
     assert started.wait(5)
-    helpers = [
-        threading.Thread(target=agent.steer, args=(f"steer {i}",)) for i in range(5)
-    ] + [threading.Thread(target=agent.follow_up, args=(f"follow {i}",)) for i in range(5)]
+    helpers = [threading.Thread(target=agent.steer, args=(f"steer {i}",)) for i in range(5)] + [
+        threading.Thread(target=agent.follow_up, args=(f"follow {i}",)) for i in range(5)
+    ]
     for helper in helpers:
         helper.start()
     for helper in helpers:
@@ -247,3 +249,110 @@ def test_a_file_readable_on_abort_wakes_a_select_and_is_closed_after() -> None:
         assert select.select([fd], [], [], 0)[0] == [fd]
     with readable_on_abort(None) as fd:
         assert select.select([fd], [], [], 0) == ([], [], [])
+
+
+def test_a_batch_runs_on_a_users_executor_in_parallel_and_leaves_it_usable() -> None:
+    count = 4
+    barrier = threading.Barrier(count, timeout=10)
+    threads: dict[int, str] = {}
+    # Call n returns once the end of call n + 1 was announced: the calls end last to first.
+    may_return = {n: threading.Event() for n in range(count)}
+    may_return[count - 1].set()
+    numbers: dict[str, int] = {}
+
+    @tool
+    def meet(n: int) -> str:
+        """Waits until every call of the batch is running."""
+        threads[n] = threading.current_thread().name
+        barrier.wait()
+        may_return[n].wait(10)
+        return str(n)
+
+    def release_the_previous(event: Any) -> None:
+        if event.type == "tool_execution_start":
+            numbers[event.tool_call_id] = event.args["n"]
+        elif event.type == "tool_execution_end" and numbers[event.tool_call_id] > 0:
+            may_return[numbers[event.tool_call_id] - 1].set()
+
+    with ThreadPoolExecutor(max_workers=count, thread_name_prefix="mine") as pool:
+        calls = [tool_call("meet", {"n": i}) for i in range(count)]
+        agent, _ = make_agent([reply(*calls), "done"], tools=[meet], tool_executor=pool)
+        recorder = Recorder()
+        agent.subscribe(recorder)
+        agent.subscribe(release_the_previous)
+        new = agent.prompt("go")
+        results = [m for m in new if m.role == "tool_result"]
+        assert [r.content[0].text for r in results] == [str(i) for i in range(count)]
+        assert not any(r.is_error for r in results)  # the barrier held: the calls overlapped
+        assert all(name.startswith("mine") for name in threads.values())
+        ended = [e.tool_call_id for e in recorder.of("tool_execution_end")]
+        assert ended == [r.tool_call_id for r in reversed(results)]  # announced as each ends
+        assert len(set(recorder.threads)) == 1  # every event on the loop's thread
+        assert pool.submit(lambda: "still usable").result(5) == "still usable"
+
+
+def test_an_abort_ends_a_batch_on_a_users_executor() -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    def stubborn(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> str:
+        started.set()
+        release.wait(10)  # ignores the abort
+        return "late"
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        agent, _ = make_agent(
+            [reply(tool_call("stubborn")), "never"],
+            tools=[make_tool("stubborn", stubborn)],
+            tool_executor=pool,
+            tool_abort_grace=0.1,
+        )
+        run = agent.start("go")
+        assert started.wait(5)
+        agent.abort()
+        assert run.wait(5)
+        result = [m for m in run.result() if m.role == "tool_result"][0]
+        assert result.is_error and "did not stop within" in result.content[0].text
+        release.set()
+        assert pool.submit(lambda: 1).result(5) == 1  # the run did not shut the pool down
+
+
+def test_the_default_executor_leaves_no_thread_and_is_a_real_executor() -> None:
+    from agentkit._tool_threads import ToolThreadExecutor
+
+    before = set(threading.enumerate())
+    executor = ToolThreadExecutor(max_workers=2)
+    futures = [executor.submit(threading.current_thread) for _ in range(4)]
+    workers = {future.result(5) for future in futures}
+    assert len(workers) <= 2
+    assert all(t.daemon and t.name.startswith("agentkit-tool-") for t in workers)
+    failing = executor.submit(int, "not a number")
+    with pytest.raises(ValueError):
+        failing.result(5)
+    executor.shutdown()
+    assert set(threading.enumerate()) == before
+    with pytest.raises(RuntimeError):
+        executor.submit(int, "1")
+
+    forgotten = ToolThreadExecutor(max_workers=1)
+    worker = forgotten.submit(threading.current_thread).result(5)
+    del forgotten  # never shut down: its thread is told to stop when it is collected
+    gc.collect()
+    worker.join(5)
+    assert not worker.is_alive()
+
+    @tool
+    def quick(n: int) -> str:
+        """Quick."""
+        return str(n)
+
+    agent, _ = make_agent(
+        [
+            reply(*[tool_call("quick", {"n": i}) for i in range(3)]),
+            reply(tool_call("quick", {"n": 9})),
+            "done",
+        ],
+        tools=[quick],
+    )
+    agent.prompt("go")
+    assert [t for t in threading.enumerate() if t.name.startswith("agentkit-tool")] == []

@@ -185,7 +185,7 @@ def measure_tool_turns(server: local.LocalModel, runs: int = 3) -> dict[str, Any
 
 def _cli_prefix(compact: bool) -> tuple[str, list[dict[str, Any]]]:
     """The system prompt and the tool declarations ``agentkit run`` sends the embedded model."""
-    from agentkit.cli.app import SMALL_MODEL_SYSTEM_PROMPT
+    from agentkit.cli.agent_setup import SMALL_MODEL_SYSTEM_PROMPT
     from agentkit.workspace.tools import compact_tools, workspace_tools
 
     tools = workspace_tools(ROOT)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from agentkit.cli import app as cli
+from agentkit import cli
 from agentkit.testing import ScriptedModel, reply, tool_call
 
 PHASES = {

@@ -13,7 +13,12 @@ from typing import Any
 
 import pytest
 
-from agentkit.cli import app as cli
+from agentkit import cli
+from agentkit.cli import agent_setup
+from agentkit.cli.console import CliError, Console
+from agentkit.cli.model_choice import choose_model
+from agentkit.cli.render import readable_error
+from agentkit.cli.run import CALL_FORMAT_NOTE, PARSE_RETRIES
 from agentkit.providers.table import PROVIDERS
 from agentkit.testing import SCRIPTED_MODEL, ScriptedModel, reply, tool_call
 
@@ -179,14 +184,14 @@ def test_default_model_is_the_embedded_one_without_keys(monkeypatch: pytest.Monk
     fake = Model(id="qwen", api="openai-completions", provider="local", base_url="http://x/v1")
     monkeypatch.setattr(local, "get_local_server", lambda **kw: type("S", (), {"model": fake})())
     err = io.StringIO()
-    chosen = cli.resolve_model(None, None, cli._Io(io.StringIO(), io.StringIO(), err))
+    chosen = choose_model(None, None, Console(io.StringIO(), io.StringIO(), err))
     assert chosen is fake
     assert "using the embedded local model" in err.getvalue()
 
 
 def test_base_url_makes_an_openai_compatible_model() -> None:
-    quiet = cli._Io(io.StringIO(), io.StringIO(), io.StringIO())
-    model = cli.resolve_model("ollama:llama3.2", "http://127.0.0.1:11434/v1/", quiet)
+    quiet = Console(io.StringIO(), io.StringIO(), io.StringIO())
+    model = choose_model("ollama:llama3.2", "http://127.0.0.1:11434/v1/", quiet)
     assert model.api == "openai-completions" and model.id == "llama3.2"
     assert model.base_url == "http://127.0.0.1:11434/v1"
 
@@ -331,7 +336,7 @@ def no_model_start(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the model was started")
 
-    monkeypatch.setattr(cli, "resolve_model", refuse)
+    monkeypatch.setattr(agent_setup, "choose_model", refuse)
 
 
 @pytest.mark.parametrize(
@@ -394,20 +399,20 @@ def test_a_hosted_default_is_announced(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(env, key)
     err = io.StringIO()
-    chosen = cli.resolve_model(None, None, cli._Io(io.StringIO(), io.StringIO(), err))
+    chosen = choose_model(None, None, Console(io.StringIO(), io.StringIO(), err))
     assert f"{chosen.provider}:{chosen.id}" == chosen_as
     assert f"{env} is set; using {chosen_as}" in err.getvalue()
     assert key not in err.getvalue()
 
 
 def test_model_names_read_as_the_library_reads_them() -> None:
-    quiet = cli._Io(io.StringIO(), io.StringIO(), io.StringIO())
-    assert cli.resolve_model("anthropic", None, quiet).id == "claude-sonnet-4-5"
-    ollama = cli.resolve_model("ollama:llama3.2", None, quiet)
+    quiet = Console(io.StringIO(), io.StringIO(), io.StringIO())
+    assert choose_model("anthropic", None, quiet).id == "claude-sonnet-4-5"
+    ollama = choose_model("ollama:llama3.2", None, quiet)
     assert (ollama.provider, ollama.id) == ("ollama", "llama3.2")
     assert ollama.base_url == "http://127.0.0.1:11434/v1"
-    with pytest.raises(cli.CliError, match="provider:id"):
-        cli.resolve_model("gpt-4.1-mini", None, quiet)
+    with pytest.raises(CliError, match="provider:id"):
+        choose_model("gpt-4.1-mini", None, quiet)
 
 
 def test_ctx_size_is_for_the_local_model_only(
@@ -427,10 +432,10 @@ def test_errors_carry_no_library_internals() -> None:
         "(Caused by NewConnectionError('<agentkit.providers.http._Pool object at 0x7f>: "
         "Failed to establish a new connection: [Errno 111] Connection refused'))"
     )
-    assert cli.user_message(raw) == "cannot reach 127.0.0.1:9 (the connection was refused)"
+    assert readable_error(raw) == "cannot reach 127.0.0.1:9 (the connection was refused)"
     key = "No API key for provider 'openai': set OPENAI_API_KEY or pass api_key in the options"
-    assert cli.user_message(key) == "No API key for provider 'openai': set OPENAI_API_KEY"
-    overflow = cli.user_message("the request exceeds the available context size")
+    assert readable_error(key) == "No API key for provider 'openai': set OPENAI_API_KEY"
+    overflow = readable_error("the request exceeds the available context size")
     assert "--ctx-size" in overflow and "shorter task" in overflow
 
 
@@ -578,7 +583,7 @@ def test_an_unparsable_reply_is_sampled_again_without_parser_jargon(workspace: P
     assert len(model.requests) == 2
     retried = model.requests[1].messages
     assert all(m.role != "assistant" for m in retried)  # the bad reply is dropped
-    assert retried[-1].content[0].text == cli.CALL_FORMAT_NOTE  # and the model is told why
+    assert retried[-1].content[0].text == CALL_FORMAT_NOTE  # and the model is told why
 
 
 def test_parse_retries_are_bounded(workspace: Path) -> None:
@@ -586,7 +591,7 @@ def test_parse_retries_are_bounded(workspace: Path) -> None:
         ["run", "read notes", "--workspace", str(workspace)],
         [reply("", error=PEG_ERROR)] * 3 + ["never"],
     )
-    assert code == 1 and len(model.requests) == 1 + cli.PARSE_RETRIES
+    assert code == 1 and len(model.requests) == 1 + PARSE_RETRIES
     assert "could not be read" in err and "peg" not in err
 
 
@@ -609,7 +614,7 @@ def test_an_answer_that_echoes_the_tool_list_is_asked_for_again(workspace: Path)
     assert out.splitlines()[-1] == "notes.txt mentions milk."
     retried = model.requests[1].messages
     assert all(m.role != "assistant" for m in retried)  # the echo is dropped
-    assert retried[-1].content[0].text == cli.CALL_FORMAT_NOTE
+    assert retried[-1].content[0].text == CALL_FORMAT_NOTE
 
 
 @pytest.mark.parametrize(

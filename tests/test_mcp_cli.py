@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from agentkit.cli import app as cli  # noqa: E402
+from agentkit import cli  # noqa: E402
 from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
 
 from .servers import MCP_SERVER, MCPHttpServer  # noqa: E402

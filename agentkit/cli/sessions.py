@@ -1,5 +1,5 @@
 """The command line's session parts: ``agentkit chat --session NAME`` and
-``agentkit sessions list|show|export|import|rm`` (wired into :mod:`agentkit.cli.app`)."""
+``agentkit sessions list|show|export|import|rm`` (wired into the parser in :mod:`agentkit.cli.app`)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from agentkit.cli import app as cli
+from agentkit import cli
 from agentkit.sessions import Session
 from agentkit.testing import ScriptedModel
 

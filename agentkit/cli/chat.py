@@ -1,0 +1,88 @@
+"""``agentkit chat``: the REPL. The main thread reads standard input (a thread numbers the
+lines) while the agent's worker runs; a line typed during a run steers it or answers the
+approval question it shows."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..agent import Agent, Run
+from ..waits import get_item
+from .console import EXIT_INTERRUPTED, Console
+from .run import abort_quietly, note_budget
+
+
+def chat(agent: Agent, io: Console, after_run: Callable[[], None] | None = None) -> int:
+    """The REPL: a line starts a run; lines typed while it works steer it (or answer an approval
+    question shown before they were typed); Ctrl-C aborts the run, not the session; Ctrl-C when
+    idle, ``/exit`` or the end of input leaves. With ``--json`` stdout carries only JSON lines
+    (the banner and the prompt go to stderr). ``after_run`` is called after each run."""
+    inbox: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
+    io.chat = True
+    reader = threading.Thread(
+        target=_read_lines, args=(io, inbox), name="agentkit-stdin", daemon=True
+    )
+    reader.start()
+    io.note(
+        "agentkit chat: type a task; lines typed while the agent works steer it; "
+        "Ctrl-C aborts a run; /exit quits."
+    )
+    run: Run | None = None
+    prompt_shown = False
+    while True:
+        try:
+            if run is None and not prompt_shown:
+                io.note("> ", end="")
+                prompt_shown = True
+            kind, number, value = get_item(lambda timeout: inbox.get(timeout=timeout))
+            if kind == "done":
+                if value is run:
+                    run = None
+                # A run that failed raises from result(); its error was printed already.
+                with contextlib.suppress(Exception):
+                    note_budget(agent, value.result(), io)
+                if after_run is not None:
+                    after_run()
+                continue
+            if kind == "eof":
+                if run is not None:
+                    run.wait()  # let the last task finish; Ctrl-C still aborts it
+                return 0
+            line = str(value).strip()
+            if io.answer(number, line):
+                continue
+            if run is None:
+                prompt_shown = False
+                if line in ("/exit", "/quit"):
+                    return 0
+                if line:
+                    run = agent.start(line)
+                    run.add_done_callback(lambda finished: inbox.put(("done", 0, finished)))
+            elif line:
+                agent.steer(line)
+                io.err(f"agentkit: steering: {line}")
+        except KeyboardInterrupt:
+            # Ask the agent, not `run`: Ctrl-C may land before start() handed the run back.
+            if not agent.state.is_streaming:
+                io.note("")
+                return EXIT_INTERRUPTED
+            abort_quietly(agent)
+            io.err("agentkit: run aborted")
+            run = None
+            prompt_shown = False
+
+
+def _read_lines(io: Console, inbox: queue.SimpleQueue[tuple[str, int, Any]]) -> None:
+    """The chat's stdin reader: numbers each line as it is read."""
+    try:
+        for line in iter(io.stdin.readline, ""):
+            with io.lock:
+                io.lines_read += 1
+                number = io.lines_read
+            inbox.put(("line", number, line.rstrip("\n")))
+    finally:
+        inbox.put(("eof", 0, None))

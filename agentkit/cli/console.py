@@ -1,0 +1,99 @@
+"""The command's terminal: its streams behind one lock, the state the run and the chat share
+(a pending approval question, the kept local server), and text made safe to print."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ..tools import AgentTool
+
+EXIT_INTERRUPTED = 130
+"""The exit status after Ctrl-C, as shells report a SIGINT."""
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+
+class Question:
+    """One approval question in chat: only a line read after it was shown can answer it."""
+
+    def __init__(self, after_line: int) -> None:
+        self.after_line = after_line
+        self.answer: str | None = None
+        self.done = threading.Event()
+
+
+class Console:
+    """The command's streams, with a lock so the worker and the main thread never interleave."""
+
+    def __init__(self, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> None:
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        # Guards writes to stdout/stderr and the question state below.
+        self.lock = threading.Lock()
+        # In chat, the main thread owns stdin: a pending question is answered through here.
+        self.chat = False
+        self.question: Question | None = None
+        self.lines_read = 0
+        self.stdin_used = False
+        self.json = False
+        self.local_server: Any = None
+        self.keep_server: bool | None = None  # None: AGENTKIT_KEEP_SERVER decides
+        self.prefix: tuple[str, Sequence[AgentTool]] = ("", ())
+
+    def out(self, text: str, end: str = "\n") -> None:
+        with self.lock:
+            self.stdout.write(text + end)
+            self.stdout.flush()
+
+    def err(self, text: str) -> None:
+        with self.lock:
+            self.stderr.write(visible(text) + "\n")
+            self.stderr.flush()
+
+    def note(self, text: str, end: str = "\n") -> None:
+        """Text for the person at the terminal: stdout, or stderr when stdout carries JSON."""
+        stream = self.stderr if self.json else self.stdout
+        with self.lock:
+            stream.write(text + end)
+            stream.flush()
+
+    def answer(self, number: int, line: str) -> bool:
+        """Give line ``number`` to the pending question if it was read after the question was
+        shown; False when there is no such question (the line is something else)."""
+        with self.lock:
+            question = self.question
+            if question is None or number <= question.after_line:
+                return False
+            self.question = None
+        question.answer = line
+        question.done.set()
+        return True
+
+
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def visible(text: str) -> str:
+    """``text`` safe for a terminal: control characters (escape sequences, say) and lone
+    surrogates shown escaped, as ``\\x1b``; tabs and line breaks kept."""
+    text = text.replace("\r\n", "\n")
+    return _UNSAFE.sub(lambda m: _escaped(m.group()), text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def json_line(data: Any) -> str:
+    """One JSON line that is safe on a terminal and always encodes as UTF-8."""
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

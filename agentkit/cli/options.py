@@ -1,0 +1,69 @@
+"""The options ``agentkit run`` and ``agentkit chat`` share, and the argument types they use."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    """An argument type: a whole number of at least 1, with a readable complaint otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def common_options() -> argparse.ArgumentParser:
+    """A parent parser with the options of a run: the model, the tools, the workspace, the
+    output format, the budget, the local model's server and the MCP servers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--model",
+        help="provider:model-id (e.g. openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5, "
+        "local, or local:PATH.gguf for another GGUF model); default: a configured provider, "
+        "else the embedded local model",
+    )
+    common.add_argument("--base-url", help="the API's base URL (an OpenAI-compatible server)")
+    common.add_argument("--system", help="the system prompt")
+    common.add_argument(
+        "--tools",
+        default="all",
+        help="comma-separated tool names to enable, 'all' (default) or 'none'",
+    )
+    common.add_argument("--workspace", default=".", help="the folder tools may touch (default: .)")
+    common.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="approve writes and commands without asking",
+    )
+    common.add_argument("--json", action="store_true", help="print one JSON event per line")
+    common.add_argument(
+        "--max-turns", type=positive_int, default=None, help="stop after N turns (N >= 1)"
+    )
+    common.add_argument(
+        "--ctx-size",
+        type=positive_int,
+        default=None,
+        help="the local model's context size in tokens (default 4096; more needs more memory)",
+    )
+    common.add_argument(
+        "--no-keep-server",
+        dest="keep_server",
+        action="store_false",
+        default=None,
+        help="start the local model for this run only (also AGENTKIT_KEEP_SERVER=0); by "
+        "default its server is kept for later runs until idle (see 'agentkit server')",
+    )
+    common.add_argument(
+        "--mcp", action="append", default=[], metavar="COMMAND",
+        help="add the tools of an MCP server run as COMMAND over stdio (repeatable)",
+    )  # fmt: skip
+    common.add_argument(
+        "--mcp-url", action="append", default=[], metavar="URL",
+        help="add the tools of an MCP server at URL (streamable HTTP; repeatable)",
+    )  # fmt: skip
+    return common

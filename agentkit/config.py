@@ -196,20 +196,22 @@ class AgentLoopConfig(FieldsEqRepr):
     agentkit, and ``concurrent.futures`` joins its threads at interpreter exit, so a tool that
     ignores an abort there keeps a script from ending."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _CHECKS:
-            value = _CHECKS[name](value)
-            # The spec carries the retry count, so the loop reads one source for it.
-            if name == "output_type" and value is not None:
-                value = OutputSpec.of(value, retries=self.__dict__.get("output_retries"))
-            elif name == "output_retries" and self.__dict__.get("output_type") is not None:
-                spec = OutputSpec.of(self.__dict__["output_type"], retries=value)
-                object.__setattr__(self, "output_type", spec)
-        elif name not in _FIELDS and not name.startswith("_"):
-            raise AttributeError(
-                f"AgentLoopConfig has no field {name!r}; its fields are {', '.join(_FIELDS)}"
-            )
-        object.__setattr__(self, name, value)
+    if not TYPE_CHECKING:  # hidden from type checkers, which then flag a misspelt name too
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name in _CHECKS:
+                value = _CHECKS[name](value)
+                # The spec carries the retry count, so the loop reads one source for it.
+                if name == "output_type" and value is not None:
+                    value = OutputSpec.of(value, retries=self.__dict__.get("output_retries"))
+                elif name == "output_retries" and self.__dict__.get("output_type") is not None:
+                    spec = OutputSpec.of(self.__dict__["output_type"], retries=value)
+                    object.__setattr__(self, "output_type", spec)
+            elif name not in _FIELDS and not name.startswith("_"):
+                raise AttributeError(
+                    f"AgentLoopConfig has no field {name!r}; its fields are {', '.join(_FIELDS)}"
+                )
+            object.__setattr__(self, name, value)
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(AgentLoopConfig))
@@ -288,15 +290,17 @@ class AgentOptions:
 
     _loop: AgentLoopConfig
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if not name.startswith("_"):
-            attribute = getattr(type(self), name, None)
-            if not isinstance(attribute, property) or attribute.fset is None:
-                raise AttributeError(
-                    f"{type(self).__name__!r} object has no writable attribute {name!r}; "
-                    f"the writable ones are {', '.join(writable_attributes(type(self)))}"
-                )
-        object.__setattr__(self, name, value)
+    if not TYPE_CHECKING:  # hidden from type checkers, which then flag a misspelt name too
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            if not name.startswith("_"):
+                attribute = getattr(type(self), name, None)
+                if not isinstance(attribute, property) or attribute.fset is None:
+                    raise AttributeError(
+                        f"{type(self).__name__!r} object has no writable attribute {name!r}; "
+                        f"the writable ones are {', '.join(writable_attributes(type(self)))}"
+                    )
+            object.__setattr__(self, name, value)
 
     def _set_option(self, name: str, value: Any) -> None:
         """Set one option, checked as its type says: the constructor's path and assignment's."""

@@ -7,10 +7,10 @@ and the defaults written on the fields of :class:`AgentLoopConfig` and
 :class:`~agentkit.StreamOptions`. :func:`merge_options` lays them over one another, as
 requests' ``merge_setting`` lays a request's settings over its session's.
 
-Checks run on assignment: :class:`AgentLoopConfig` turns an ``output_type`` into an
-:class:`~agentkit.output.OutputSpec` and a budgets dict into :class:`~agentkit.Budgets` when the
-field is set (in its constructor too), so a bad value fails where it is given and the loop
-trusts what it reads.
+An option is checked where it is set, by :func:`check_option`: an ``output_type`` becomes an
+:class:`~agentkit.output.OutputSpec` and a budgets dict :class:`~agentkit.Budgets`, so a bad
+value fails where it is given (an Agent's attribute, a run's keyword, an ``AgentLoopConfig``'s
+constructor) and the loop trusts what it reads.
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ class AgentLoopConfig(FieldsEqRepr):
     Every hook runs on the loop's thread (for an :class:`~agentkit.Agent`, its run's worker
     thread), never on a tool thread. A hook that raises fails the run (the failure becomes the
     run's last assistant message), except the two tool hooks, whose failures become error tool
-    results. Setting a field checks it (see :func:`check_option`); a name that is not a field
-    raises ``AttributeError``.
+    results. Construction checks the fields :func:`check_option` checks; set a field
+    afterwards and ``dataclasses.replace``, which every run does, checks it again.
     """
 
     model: Model
@@ -196,22 +196,18 @@ class AgentLoopConfig(FieldsEqRepr):
     agentkit, and ``concurrent.futures`` joins its threads at interpreter exit, so a tool that
     ignores an abort there keeps a script from ending."""
 
-    if not TYPE_CHECKING:  # hidden from type checkers, which then flag a misspelt name too
+    def __post_init__(self) -> None:
+        # Construction checks every checked field; the loop copies its config with
+        # dataclasses.replace, so whatever a run reads has been through the checks.
+        for name, check in _CHECKS.items():
+            object.__setattr__(self, name, check(getattr(self, name)))
+        settle_output_retries(self)
 
-        def __setattr__(self, name: str, value: Any) -> None:
-            if name in _CHECKS:
-                value = _CHECKS[name](value)
-                # The spec carries the retry count, so the loop reads one source for it.
-                if name == "output_type" and value is not None:
-                    value = OutputSpec.of(value, retries=self.__dict__.get("output_retries"))
-                elif name == "output_retries" and self.__dict__.get("output_type") is not None:
-                    spec = OutputSpec.of(self.__dict__["output_type"], retries=value)
-                    object.__setattr__(self, "output_type", spec)
-            elif name not in _FIELDS and not name.startswith("_"):
-                raise AttributeError(
-                    f"AgentLoopConfig has no field {name!r}; its fields are {', '.join(_FIELDS)}"
-                )
-            object.__setattr__(self, name, value)
+
+def settle_output_retries(config: AgentLoopConfig) -> None:
+    """Make ``config.output_type`` carry ``config.output_retries``: the loop reads one count."""
+    if config.output_type is not None:
+        config.output_type = OutputSpec.of(config.output_type, retries=config.output_retries)
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(AgentLoopConfig))
@@ -305,7 +301,9 @@ class AgentOptions:
     def _set_option(self, name: str, value: Any) -> None:
         """Set one option, checked as its type says: the constructor's path and assignment's."""
         if name in LOOP_OPTIONS:
-            setattr(self._loop, name, value)
+            setattr(self._loop, name, check_option(name, value))
+            if name in ("output_type", "output_retries"):
+                settle_output_retries(self._loop)
         elif name in REQUEST_OPTIONS:
             current = dict(self._loop.stream_options)
             self._loop.stream_options = StreamOptions.model_validate({**current, name: value})
@@ -323,7 +321,7 @@ class AgentOptions:
 
     @stream_options.setter
     def stream_options(self, value: StreamOptions | dict[str, Any] | None) -> None:
-        self._loop.stream_options = as_stream_options(value)
+        self._loop.stream_options = check_option("stream_options", value)
 
     # --- loop options (the contracts are on AgentLoopConfig's fields) ---------------------------
 

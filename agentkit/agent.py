@@ -8,19 +8,22 @@ that thread, one at a time, in event order, after the state was updated for the 
 from __future__ import annotations
 
 import contextvars
-import dataclasses
-import functools
 import importlib
-import queue
 import threading
-import time
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .abort import AbortController, AbortSignal
-from .budgets import Budgets
+from .config import (
+    AgentLoopConfig,
+    AgentOptions,
+    StreamFn,
+    check_run_options,
+    get_default_stream_fn,
+    merge_options,
+)
 from .errors import AgentBusyError, AgentError, CannotContinueError
 from .events import (
     AgentEndEvent,
@@ -28,22 +31,13 @@ from .events import (
     MessageEndEvent,
     MessageStartEvent,
     MessageUpdateEvent,
-    TextDeltaEvent,
     ToolExecutionEndEvent,
     ToolExecutionStartEvent,
     TurnEndEvent,
 )
-from .loop import (
-    ABORTED_TEXT,
-    AgentLoopConfig,
-    StreamFn,
-    default_convert_to_llm,
-    get_default_stream_fn,
-    run_agent_loop,
-    run_agent_loop_continue,
-)
-from .output import OutputSpec
+from .loop import ABORTED_TEXT, run_agent_loop, run_agent_loop_continue
 from .results import RunResult, as_run_result
+from .run import AgentRunStream, Listener, Run, _wait_through_interrupts, agentkit_logger
 from .transcript import (
     create_initial_system_message,
     get_current_system_message,
@@ -59,30 +53,18 @@ from .types import (
     TextContent,
     ThinkingLevel,
     UserMessage,
-    as_stream_options,
     placeholder_model,
     role_of,
     to_serialisable,
     to_tool_declaration,
 )
-from .waits import get_item, wait_event
 
 if TYPE_CHECKING:
-    import logging
-
     from .sessions import Session, SessionWriter
 
-
-def _logger() -> logging.Logger:
-    """The ``agentkit`` logger. Only failures are logged (a raising callback or listener), so
-    ``logging`` is imported at the first one rather than with agentkit (a few ms of import)."""
-    import logging
-
-    return logging.getLogger("agentkit")
-
+__all__ = ["Agent", "AgentRunStream", "AgentState", "PendingMessageQueue", "Run", "resolve_model"]
 
 QueueMode = Literal["all", "one-at-a-time"]
-Listener = Callable[[AgentEvent], Any]
 
 BUSY_PROMPT = (
     "Agent is already processing a prompt. Use steer() or follow_up() to queue messages, "
@@ -90,41 +72,6 @@ BUSY_PROMPT = (
 )
 BUSY_CONTINUE = "Agent is already processing. Wait for completion before continuing."
 BUSY_RESET = "Agent is already processing. Wait for completion before resetting."
-
-# Loop options the agent fills from its own state and queues when a run starts.
-_STATE_FIELDS = frozenset(
-    {"model", "reasoning", "get_steering_messages", "get_follow_up_messages", "stream_options"}
-)
-LOOP_OPTIONS = frozenset(
-    f.name for f in dataclasses.fields(AgentLoopConfig) if f.name not in _STATE_FIELDS
-)
-"""The Agent options that are loop options: each is an ``AgentLoopConfig`` field, defined there."""
-
-
-def _non_negative(name: str, value: int) -> int:
-    """``value`` if it is an int of 0 or more; else a ``ValueError`` naming ``name``."""
-    if not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a whole number, 0 or more; got {value!r}")
-    return value
-
-
-_CHECKED_OPTIONS: dict[str, Callable[[Any], Any]] = {
-    "output_type": OutputSpec.of,
-    "budgets": lambda value: None if value is None else Budgets.of(value),
-    "output_retries": lambda value: _non_negative("output_retries", value),
-}
-"""Run-envelope options checked when they are set (a bad ``output_type`` or budget raises)."""
-
-
-RUN_OPTIONS = frozenset({"output_type", "output_retries", "budgets", "deps", "tool_choice"})
-"""What ``prompt()``, ``start()`` and ``stream()`` accept per run, overriding the agent's."""
-
-
-@functools.cache
-def request_options() -> frozenset[str]:
-    """The Agent options that are request options: each is a ``StreamOptions`` field, defined
-    there (``signal``, ``reasoning`` and ``output_schema`` come from the run)."""
-    return frozenset(StreamOptions.model_fields) - {"signal", "reasoning", "output_schema"}
 
 
 def resolve_model(model: Model | str | None) -> Model:
@@ -230,108 +177,14 @@ class AgentState:
         return get_current_system_prompt(self._messages)
 
 
-class Run:
-    """One run of an :class:`Agent`, returned by :meth:`Agent.start`."""
-
-    def __init__(self, controller: AbortController) -> None:
-        self._controller = controller
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
-        # Guards _callbacks against add_done_callback racing the run's end, and the hand-over
-        # between the worker beginning (_begun) and a starter that gives up first (_cancelled).
-        self._lock = threading.Lock()
-        self._callbacks: list[Callable[[Run], Any]] = []
-        self._begun = False
-        self._cancelled = False
-        self._messages: RunResult = RunResult()
-        self._error: BaseException | None = None
-
-    @property
-    def signal(self) -> AbortSignal:
-        """The run's abort signal."""
-        return self._controller.signal
-
-    def abort(self) -> None:
-        """Ask the run to stop; safe from any thread, does nothing once it is done."""
-        self._controller.abort()
-
-    def done(self) -> bool:
-        """Whether the run has ended (listeners included)."""
-        return self._done.is_set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the run ends or ``timeout`` seconds pass; return whether it ended.
-
-        Once the run has ended, the rest of ``timeout`` is spent letting its thread finish the
-        done callbacks; a callback that takes longer does not hold the caller past ``timeout``.
-        Raises :class:`AgentError` when called from the run's own thread (a listener or hook)
-        before the run ended, since that wait could never end.
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        thread = self._thread
-        if thread is threading.current_thread() and not self._done.is_set():
-            raise AgentError(
-                "A run cannot wait for itself: this was called from the run's own thread "
-                "(a listener or a hook)"
-            )
-        if not wait_event(self._done, timeout):
-            return False
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            thread.join(remaining)  # it only has its done callbacks left to run
-        return True
-
-    def result(self, timeout: float | None = None) -> RunResult:
-        """The run's :class:`~agentkit.RunResult`: its new messages (a list) with its output,
-        usage, stop reason and error; raises ``TimeoutError`` if it has not ended in time."""
-        if not self.wait(timeout):
-            raise TimeoutError("the run did not end in time")
-        if self._error is not None:
-            raise self._error
-        return self._messages.copy_envelope(self._messages)
-
-    def add_done_callback(self, fn: Callable[[Run], Any]) -> None:
-        """Call ``fn(run)`` when the run ends (at once if it has); on the worker thread."""
-        with self._lock:
-            if not self._done.is_set():
-                self._callbacks.append(fn)
-                return
-        fn(self)
-
-    def _begin(self) -> bool:
-        """Called first on the worker thread: whether the run is still wanted."""
-        with self._lock:
-            self._begun = not self._cancelled
-            return self._begun
-
-    def _cancel_unbegun(self) -> bool:
-        """Called by a starter that gives up: cancel the run if its worker has not begun."""
-        with self._lock:
-            if self._begun:
-                return False
-            self._cancelled = True
-            self._thread = None  # it may never start; nothing to join
-            return True
-
-    def _settle(self, messages: list[Any], error: BaseException | None) -> None:
-        self._messages, self._error = as_run_result(messages), error
-        with self._lock:
-            self._done.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            try:
-                fn(self)
-            except Exception:
-                _logger().exception("agentkit: a run's done callback raised")
-
-
-class Agent:
+class Agent(AgentOptions):
     """A stateful agent: a transcript, tools and a model, run by blocking calls.
 
     ``prompt()`` blocks until the run and its listeners are done; ``start()`` returns a
     :class:`Run` at once; ``stream()`` yields the run's events. ``steer()``, ``follow_up()`` and
-    ``abort()`` are safe from any thread while a run is going.
+    ``abort()`` are safe from any thread while a run is going. Its options (the hooks, the
+    request options, the run envelope) are typed attributes, read when a run starts; assigning a
+    name that is not one raises ``AttributeError`` (see :class:`~agentkit.config.AgentOptions`).
     """
 
     def __init__(
@@ -355,25 +208,11 @@ class Agent:
         ``headers``, ...). Each is then a public attribute, read when a run starts; an unknown
         name raises ``TypeError``. ``model`` may be ``"provider:id"`` from the catalog.
         """
-        object.__setattr__(self, "_loop", AgentLoopConfig(model=placeholder_model()))
-        self.stream_fn: StreamFn = stream_fn or get_default_stream_fn()
-        self.stream_options: StreamOptions = as_stream_options(stream_options)
-        requests: dict[str, Any] = {}
+        self._loop = AgentLoopConfig(model=placeholder_model())
+        self._stream_fn: StreamFn = stream_fn or get_default_stream_fn()
+        self.stream_options = stream_options
         for name, value in options.items():
-            if name in LOOP_OPTIONS:
-                setattr(self, name, value)
-            elif name in request_options():
-                requests[name] = value
-            else:
-                raise TypeError(
-                    f"Agent() got an unknown option {name!r}. Loop options: "
-                    f"{', '.join(sorted(LOOP_OPTIONS))}; request options: "
-                    f"{', '.join(sorted(request_options()))}"
-                )
-        if requests:
-            self.stream_options = StreamOptions.model_validate(
-                {**dict(self.stream_options), **requests}
-            )
+            self._set_option(name, value)
 
         self._state = AgentState(resolve_model(model), thinking_level)
         self._state.tools = list(tools or [])
@@ -400,30 +239,15 @@ class Agent:
         self._closed = False
         self._close_callbacks: list[Callable[[], Any]] = []
 
-    # --- options: each defined once, on AgentLoopConfig or StreamOptions ------------------------
+    @property
+    def stream_fn(self) -> StreamFn:
+        """The seam to the model: ``stream_fn(model, context, options)``; ``None`` sets the
+        process default."""
+        return self._stream_fn
 
-    def __getattr__(self, name: str) -> Any:
-        """A loop option (``agent.before_tool_call``) or request option (``agent.session_id``)."""
-        if name in LOOP_OPTIONS:
-            return getattr(self.__dict__["_loop"], name)
-        if name in request_options() and "stream_options" in self.__dict__:
-            return getattr(self.__dict__["stream_options"], name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in LOOP_OPTIONS:
-            if name == "convert_to_llm" and value is None:
-                value = default_convert_to_llm
-            elif name in _CHECKED_OPTIONS:
-                value = _CHECKED_OPTIONS[name](value)  # bad values fail here, not mid-run
-            setattr(self._loop, name, value)
-        elif name in request_options():  # validated as the constructor does: a bad value raises
-            current = self.stream_options
-            self.stream_options = StreamOptions.model_validate({**dict(current), name: value})
-        elif name == "stream_options":
-            object.__setattr__(self, name, as_stream_options(value))
-        else:
-            object.__setattr__(self, name, value)
+    @stream_fn.setter
+    def stream_fn(self, fn: StreamFn | None) -> None:
+        self._stream_fn = fn or get_default_stream_fn()
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -522,7 +346,7 @@ class Agent:
         the run, waits for it to wind down, then propagates.
         """
         prompts = self._prompt_messages(input, images)
-        body = self._prompt_body(prompts, self._run_overrides(run_options))
+        body = self._prompt_body(prompts, check_run_options(run_options))
         return self._launch(BUSY_PROMPT, body, block=True).result()
 
     def start(
@@ -531,36 +355,28 @@ class Agent:
         """Start a run on ``input`` and return its :class:`Run` at once (``run_options`` as for
         :meth:`prompt`)."""
         prompts = self._prompt_messages(input, images)
-        body = self._prompt_body(prompts, self._run_overrides(run_options))
+        body = self._prompt_body(prompts, check_run_options(run_options))
         return self._launch(BUSY_PROMPT, body)
 
-    def continue_(self) -> RunResult:
-        """Continue from the transcript as it stands; block; return the run's result."""
-        return self._launch(BUSY_CONTINUE, self._continue_body, block=True).result()
+    def continue_(self, **run_options: Any) -> RunResult:
+        """Continue from the transcript as it stands; block; return the run's result
+        (``run_options`` as for :meth:`prompt`)."""
+        body = self._continue_body(check_run_options(run_options))
+        return self._launch(BUSY_CONTINUE, body, block=True).result()
 
-    def start_continue(self) -> Run:
+    def start_continue(self, **run_options: Any) -> Run:
         """Start a continue run (see :meth:`continue_`) and return its :class:`Run` at once."""
-        return self._launch(BUSY_CONTINUE, self._continue_body)
+        return self._launch(BUSY_CONTINUE, self._continue_body(check_run_options(run_options)))
 
     def _prompt_body(
-        self, prompts: list[Any], overrides: dict[str, Any] | None = None
+        self, prompts: list[Any], overrides: dict[str, Any]
     ) -> Callable[[], Callable[[Run], list[Any]]]:
         return lambda: lambda run: self._run_prompt(run, prompts, False, overrides)
 
-    def _run_overrides(self, run_options: dict[str, Any]) -> dict[str, Any]:
-        """Check a run's options (an unknown name or a bad value raises before it starts)."""
-        unknown = sorted(set(run_options) - RUN_OPTIONS)
-        if unknown:
-            raise TypeError(
-                f"unknown run option(s) {', '.join(unknown)}; a run takes "
-                f"{', '.join(sorted(RUN_OPTIONS))}"
-            )
-        return {
-            name: _CHECKED_OPTIONS[name](value) if name in _CHECKED_OPTIONS else value
-            for name, value in run_options.items()
-        }
+    def _continue_body(self, overrides: dict[str, Any]) -> Callable[[], Callable[[Run], list[Any]]]:
+        return lambda: self._choose_continue(overrides)
 
-    def _continue_body(self) -> Callable[[Run], list[Any]]:
+    def _choose_continue(self, overrides: dict[str, Any]) -> Callable[[Run], list[Any]]:
         """What a continue run does; called once the run has claimed the agent, so a busy agent
         never loses queued messages to it."""
         messages = self._state.messages
@@ -569,12 +385,12 @@ class Agent:
         if role_of(messages[-1]) == "assistant":
             steering = self._steering.drain()
             if steering:
-                return lambda run: self._run_prompt(run, steering, True)
+                return lambda run: self._run_prompt(run, steering, True, overrides)
             follow_ups = self._follow_ups.drain()
             if follow_ups:
-                return lambda run: self._run_prompt(run, follow_ups, False)
+                return lambda run: self._run_prompt(run, follow_ups, False, overrides)
             raise CannotContinueError("Cannot continue from message role: assistant")
-        return self._run_continue
+        return lambda run: self._run_continue(run, overrides)
 
     def stream(
         self, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
@@ -587,11 +403,11 @@ class Agent:
         a ``with`` block) aborts the run and waits for it to end.
         """
         prompts = self._prompt_messages(input, images)
-        overrides = self._run_overrides(run_options)
+        overrides = check_run_options(run_options)
         body = self._prompt_body(prompts, overrides)
-        spec = overrides.get("output_type", self.output_type)
+        spec = overrides["output_type"] if "output_type" in overrides else self.output_type
         return AgentRunStream(
-            self, lambda bind: self._launch(BUSY_PROMPT, body, bind=bind), output=spec
+            self.subscribe, lambda bind: self._launch(BUSY_PROMPT, body, bind=bind), output=spec
         )
 
     def abort(self) -> None:
@@ -627,25 +443,33 @@ class Agent:
             try:
                 fn()
             except Exception:
-                _logger().exception("agentkit: a close callback raised")
+                agentkit_logger().exception("agentkit: a close callback raised")
 
     def add_close_callback(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` when :meth:`close` has ended the agent's last run."""
         self._close_callbacks.append(fn)
 
-    async def aprompt(self, input: Any, images: Sequence[ImageContent] | None = None) -> list[Any]:
+    async def aprompt(
+        self, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
+    ) -> RunResult:
         """``prompt()`` for asyncio callers: see :func:`agentkit.aio.aprompt`."""
         from .aio import aprompt
 
-        return await aprompt(self, input, images)
+        return await aprompt(self, input, images, **run_options)
+
+    async def acontinue(self, **run_options: Any) -> RunResult:
+        """``continue_()`` for asyncio callers: see :func:`agentkit.aio.acontinue`."""
+        from .aio import acontinue
+
+        return await acontinue(self, **run_options)
 
     def astream(
-        self, input: Any, images: Sequence[ImageContent] | None = None
+        self, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
     ) -> AsyncGenerator[AgentEvent, None]:
         """``stream()`` for asyncio callers: see :func:`agentkit.aio.astream`."""
         from .aio import astream
 
-        return astream(self, input, images)
+        return astream(self, input, images, **run_options)
 
     def __enter__(self) -> Agent:
         return self
@@ -752,22 +576,17 @@ class Agent:
             self._release(run)
             run._settle(messages, error)
 
-    def _config(self, overrides: dict[str, Any] | None = None) -> AgentLoopConfig:
-        """The loop config for a run starting now: the loop options, the state and queues,
-        and the run's own options (``overrides``)."""
+    def _config(self, overrides: dict[str, Any]) -> AgentLoopConfig:
+        """The loop config for a run starting now: the run's own options (``overrides``) over
+        the agent's, with the state and queues."""
         level = self._state.thinking_level
-        loop_overrides = dict(overrides or {})
-        options = self.stream_options
-        if "tool_choice" in loop_overrides:
-            options = options.model_copy(update={"tool_choice": loop_overrides.pop("tool_choice")})
-        return dataclasses.replace(
+        return merge_options(
             self._loop,
+            overrides,
             model=self._state.model,
             reasoning=None if level == "off" else level,
             get_steering_messages=self._steering.drain,
             get_follow_up_messages=self._follow_ups.drain,
-            stream_options=options,
-            **loop_overrides,
         )
 
     def _snapshot(self) -> AgentContext:
@@ -778,7 +597,7 @@ class Agent:
         run: Run,
         prompts: list[Any],
         skip_first_steering: bool,
-        overrides: dict[str, Any] | None = None,
+        overrides: dict[str, Any],
     ) -> list[Any]:
         config = self._config(overrides)
         if skip_first_steering:
@@ -801,10 +620,10 @@ class Agent:
             self.stream_fn,
         )
 
-    def _run_continue(self, run: Run) -> list[Any]:
+    def _run_continue(self, run: Run, overrides: dict[str, Any]) -> list[Any]:
         return run_agent_loop_continue(
             self._snapshot(),
-            self._config(),
+            self._config(overrides),
             lambda event: self._process_event(run, event),
             run.signal,
             self.stream_fn,
@@ -873,177 +692,13 @@ class Agent:
                 try:
                     listener(event)
                 except Exception:
-                    _logger().exception("agentkit: a listener raised while reporting a failed run")
+                    agentkit_logger().exception(
+                        "agentkit: a listener raised while reporting a failed run"
+                    )
         if not isinstance(exc, Exception):  # KeyboardInterrupt/SystemExit inside a hook
-            _logger().warning("agentkit: run stopped by %s", type(exc).__name__)
+            agentkit_logger().warning("agentkit: run stopped by %s", type(exc).__name__)
         return [failure]
-
-
-def _wait_through_interrupts(run: Run) -> None:
-    """Wait for an aborted run to end, even if more ``KeyboardInterrupt``s arrive."""
-    while True:
-        try:
-            run.wait()
-            return
-        except KeyboardInterrupt:
-            run.abort()
 
 
 def _as_message(message: Any) -> Any:
     return UserMessage(content=[TextContent(text=message)]) if isinstance(message, str) else message
-
-
-class _StreamEnd:
-    """Queue token: the run is over."""
-
-
-class _WithPartial:
-    """Queue item: a message update and the typed output's partial object at that moment."""
-
-    __slots__ = ("event", "partial")
-
-    def __init__(self, event: Any, partial: Any) -> None:
-        self.event, self.partial = event, partial
-
-
-class _PartialObjects:
-    """A stream's listener with an ``output_type``: each text delta comes with the partial
-    object of the reply's text so far (read from the deltas, in event order, since the
-    streaming message itself may be further along by the time the event is yielded)."""
-
-    def __init__(self, events: queue.SimpleQueue[Any], output: OutputSpec) -> None:
-        self._events, self._output, self._text = events, output, ""
-
-    def __call__(self, event: Any) -> None:
-        if isinstance(event, MessageStartEvent):
-            self._text = ""
-        elif isinstance(event, MessageUpdateEvent) and isinstance(
-            event.assistant_message_event, TextDeltaEvent
-        ):
-            self._text += event.assistant_message_event.delta
-            self._events.put(_WithPartial(event, self._output.partial(self._text)))
-            return
-        self._events.put(event)
-
-
-_STREAM_END = _StreamEnd()
-
-
-class AgentRunStream:
-    """The events of one run as an iterator; see :meth:`Agent.stream`.
-
-    ``for event in stream`` iterates a generator that closes the stream when the loop is left
-    in any way (``break`` included), so leaving early aborts the run and waits for it, with no
-    reliance on this object being garbage collected.
-    """
-
-    def __init__(
-        self,
-        agent: Agent,
-        launch: Callable[[Callable[[Run], None]], Run],
-        output: OutputSpec | None = None,
-    ) -> None:
-        self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._finished = False
-        self._run: Run | None = None
-        self._output = output
-        self.partial_output: Any = None
-        """With an ``output_type``: the object so far in the reply being streamed (not yet
-        validated; a dict for a model type), updated as each event is yielded."""
-        put: Listener = self._events.put
-        if output is not None:  # the text is read when the event happens, not when yielded
-            put = _PartialObjects(self._events, output)
-        self._unsubscribe = agent.subscribe(put)
-        try:
-            launch(self._bind)
-        except BaseException:
-            if self._run is not None and not self._run.done():
-                self.close()  # interrupted after the run started: abort it and wait
-            self._finished = True
-            self._unsubscribe()
-            raise
-
-    def _bind(self, run: Run) -> None:
-        self._run = run
-        events = self._events  # no reference back to self: dropping the stream must free it
-        run.add_done_callback(lambda _run: events.put(_STREAM_END))
-
-    @property
-    def run(self) -> Run:
-        """The run whose events this yields."""
-        assert self._run is not None
-        return self._run
-
-    def __iter__(self) -> Iterator[AgentEvent]:
-        try:
-            while not self._finished:
-                item = self._next_item()
-                if item is _STREAM_END:
-                    self._finish()
-                    return
-                yield cast(AgentEvent, self._track(item))
-        finally:
-            self.close()  # left early (break, an exception) or finished: either way, ended
-
-    def __next__(self) -> AgentEvent:
-        if self._finished:
-            raise StopIteration
-        item = self._next_item()
-        if item is _STREAM_END:
-            self._finish()
-            raise StopIteration
-        return cast(AgentEvent, self._track(item))
-
-    def _track(self, item: Any) -> Any:
-        """The event of a queue item; a partial object that came with it becomes
-        :attr:`partial_output`."""
-        if isinstance(item, _WithPartial):
-            if item.partial is not None:
-                self.partial_output = item.partial
-            return item.event
-        return item
-
-    def _next_item(self) -> Any:
-        try:
-            return get_item(lambda timeout: self._events.get(timeout=timeout))
-        except BaseException:
-            self.close()
-            raise
-
-    def result(self) -> RunResult:
-        """The run's :class:`~agentkit.RunResult` (waits for the run)."""
-        return self.run.result()
-
-    def close(self) -> None:
-        """Abort the run if it is still going and wait for it to end."""
-        if self._finished:
-            return
-        self.run.abort()
-        _wait_through_interrupts(self.run)
-        self._finish()
-
-    def _finish(self) -> None:
-        self._finished = True
-        self._unsubscribe()
-        self.run.wait()
-
-    def __enter__(self) -> AgentRunStream:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        # A last resort for a stream dropped without being iterated to its end or closed.
-        if getattr(self, "_finished", True) or getattr(self, "_run", None) is None:
-            return
-        run = self.run
-        if run._thread is threading.current_thread():
-            run.abort()
-        else:
-            self.close()

@@ -5,9 +5,14 @@ and events onto the caller's event loop with ``loop.call_soon_threadsafe``, so t
 waits on a lock or a join. Cancelling the awaiting task (a client that disconnects from a
 FastAPI endpoint, ``asyncio.wait_for`` timing out) aborts the run.
 
-    messages = await agent.aprompt("Hello")
+    result = await agent.aprompt("Hello", output_type=Answer)
     async for event in agent.astream("Hello"):
         ...
+    result = await agent.acontinue()
+
+Each takes the run options of its synchronous twin (``output_type``, ``output_retries``,
+``budgets``, ``deps``, ``tool_choice``), which :meth:`~agentkit.Agent.start` checks and lays over
+the agent's.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentkit import Agent, AgentEvent, ImageContent, Run
+    from agentkit import Agent, AgentEvent, ImageContent, Run, RunResult
 
 _END = object()  # queue token: the run is over
 
@@ -63,14 +68,25 @@ async def _abort_and_wait(run: Run, finished: asyncio.Future[None]) -> None:
 
 
 async def aprompt(
-    agent: Agent, input: Any, images: Sequence[ImageContent] | None = None
-) -> list[Any]:
-    """Run ``agent`` on ``input`` and await its new messages (``Agent.prompt`` for asyncio).
+    agent: Agent, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
+) -> RunResult:
+    """Run ``agent`` on ``input`` and await its :class:`~agentkit.RunResult` (``Agent.prompt``
+    for asyncio; ``run_options`` as for it).
 
     Cancelling the awaiting task aborts the run, waits for it to end, then re-raises
     ``CancelledError``.
     """
-    run = agent.start(input, images)
+    return await _result(agent.start(input, images, **run_options))
+
+
+async def acontinue(agent: Agent, **run_options: Any) -> RunResult:
+    """Continue ``agent`` from its transcript and await the :class:`~agentkit.RunResult`
+    (``Agent.continue_`` for asyncio; cancelling aborts the run as :func:`aprompt` does)."""
+    return await _result(agent.start_continue(**run_options))
+
+
+async def _result(run: Run) -> RunResult:
+    """Await ``run``'s end without blocking the loop; cancellation aborts it and waits."""
     finished = _run_finished(run)
     try:
         await asyncio.shield(finished)
@@ -81,9 +97,10 @@ async def aprompt(
 
 
 async def astream(
-    agent: Agent, input: Any, images: Sequence[ImageContent] | None = None
+    agent: Agent, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
 ) -> AsyncGenerator[AgentEvent, None]:
-    """Start a run and yield its events as they happen (``Agent.stream`` for asyncio).
+    """Start a run and yield its events as they happen (``Agent.stream`` for asyncio;
+    ``run_options`` as for it).
 
     Leaving the ``async for`` early (``break``, an exception, cancellation, ``aclose()``)
     aborts the run and waits, without blocking the loop, for it to end.
@@ -99,7 +116,7 @@ async def astream(
 
     unsubscribe = agent.subscribe(forward)
     try:
-        run = agent.start(input, images)
+        run = agent.start(input, images, **run_options)
     except BaseException:
         unsubscribe()
         raise
@@ -117,4 +134,4 @@ async def astream(
             await _abort_and_wait(run, finished)
 
 
-__all__ = ["aprompt", "astream"]
+__all__ = ["acontinue", "aprompt", "astream"]

@@ -14,16 +14,22 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .abort import AbortController, AbortSignal
 from .budgets import Budgets, BudgetTracker
-from .errors import CannotContinueError, NoStreamFunctionError
-from .event_stream import AssistantMessageEventStream, EventStream, consuming_here
+from .config import (
+    AgentLoopConfig,
+    StreamFn,
+    default_convert_to_llm,
+    get_default_stream_fn,
+    set_default_stream_fn,
+)
+from .errors import CannotContinueError
+from .event_stream import EventStream, consuming_here
 from .events import (
     AgentEndEvent,
     AgentEvent,
@@ -38,16 +44,12 @@ from .events import (
     TurnStartEvent,
 )
 from .hooks import (
-    AfterToolCallContext,
-    AfterToolCallResult,
-    BeforeToolCallContext,
-    BeforeToolCallResult,
     RequestContext,
     TurnContext,
     TurnUpdate,
     coerce_hook_result,
 )
-from .output import DEFAULT_OUTPUT_RETRIES, OutputSpec
+from .output import OutputSpec
 from .results import OutputValidationError, RunResult, finish_result
 from .tool_calls import ToolRunner, run_tool_call, wait_or_give_up
 from .transcript import ToolDeclarations, declare_tool_changes
@@ -58,7 +60,6 @@ from .types import (
     FieldsEqRepr,
     Model,
     StreamOptions,
-    ThinkingLevel,
     ToolCall,
     ToolResultMessage,
     clean_message,
@@ -66,10 +67,9 @@ from .types import (
 )
 
 if TYPE_CHECKING:
-    from concurrent.futures import Executor
 
     # an Approvals broker is made by the application, which imports the module
-    from .approvals import Approvals
+    pass
 
 __all__ = [
     "AgentContext",
@@ -88,103 +88,8 @@ __all__ = [
 ]
 
 Emit = Callable[[AgentEvent], None]
-StreamFn = Callable[[Model, Context, Any], AssistantMessageEventStream]
-"""``stream_fn(model, context, options) -> AssistantMessageEventStream``: the seam to a model."""
 
-LLM_ROLES = frozenset({"system", "user", "assistant", "tool_result"})
 ABORTED_TEXT = "Operation aborted"
-
-
-def default_convert_to_llm(messages: list[Any]) -> list[Any]:
-    """Keep the roles a model understands (system, user, assistant, tool_result); drop the rest."""
-    return [m for m in messages if role_of(m) in LLM_ROLES]
-
-
-@dataclass(eq=False, repr=False)
-class AgentLoopConfig(FieldsEqRepr):
-    """Every hook and option of a run (SPEC 2.7), each defined here once.
-
-    Hooks run on the loop's thread; a hook that raises fails the run, except the tool hooks,
-    whose failures become error tool results. ``tool_abort_grace`` is how long (seconds) an
-    aborted run waits for a stream or tools that ignore the signal before giving up on them.
-    ``stream_options`` holds the request options (session id, token limit, headers, ...);
-    each request gets a copy of it with that request's ``api_key``, ``signal`` and
-    ``reasoning``, and nothing else from this config: hooks never reach a provider.
-    ``api_key`` falls back to ``stream_options.api_key`` when ``get_api_key`` gives none.
-
-    The run envelope: ``budgets`` (:class:`~agentkit.Budgets`; ``None`` is the default turn
-    cap), ``output_type`` (validated, retried ``output_retries`` times), ``deps`` (handed to
-    tools through :class:`~agentkit.RunContext`) and ``approvals`` (an
-    :class:`~agentkit.Approvals` broker for tools that need a decision).
-    """
-
-    model: Model
-    convert_to_llm: Callable[[list[Any]], list[Any]] = default_convert_to_llm
-    transform_context: Callable[[list[Any], AbortSignal], list[Any]] | None = None
-    get_api_key: Callable[[str], str | None] | None = None
-    get_steering_messages: Callable[[], list[Any]] | None = None
-    get_follow_up_messages: Callable[[], list[Any]] | None = None
-    prepare_next_turn: Callable[[TurnContext], TurnUpdate | dict[str, Any] | None] | None = None
-    prepare_request: (
-        Callable[[RequestContext, AbortSignal], TurnUpdate | dict[str, Any] | None] | None
-    ) = None
-    finish_turn: Callable[[TurnContext, AbortSignal], Any] | None = None
-    before_tool_call: (
-        Callable[[BeforeToolCallContext, AbortSignal], BeforeToolCallResult | dict[str, Any] | None]
-        | None
-    ) = None
-    after_tool_call: (
-        Callable[[AfterToolCallContext, AbortSignal], AfterToolCallResult | dict[str, Any] | None]
-        | None
-    ) = None
-    tool_execution: Literal["parallel", "sequential"] = "parallel"
-    max_tool_workers: int = 32
-    tool_abort_grace: float = 2.0
-    reasoning: ThinkingLevel | None = None
-    stream_options: StreamOptions = field(default_factory=StreamOptions)
-    budgets: Budgets | dict[str, Any] | None = None
-    output_type: Any = None
-    output_retries: int = DEFAULT_OUTPUT_RETRIES
-    deps: Any = None
-    approvals: Approvals | None = None
-    tool_executor: Executor | None = None
-    """Where tool calls execute: ``None`` is agentkit's own daemon threads, made for the run (at
-    most ``max_tool_workers``) and stopped when it ends. Any ``concurrent.futures.Executor`` may
-    be given (shared by agents, or instrumented); the run never shuts it down, and its own bound
-    replaces ``max_tool_workers``. A ``ThreadPoolExecutor`` joins its threads when the
-    interpreter exits, so a tool that ignores an abort keeps the process alive until it returns.
-    """
-
-
-# --- the default stream function --------------------------------------------------------------
-
-# Guards _default_stream_fn, the process-wide fallback when no stream_fn is given.
-_default_lock = threading.Lock()
-_default_stream_fn: StreamFn | None = None
-
-
-def set_default_stream_fn(fn: StreamFn | None) -> None:
-    """Replace the process-wide default stream function; ``None`` restores the providers'."""
-    global _default_stream_fn
-    with _default_lock:
-        _default_stream_fn = fn
-
-
-def get_default_stream_fn() -> StreamFn:
-    """The default stream function: the one set, else ``agentkit.providers.stream_simple``."""
-    with _default_lock:
-        fn = _default_stream_fn
-    if fn is not None:
-        return fn
-    try:
-        # Imported by name: the providers package is optional for type checking and imports.
-        stream_simple: StreamFn = importlib.import_module(".providers", __package__).stream_simple
-    except (ImportError, AttributeError):
-        raise NoStreamFunctionError(
-            "No default stream function configured. Pass stream_fn explicitly or call "
-            "set_default_stream_fn()."
-        ) from None
-    return stream_simple
 
 
 # --- entry points -----------------------------------------------------------------------------
@@ -326,10 +231,8 @@ def _run_loop(
 ) -> None:
     """Run the turns inside the run's envelope: the budget tracker owns the run's signal (its
     deadline aborts it) and, like the run's tool threads, is closed however the run ends."""
-    tracker = BudgetTracker(Budgets.of(config.budgets), signal, new_messages.usage)
-    output = OutputSpec.of(config.output_type)
-    if output is not None and config.output_retries != output.retries:
-        output = OutputSpec(output.type, name=output.name, retries=config.output_retries)
+    tracker = BudgetTracker(config.budgets or Budgets(), signal, new_messages.usage)
+    output = config.output_type
     tools = ToolRunner(
         emit,
         tracker.signal,

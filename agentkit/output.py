@@ -11,6 +11,7 @@ times. Peers: openai-agents and pydantic-ai ``output_type``.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -62,11 +63,20 @@ class OutputSpec:
         """What each request asks for (:attr:`~agentkit.types.StreamOptions.output_schema`)."""
 
     @classmethod
-    def of(cls, value: Any) -> OutputSpec | None:
-        """``value`` as a spec: ``None`` stays ``None``, a spec stays itself."""
-        if value is None or isinstance(value, OutputSpec):
+    def of(cls, value: Any, retries: int | None = None) -> OutputSpec | None:
+        """``value`` as a spec: ``None`` stays ``None``, a spec stays itself. With ``retries``,
+        a spec retrying that many times (a copy, when a given spec retries otherwise)."""
+        if value is None:
+            return None
+        if not isinstance(value, OutputSpec):
+            return cls(value) if retries is None else cls(value, retries=retries)
+        if retries is None or retries == value.retries:
             return value
-        return cls(value)
+        if retries < 0:
+            raise ValueError(f"output retries must be 0 or more, got {retries}")
+        spec = copy.copy(value)  # the schema and validator are the same; only the count differs
+        spec.retries = retries
+        return spec
 
     # --- validation ----------------------------------------------------------------------------
 

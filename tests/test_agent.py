@@ -12,6 +12,7 @@ from agentkit import (
     Agent,
     AgentBusyError,
     AssistantMessage,
+    Budgets,
     CannotContinueError,
     ImageContent,
     SystemMessage,
@@ -21,8 +22,9 @@ from agentkit import (
     ToolResultMessage,
     UserMessage,
 )
+from agentkit.config import AgentLoopConfig, merge_options
 from agentkit.testing import ScriptedModel, reply, text, thinking, tool_call
-from agentkit.types import Model
+from agentkit.types import Model, placeholder_model
 
 from .support import Recorder, make_agent, make_tool, roles
 
@@ -560,3 +562,54 @@ def test_options_are_defined_once_and_a_misspelt_one_raises() -> None:
     assert model.requests[-1].options.max_tokens == 32
     with pytest.raises(ValueError, match="max_retires"):
         agent.stream_options = {"max_retires": 3}
+
+
+def test_an_unknown_attribute_raises_naming_the_valid_ones() -> None:
+    agent, _ = make_agent([])
+    with pytest.raises(AttributeError, match="before_tool_cal'.*before_tool_call.*session_id"):
+        agent.before_tool_cal = lambda ctx, signal: None  # type: ignore[attr-defined]
+    assert agent.before_tool_call is None
+    with pytest.raises(AttributeError):
+        agent.state = None  # type: ignore[misc]  # read-only: no setter
+    agent._scratch = 1  # private names stay free for subclasses and tests
+
+
+def test_an_option_set_as_an_attribute_is_used_by_the_next_run() -> None:
+    agent, model = make_agent([reply(tool_call("A", {"text": "x"}, id="a")), "done", "again"],
+                              tools=[A])
+    blocked: list[str] = []
+
+    def block(ctx: Any, signal: AbortSignal) -> dict[str, Any]:
+        blocked.append(ctx.tool_call.name)
+        return {"block": True, "reason": "not now"}
+
+    agent.before_tool_call = block
+    agent.budgets = {"max_turns": 5}  # checked and kept in its working form
+    agent.temperature = 0.25
+    new = agent.prompt("go")
+    assert blocked == ["A"] and new[2].is_error and new[2].content[0].text == "not now"
+    assert agent.budgets == Budgets(max_turns=5)
+    assert model.requests[0].options.temperature == 0.25
+    with pytest.raises(ValueError, match="above zero"):
+        agent.budgets = {"max_turns": 0}  # the constructor's check, on assignment
+    with pytest.raises(ValueError, match="output_retries"):
+        agent.output_retries = -1
+
+
+def test_run_options_beat_agent_options_beat_defaults() -> None:
+    agent, model = make_agent(["1", "2", "3"])
+    agent.prompt("defaults")
+    assert model.requests[0].options.tool_choice is None  # StreamOptions' default
+    agent.tool_choice = "required"
+    agent.output_retries = 4
+    agent.prompt("agent")
+    agent.prompt("run", tool_choice="none", output_retries=0)
+    assert [r.options.tool_choice for r in model.requests] == [None, "required", "none"]
+    assert (agent.tool_choice, agent.output_retries) == ("required", 4)  # run options don't stick
+
+    config = AgentLoopConfig(model=placeholder_model(), output_type=int, output_retries=3)
+    assert config.output_type.retries == 3  # the spec carries the one retry count
+    merged = merge_options(config, {"output_retries": 1, "deps": "d"}, reasoning="low")
+    assert (merged.output_type.retries, merged.deps, merged.reasoning) == (1, "d", "low")
+    assert merge_options(config, {"output_type": None}).output_type is None
+    assert (config.output_type.retries, config.deps) == (3, None)  # the agent's layer unchanged

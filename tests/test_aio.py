@@ -9,8 +9,19 @@ import time
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from agentkit import Agent, AgentTool
+from agentkit import (
+    Agent,
+    AgentTool,
+    Budgets,
+    CannotContinueError,
+    ImageContent,
+    RunContext,
+    TextContent,
+    UserMessage,
+    tool,
+)
 from agentkit.abort import AbortSignal
 from agentkit.testing import ScriptedModel, reply, tool_call
 
@@ -136,3 +147,66 @@ def test_the_event_loop_keeps_ticking_during_a_run() -> None:
     count, worst = asyncio.run(main())
     assert count >= ticks_wanted
     assert worst < 1.0  # 100x the 10 ms period: the loop was never blocked
+
+
+class City(BaseModel):
+    name: str
+    population: int
+
+
+def test_aprompt_takes_the_run_options_of_prompt() -> None:
+    model = ScriptedModel(['{"name": "Paris"}', '{"name": "Paris", "population": 2}'])
+    agent = Agent(model=model.model, stream_fn=model)
+    result = asyncio.run(agent.aprompt("answer", output_type=City, tool_choice="none"))
+    assert result.output == City(name="Paris", population=2)  # validated, after one retry
+    assert model.requests[0].options.tool_choice == "none"
+    assert agent.output_type is None and agent.tool_choice is None  # the run's options only
+    with pytest.raises(TypeError, match="unknown run option"):
+        asyncio.run(agent.aprompt("x", max_turns=1))
+
+
+def test_aprompt_with_deps_budgets_and_images() -> None:
+    seen: list[str] = []
+
+    @tool
+    def whoami(ctx: RunContext[str]) -> str:
+        """Name the user."""
+        seen.append(ctx.deps)
+        return ctx.deps
+
+    model = ScriptedModel([reply(tool_call("whoami", id="w"))] * 5)
+    agent = Agent(model=model.model, stream_fn=model, tools=[whoami])
+    image = ImageContent(data="aGk=", mime_type="image/png")
+    result = asyncio.run(
+        agent.aprompt("who", [image], deps="ada", budgets=Budgets(max_turns=2))
+    )
+    assert seen == ["ada", "ada"] and result.stop_reason == "budget"
+    assert result.budget == "max_turns"
+    assert model.requests[0].messages[1].content[1] == image
+
+
+def test_astream_takes_the_run_options_of_stream() -> None:
+    model = ScriptedModel(['{"name": "Rome", "population": 3}'])
+    agent = Agent(model=model.model, stream_fn=model)
+
+    async def collect() -> list[str]:
+        return [event.type async for event in agent.astream("answer", output_type=City)]
+
+    types = asyncio.run(collect())
+    assert types[-1] == "agent_end"
+    assert agent.state.messages[-1].content[0].text.startswith('{"name": "Rome"')
+    assert model.requests[0].options.tool_choice is None
+
+
+def test_acontinue_continues_the_transcript() -> None:
+    model = ScriptedModel(["first", "picked up again"])
+    agent = Agent(model=model.model, stream_fn=model)
+    asyncio.run(agent.aprompt("hello"))
+    agent.state.messages.append(UserMessage(content=[TextContent(text="and then?")]))
+    result = asyncio.run(agent.acontinue(tool_choice="none"))
+    assert [m.role for m in result] == ["assistant"]
+    assert result.text == "picked up again"
+    assert model.requests[1].options.tool_choice == "none"
+    assert [m.role for m in model.requests[1].messages[-3:]] == ["user", "assistant", "user"]
+    with pytest.raises(CannotContinueError):
+        asyncio.run(agent.acontinue())  # the transcript now ends with the assistant

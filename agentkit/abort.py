@@ -13,6 +13,10 @@ from typing import Any
 from .errors import AbortError
 from .waits import wait_event
 
+ABORTED_TEXT = "Operation aborted"
+"""What an aborted operation reports: the error of a run, a tool call or a wait that an abort
+without a reason stopped (a reason given to ``abort()`` is reported instead where there is one)."""
+
 
 class AbortSignal:
     """Tells its holders that a run was aborted, and wakes those waiting for it.
@@ -79,7 +83,7 @@ class AbortSignal:
         reason = self._reason
         if isinstance(reason, BaseException):
             return str(reason) or type(reason).__name__
-        return "Operation aborted" if reason in (None, "aborted") else str(reason)
+        return ABORTED_TEXT if reason in (None, "aborted") else str(reason)
 
     def __repr__(self) -> str:
         return f"AbortSignal(aborted={self.aborted})"

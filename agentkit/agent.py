@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from .abort import AbortController, AbortSignal
+from .abort import ABORTED_TEXT, AbortController, AbortSignal
 from .budgets import Budgets
 from .errors import AgentBusyError, AgentError, CannotContinueError
 from .events import (
@@ -34,7 +34,6 @@ from .events import (
     TurnEndEvent,
 )
 from .loop import (
-    ABORTED_TEXT,
     AgentLoopConfig,
     StreamFn,
     default_convert_to_llm,
@@ -46,13 +45,14 @@ from .output import OutputSpec
 from .results import RunResult, as_run_result
 from .transcript import (
     create_initial_system_message,
+    failure_message,
     get_current_system_message,
     get_current_system_prompt,
+    user_message,
 )
 from .types import (
     AgentContext,
     AgentTool,
-    AssistantMessage,
     ImageContent,
     Model,
     StreamOptions,
@@ -853,14 +853,8 @@ class Agent:
             text = to_serialisable(str(exc)) or type(exc).__name__
         except Exception:  # an exception whose __str__ fails still gets recorded
             text = type(exc).__name__
-        failure = AssistantMessage(
-            content=[TextContent(text="")],
-            api=str(getattr(model, "api", "unknown")),
-            provider=str(getattr(model, "provider", "unknown")),
-            model=str(getattr(model, "id", "unknown")),
-            stop_reason="aborted" if run.signal.aborted else "error",
-            error_message=text,
-        )
+        reason: Literal["error", "aborted"] = "aborted" if run.signal.aborted else "error"
+        failure = failure_message(reason, text, model, content=[TextContent(text="")])
         events: list[AgentEvent] = [
             MessageStartEvent(failure),
             MessageEndEvent(failure),
@@ -890,7 +884,7 @@ def _wait_through_interrupts(run: Run) -> None:
 
 
 def _as_message(message: Any) -> Any:
-    return UserMessage(content=[TextContent(text=message)]) if isinstance(message, str) else message
+    return user_message(message) if isinstance(message, str) else message
 
 
 class _StreamEnd:

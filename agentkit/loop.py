@@ -19,7 +19,8 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .abort import AbortController, AbortSignal
+from ._serialize import LLM_ROLES
+from .abort import ABORTED_TEXT, AbortController, AbortSignal
 from .budgets import REFUSED_TEXT, Budgets, BudgetTracker
 from .controls import TIMEOUT_TEXT, ToolControls
 from .errors import CannotContinueError, NoStreamFunctionError, ToolRetry
@@ -54,7 +55,7 @@ from .hooks import (
 from .output import DEFAULT_OUTPUT_RETRIES, OutputSpec
 from .results import OutputValidationError, RunResult, finish_result
 from .tools import error_result, validate_tool_arguments
-from .transcript import ToolDeclarations, declare_tool_changes
+from .transcript import ToolDeclarations, declare_tool_changes, failure_message
 from .types import (
     AgentContext,
     AgentTool,
@@ -95,8 +96,6 @@ Emit = Callable[[AgentEvent], None]
 StreamFn = Callable[[Model, Context, Any], AssistantMessageEventStream]
 """``stream_fn(model, context, options) -> AssistantMessageEventStream``: the seam to a model."""
 
-LLM_ROLES = frozenset({"system", "user", "assistant", "tool_result"})
-ABORTED_TEXT = "Operation aborted"
 TRUNCATED_TEXT = (
     'Tool call "{name}" was not executed: the response hit the output token limit, so its '
     "arguments may be truncated. Re-issue the tool call with complete arguments."
@@ -740,13 +739,9 @@ def _snapshot(message: AssistantMessage) -> AssistantMessage:
 def _aborted_message(partial: AssistantMessage | None, model: Model) -> AssistantMessage:
     """The message for a stream that did not end after an abort."""
     if partial is not None:
-        message = partial.model_copy()
-        message.content = list(partial.content)
-    else:
-        message = AssistantMessage(api=model.api, provider=model.provider, model=model.id)
-    message.stop_reason = "aborted"
-    message.error_message = ABORTED_TEXT
-    return message
+        partial = partial.model_copy()
+        partial.content = list(partial.content)
+    return failure_message("aborted", ABORTED_TEXT, model, partial=partial)
 
 
 # --- tools ------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import from_json
 
-from .types import Model, StreamOptions, TextContent, UserMessage, on_payload_before
+from .transcript import user_message
+from .types import Model, StreamOptions, UserMessage, on_payload_before
 
 DEFAULT_OUTPUT_RETRIES = 2
 """How many times a run sends validation errors back before it fails."""
@@ -94,7 +95,7 @@ class OutputSpec:
 
     def retry_message(self, errors: str) -> UserMessage:
         """The message that sends validation ``errors`` back to the model."""
-        return UserMessage(content=[TextContent(text=RETRY_TEXT.format(errors=errors))])
+        return user_message(RETRY_TEXT.format(errors=errors))
 
     def partial(self, text: str) -> Any:
         """The object so far in a streaming ``text`` (not validated), or ``None`` if none yet."""

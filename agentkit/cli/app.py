@@ -28,13 +28,14 @@ from ..abort import AbortSignal, readable_on_abort
 from ..agent import Agent, Run
 from ..approvals import ApprovalRequest, Approvals
 from ..budgets import DEFAULT_MAX_TURNS, Budgets
-from ..errors import AgentError
+from ..errors import AgentError, CliError
 from ..events import event_to_dict
 from ..loop import StreamFn
 from ..results import RunResult
 from ..sessions import SessionError
 from ..tools import AgentTool
-from ..types import Model, TextContent, ToolCall, UserMessage
+from ..transcript import user_message as prompt_message
+from ..types import Model, TextContent, ToolCall
 from ..waits import get_item
 from .sessions import (
     add_session_options,
@@ -60,10 +61,6 @@ SMALL_MODEL_SYSTEM_PROMPT = (
 
 EXIT_INTERRUPTED = 130
 """The exit status after Ctrl-C, as shells report a SIGINT."""
-
-
-class CliError(Exception):
-    """A problem the user can fix; printed without a traceback."""
 
 
 def _version() -> str:
@@ -864,7 +861,7 @@ def _run_once(agent: Agent, task: str, io: _Io) -> int:
             kept = agent.state.messages[:-1]
             previous = agent.temperature
             if attempt == 0:
-                note = UserMessage(content=[TextContent(text=CALL_FORMAT_NOTE)])
+                note = prompt_message(CALL_FORMAT_NOTE)
                 agent.state.messages = [*kept, note]
             else:
                 agent.state.messages = kept

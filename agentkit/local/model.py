@@ -37,7 +37,7 @@ from typing import Any, Literal
 import requests
 
 from ..abort import AbortSignal
-from ..errors import AgentError
+from ..errors import LocalModelError, LocalModelIntegrityError, LocalModelNotInstalledError
 from ..types import Model
 
 LocalApi = Literal["openai-completions", "openai-responses", "anthropic-messages"]
@@ -72,18 +72,6 @@ INSTALL_HINT = (
 _CHUNK = 8 * 1024 * 1024
 _KEY = re.compile(r"^[0-9a-f]{16,64}(\.\d+\.tmp)?$")
 _STAMP_SUFFIX = ".verified.json"
-
-
-class LocalModelError(AgentError):
-    """The embedded model could not be prepared or started; the message says what to do."""
-
-
-class LocalModelNotInstalledError(LocalModelError):
-    """The ``local`` extra (the llama.cpp runtime or the weight packages) is not installed."""
-
-
-class LocalModelIntegrityError(LocalModelError):
-    """The joined weights do not have the pinned sha256, so they are refused."""
 
 
 # --- weights ----------------------------------------------------------------------------------

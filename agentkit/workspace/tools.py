@@ -37,7 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 from ..abort import AbortSignal, readable_on_abort
-from ..errors import AbortError, AgentError
+from ..errors import AbortError, MissingPathError, WorkspaceError
 from ..tools import AgentTool, AgentToolResult, OnUpdate, tool
 
 MUTATING_TOOLS: frozenset[str] = frozenset({"write_file", "edit_file", "run_command"})
@@ -92,18 +92,6 @@ _EXIT_GRACE = 0.2
 """Seconds to keep reading after the command exits while a background child holds its output."""
 _EXIT_POLL = 0.05
 """How often a command's exit is looked for where the system has no pidfds (not Linux)."""
-
-
-class WorkspaceError(AgentError):
-    """A workspace tool was asked for something it must not or cannot do."""
-
-
-class MissingPathError(WorkspaceError):
-    """A path that does not exist: the file itself, or (``folder``) a folder on the way."""
-
-    def __init__(self, shown: str, folder: bool = False) -> None:
-        super().__init__(f"{shown} does not exist")
-        self.folder = folder
 
 
 def _open_or_say_create(ws: Workspace, path: str) -> tuple[int, str]:

@@ -14,8 +14,10 @@ from .errors import AbortError
 from .waits import wait_event
 
 ABORTED_TEXT = "Operation aborted"
-"""What an aborted operation reports: the error of a run, a tool call or a wait that an abort
-without a reason stopped (a reason given to ``abort()`` is reported instead where there is one)."""
+"""The text an abort leaves: the ``error_message`` of an aborted run, the error result of a tool
+call it stopped, the reason of an approval it refused, and the :class:`AbortError` of a signal
+aborted without a reason. Code that must know whether something was aborted reads the stop
+reason or the signal, never this text."""
 
 
 class AbortSignal:

@@ -13,6 +13,12 @@ from typing import Any
 from .errors import AbortError
 from .waits import wait_event
 
+ABORTED_TEXT = "Operation aborted"
+"""The text an abort leaves: the ``error_message`` of an aborted run, the error result of a tool
+call it stopped, the reason of an approval it refused, and the :class:`AbortError` of a signal
+aborted without a reason. Code that must know whether something was aborted reads the stop
+reason or the signal, never this text."""
+
 
 class AbortSignal:
     """Tells its holders that a run was aborted, and wakes those waiting for it.
@@ -79,7 +85,7 @@ class AbortSignal:
         reason = self._reason
         if isinstance(reason, BaseException):
             return str(reason) or type(reason).__name__
-        return "Operation aborted" if reason in (None, "aborted") else str(reason)
+        return ABORTED_TEXT if reason in (None, "aborted") else str(reason)
 
     def __repr__(self) -> str:
         return f"AbortSignal(aborted={self.aborted})"

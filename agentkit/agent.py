@@ -15,7 +15,8 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from .abort import AbortController, AbortSignal
+from ._serialize import to_serialisable
+from .abort import ABORTED_TEXT, AbortController, AbortSignal
 from .config import (
     AgentLoopConfig,
     AgentOptions,
@@ -35,18 +36,19 @@ from .events import (
     ToolExecutionStartEvent,
     TurnEndEvent,
 )
-from .loop import ABORTED_TEXT, run_agent_loop, run_agent_loop_continue
+from .loop import run_agent_loop, run_agent_loop_continue
 from .results import RunResult, as_run_result
 from .run import AgentRunStream, Listener, Run, _wait_through_interrupts, agentkit_logger
 from .transcript import (
     create_initial_system_message,
+    failure_message,
     get_current_system_message,
     get_current_system_prompt,
+    user_message,
 )
 from .types import (
     AgentContext,
     AgentTool,
-    AssistantMessage,
     ImageContent,
     Model,
     StreamOptions,
@@ -55,7 +57,6 @@ from .types import (
     UserMessage,
     placeholder_model,
     role_of,
-    to_serialisable,
     to_tool_declaration,
 )
 
@@ -672,14 +673,8 @@ class Agent(AgentOptions):
             text = to_serialisable(str(exc)) or type(exc).__name__
         except Exception:  # an exception whose __str__ fails still gets recorded
             text = type(exc).__name__
-        failure = AssistantMessage(
-            content=[TextContent(text="")],
-            api=str(getattr(model, "api", "unknown")),
-            provider=str(getattr(model, "provider", "unknown")),
-            model=str(getattr(model, "id", "unknown")),
-            stop_reason="aborted" if run.signal.aborted else "error",
-            error_message=text,
-        )
+        reason: Literal["error", "aborted"] = "aborted" if run.signal.aborted else "error"
+        failure = failure_message(reason, text, model, content=[TextContent(text="")])
         events: list[AgentEvent] = [
             MessageStartEvent(failure),
             MessageEndEvent(failure),
@@ -701,4 +696,4 @@ class Agent(AgentOptions):
 
 
 def _as_message(message: Any) -> Any:
-    return UserMessage(content=[TextContent(text=message)]) if isinstance(message, str) else message
+    return user_message(message) if isinstance(message, str) else message

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from .abort import AbortSignal
+from .abort import ABORTED_TEXT, AbortSignal
 from .types import ToolCall
 
 Policy = Collection[str] | Callable[[ToolCall], bool]
@@ -133,7 +133,7 @@ class Approvals:
             with self._cond:
                 while call.id not in self._decisions:
                     if signal.aborted:
-                        return ApprovalDecision(False, "Operation aborted")
+                        return ApprovalDecision(False, ABORTED_TEXT)
                     now = time.monotonic()
                     if until is not None and now >= until:
                         return ApprovalDecision(False, "The run's deadline passed")

@@ -17,8 +17,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from .abort import AbortController, AbortSignal
+from .errors import BudgetReached
 from .results import RunUsage
-from .types import TextContent, UserMessage
+from .transcript import user_message
+from .types import UserMessage
 
 DEFAULT_MAX_TURNS = 100
 """The model requests a run may make unless its budgets say otherwise."""
@@ -30,14 +32,6 @@ SUMMARY_PROMPT = (
 REFUSED_TEXT = (
     'Tool call "{name}" was not executed: the run\'s budget {limit} is used up.'
 )
-
-
-class BudgetReached(Exception):
-    """The abort reason of a run whose deadline passed; ``limit`` is ``"timeout"``."""
-
-    def __init__(self, limit: str) -> None:
-        super().__init__(f"the run's budget {limit} was reached")
-        self.limit = limit
 
 
 class Budgets(BaseModel):
@@ -173,7 +167,7 @@ class BudgetTracker:
             return None
         self.summarizing = True
         limit = self.limit or "budget"
-        return UserMessage(content=[TextContent(text=SUMMARY_PROMPT.format(limit=limit))])
+        return user_message(SUMMARY_PROMPT.format(limit=limit))
 
     def close(self) -> None:
         """Unlink from the caller's signal."""

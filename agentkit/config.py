@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._serialize import LLM_ROLES
 from .abort import AbortSignal
 from .budgets import Budgets
 from .errors import NoStreamFunctionError
@@ -73,7 +74,6 @@ AfterToolCall = Callable[
 ]
 ToolExecution = Literal["parallel", "sequential"]
 
-LLM_ROLES = frozenset({"system", "user", "assistant", "tool_result"})
 
 
 def default_convert_to_llm(messages: list[Any]) -> list[Any]:

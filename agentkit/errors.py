@@ -1,4 +1,44 @@
-"""Every exception agentkit raises, in one hierarchy under :class:`AgentError`."""
+"""Every exception agentkit raises, in one hierarchy under :class:`AgentError`.
+
+Each is defined here and nowhere else; the module that raises one imports it (and keeps the
+name importable, so ``agentkit.sessions.SessionError`` and ``agentkit.errors.SessionError`` are
+the same class). Nothing here imports an optional dependency, so the errors of the MCP, Celery,
+local-model and workspace integrations can be caught without installing them.
+
+Names ending in ``Error`` are failures. The two signals are not: :class:`ToolRetry` is how a
+tool asks the model to call it again, :class:`BudgetReached` is the abort reason of a run whose
+time ran out; both say what they are for and never reach the caller of a run as exceptions.
+
+::
+
+    AgentError
+    ├── AgentBusyError                a prompt, continue or reset during a run
+    ├── CannotContinueError           continue_() with nothing to continue from
+    ├── AbortError                    an operation stopped by its run's abort
+    │   └── RequestAbortedError       internal to the providers: a request stopped by the abort
+    ├── ToolArgumentsError            a tool call's arguments do not match its schema
+    │   └── PlaceholderArgumentsError (also ValueError) a placeholder the local model copied
+    ├── NoStreamFunctionError         no stream function given and no default configured
+    ├── ProviderError                 a provider unreachable, refusing, or breaking off
+    ├── UnknownModelError             (also KeyError) get_model found no such model
+    ├── StreamEndedError              a stream ended without its result
+    ├── OutputValidationError         no valid typed output within the retry budget
+    ├── BudgetExceededError           raise_for_error() of a run a budget ended
+    ├── AgentRunFailedError           a Celery run ended in an error or was aborted
+    ├── SessionError
+    │   ├── SessionConflictError      another writer appended first; nothing written
+    │   ├── SessionStoreError         the store failed or could not be reached
+    │   └── SessionImportError        a JSONL import rejected at a line
+    ├── MCPServerError                an MCP server could not be started, reached or listed
+    ├── LocalModelError               the embedded model could not be prepared or started
+    │   ├── LocalModelNotInstalledError
+    │   └── LocalModelIntegrityError
+    ├── WorkspaceError                a workspace tool asked for what it must not or cannot do
+    │   └── MissingPathError
+    ├── CliError                      a command-line problem the user can fix
+    ├── ToolRetry                     signal: a tool asks the model to call it again
+    └── BudgetReached                 signal: the abort reason of a run out of time
+"""
 
 from __future__ import annotations
 
@@ -19,8 +59,19 @@ class AbortError(AgentError):
     """An operation was stopped because its run was aborted."""
 
 
+class RequestAbortedError(AbortError):
+    """A provider request was stopped through its signal. The providers catch it and end the
+    stream as aborted, so it never reaches their caller."""
+
+
 class ToolArgumentsError(AgentError):
     """A tool call's arguments do not match the tool's schema (the message is what the model sees)."""
+
+
+class PlaceholderArgumentsError(ToolArgumentsError, ValueError):
+    """A call refused because an argument is a placeholder copied from the tool list
+    (:func:`agentkit.local.repair.find_placeholders`); its text, which the model reads as the
+    tool's result, says what to send instead."""
 
 
 class NoStreamFunctionError(AgentError):
@@ -53,7 +104,125 @@ class ProviderError(AgentError):
         self.retryable = retryable
 
 
+class UnknownModelError(AgentError, KeyError):
+    """``get_model`` found no such model; the message lists close matches."""
+
+    def __str__(self) -> str:
+        # KeyError's own __str__ would show the message quoted, as a key's repr
+        return str(self.args[0]) if self.args else "unknown model"
+
+
+class StreamEndedError(AgentError):
+    """The stream ended without the event or value that carries its result."""
+
+
+class OutputValidationError(AgentError):
+    """The model never produced output matching ``output_type`` within its retry budget.
+
+    ``errors`` is the text of the last validation errors (what the model was last told).
+    """
+
+    def __init__(self, message: str, errors: str) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
+class BudgetExceededError(AgentError):
+    """Raised by :meth:`RunResult.raise_for_error` when a budget ended the run; ``limit`` names
+    the budget (``"max_turns"``, ``"timeout"``, ...)."""
+
+    def __init__(self, message: str, limit: str | None) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class AgentRunFailedError(AgentError):
+    """A Celery run (:func:`agentkit.integrations.celery.run_session`) ended in an error or was
+    aborted; the session holds what happened."""
+
+
+# --- sessions -----------------------------------------------------------------------------------
+
+
+class SessionError(AgentError):
+    """Base of the session errors."""
+
+
+class SessionConflictError(SessionError):
+    """Another writer appended to the session since this writer last read it; nothing was
+    written. Reload the session (``Session.load()``) to see what the other writer added."""
+
+    def __init__(self, name: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"session {name!r} was changed by another writer: this writer expected version "
+            f"{expected}, the store has version {actual}; nothing was written (reload the "
+            "session and retry)"
+        )
+        self.name, self.expected, self.actual = name, expected, actual
+
+
+class SessionStoreError(SessionError):
+    """The store could not be reached or failed; what it had committed before is kept."""
+
+
+class SessionImportError(SessionError):
+    """A JSONL import was rejected; ``line`` is the 1-based line at fault. Nothing was imported."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}; nothing was imported")
+        self.line = line
+
+
+# --- integrations and the application -----------------------------------------------------------
+
+
+class MCPServerError(AgentError):
+    """An MCP server could not be started, reached or listed."""
+
+
+class LocalModelError(AgentError):
+    """The embedded model could not be prepared or started; the message says what to do."""
+
+
+class LocalModelNotInstalledError(LocalModelError):
+    """The ``local`` extra (the llama.cpp runtime or the weight packages) is not installed."""
+
+
+class LocalModelIntegrityError(LocalModelError):
+    """The joined weights do not have the pinned sha256, so they are refused."""
+
+
+class WorkspaceError(AgentError):
+    """A workspace tool was asked for something it must not or cannot do."""
+
+
+class MissingPathError(WorkspaceError):
+    """A path that does not exist: the file itself, or (``folder``) a folder on the way."""
+
+    def __init__(self, shown: str, folder: bool = False) -> None:
+        super().__init__(f"{shown} does not exist")
+        self.folder = folder
+
+
+class CliError(AgentError):
+    """A problem the user of the command line can fix; printed without a traceback."""
+
+
+# --- signals ------------------------------------------------------------------------------------
+
+
 class ToolRetry(AgentError):
-    """Raised by a tool to ask the model to call it again, differently: the message is sent
-    back as the call's error result. Each tool has a retry budget per run (``max_retries``);
-    past it the model is told to stop retrying. Peer: pydantic-ai ``ModelRetry``."""
+    """Signal raised by a tool to ask the model to call it again, differently: the message is
+    sent back as the call's error result. Each tool has a retry budget per run
+    (``max_retries``); past it the model is told to stop retrying. Peer: pydantic-ai
+    ``ModelRetry``."""
+
+
+class BudgetReached(AgentError):
+    """Signal: the abort reason of a run whose deadline passed; ``limit`` is ``"timeout"``.
+    The run ends with ``stop_reason="budget"``; :class:`BudgetExceededError` is what
+    ``raise_for_error()`` raises for it."""
+
+    def __init__(self, limit: str) -> None:
+        super().__init__(f"the run's budget {limit} was reached")
+        self.limit = limit

@@ -18,17 +18,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
-from .errors import AgentError
+from .errors import StreamEndedError
 from .events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from .types import AssistantMessage
 from .waits import get_item
 
 E = TypeVar("E")
 R = TypeVar("R")
-
-
-class StreamEndedError(AgentError):
-    """The stream ended without the event or value that carries its result."""
 
 
 class _End:

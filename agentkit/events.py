@@ -12,12 +12,12 @@ snapshot. :func:`event_to_dict` turns any event into JSON-ready data (for logs a
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError, dataclass, field, fields, is_dataclass
+from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel
 from typing_extensions import dataclass_transform
 
+from ._serialize import event_data, to_jsonable  # noqa: F401 - to_jsonable is public here
 from .errors import ProviderError
 from .types import (
     AgentToolResult,
@@ -25,7 +25,6 @@ from .types import (
     FieldsEqRepr,
     ToolCall,
     ToolResultMessage,
-    to_serialisable,
 )
 
 _T = TypeVar("_T")
@@ -521,29 +520,6 @@ AgentEvent = (
 """Any event of an agent run."""
 
 
-def to_jsonable(value: Any) -> Any:
-    """Turn events, pydantic models and containers of them into JSON-ready data."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", exclude_none=True)
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, ProviderError):
-        return {"message": str(value), "status": value.status, "retry_after": value.retry_after}
-    role = getattr(value, "role", None)
-    if isinstance(role, str):  # an application's own message object
-        data = {k: v for k, v in vars(value).items() if not k.startswith("_")}
-        return to_jsonable(data)
-    return repr(value)
-
-
 def event_to_dict(event: AgentEvent | AssistantMessageEvent) -> dict[str, Any]:
     """An event as a JSON-ready dict, its ``type`` first."""
-    data = to_serialisable(to_jsonable(event))  # strict JSON: no NaN, no lone surrogate
-    assert isinstance(data, dict)
-    return {"type": data.pop("type"), **data}
+    return event_data(event)  # strict JSON: no NaN, no lone surrogate

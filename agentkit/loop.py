@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .abort import AbortController, AbortSignal
+from ._serialize import clean_message
+from .abort import ABORTED_TEXT, AbortController, AbortSignal
 from .budgets import Budgets, BudgetTracker
 from .config import (
     AgentLoopConfig,
@@ -52,7 +53,7 @@ from .hooks import (
 from .output import OutputSpec
 from .results import OutputValidationError, RunResult, finish_result
 from .tool_calls import ToolRunner, run_tool_call, wait_or_give_up
-from .transcript import ToolDeclarations, declare_tool_changes
+from .transcript import ToolDeclarations, declare_tool_changes, failure_message
 from .types import (
     AgentContext,
     AssistantMessage,
@@ -62,7 +63,6 @@ from .types import (
     StreamOptions,
     ToolCall,
     ToolResultMessage,
-    clean_message,
     role_of,
 )
 
@@ -89,7 +89,6 @@ __all__ = [
 
 Emit = Callable[[AgentEvent], None]
 
-ABORTED_TEXT = "Operation aborted"
 
 
 # --- entry points -----------------------------------------------------------------------------
@@ -555,10 +554,6 @@ def _snapshot(message: AssistantMessage) -> AssistantMessage:
 def _aborted_message(partial: AssistantMessage | None, model: Model) -> AssistantMessage:
     """The message for a stream that did not end after an abort."""
     if partial is not None:
-        message = partial.model_copy()
-        message.content = list(partial.content)
-    else:
-        message = AssistantMessage(api=model.api, provider=model.provider, model=model.id)
-    message.stop_reason = "aborted"
-    message.error_message = ABORTED_TEXT
-    return message
+        partial = partial.model_copy()
+        partial.content = list(partial.content)
+    return failure_message("aborted", ABORTED_TEXT, model, partial=partial)

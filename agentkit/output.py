@@ -18,7 +18,8 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import from_json
 
-from .types import OutputSchema, TextContent, UserMessage
+from .transcript import user_message
+from .types import OutputSchema, UserMessage
 
 DEFAULT_OUTPUT_RETRIES = 2
 """How many times a run sends validation errors back before it fails."""
@@ -102,7 +103,7 @@ class OutputSpec:
 
     def retry_message(self, errors: str) -> UserMessage:
         """The message that sends validation ``errors`` back to the model."""
-        return UserMessage(content=[TextContent(text=RETRY_TEXT.format(errors=errors))])
+        return user_message(RETRY_TEXT.format(errors=errors))
 
     def partial(self, text: str) -> Any:
         """The object so far in a streaming ``text`` (not validated), or ``None`` if none yet."""

@@ -12,7 +12,12 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from .errors import AbortError, AgentError, ProviderError
+from .errors import (  # noqa: F401 - OutputValidationError stays importable from here
+    AbortError,
+    BudgetExceededError,
+    OutputValidationError,
+    ProviderError,
+)
 from .types import AssistantMessage, Usage
 
 RunStopReason = Literal["stop", "length", "error", "aborted", "budget"]
@@ -47,17 +52,6 @@ class RunUsage(Usage):
         cost.cache_read += more.cache_read
         cost.cache_write += more.cache_write
         cost.total += more.total
-
-
-class OutputValidationError(AgentError):
-    """The model never produced output matching ``output_type`` within its retry budget.
-
-    ``errors`` is the text of the last validation errors (what the model was last told).
-    """
-
-    def __init__(self, message: str, errors: str) -> None:
-        super().__init__(message)
-        self.errors = errors
 
 
 class RunResult(list[Any]):
@@ -132,15 +126,6 @@ class RunResult(list[Any]):
             f"RunResult({len(self)} messages, stop_reason={self.stop_reason!r}, "
             f"text={self.text[:40]!r})"
         )
-
-
-class BudgetExceededError(AgentError):
-    """Raised by :meth:`RunResult.raise_for_error` when a budget ended the run; ``limit`` names
-    the budget (``"max_turns"``, ``"timeout"``, ...)."""
-
-    def __init__(self, message: str, limit: str | None) -> None:
-        super().__init__(message)
-        self.limit = limit
 
 
 def finish_result(result: RunResult) -> RunResult:

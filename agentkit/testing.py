@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .abort import AbortSignal
+from .abort import ABORTED_TEXT, AbortSignal
+from .errors import AbortError
 from .event_stream import AssistantMessageEventStream
 from .providers.builder import MessageBuilder
 from .types import (
@@ -236,10 +237,6 @@ class ScriptedModel:
                 builder.fail("error", "ScriptedModel: the reply ended without a result")
 
 
-class _Aborted(Exception):
-    pass
-
-
 class _Player:
     """Streams one reply through the same :class:`MessageBuilder` the HTTP providers use, so
     partial tool arguments show on ``toolcall_delta`` as they do over HTTP. Each scripted
@@ -258,11 +255,11 @@ class _Player:
 
     def pause(self) -> None:
         if self.signal is not None and self.signal.aborted:
-            raise _Aborted
+            raise AbortError(ABORTED_TEXT)
         if self.delay > 0:
             if self.signal is not None:
                 if self.signal.wait(self.delay):
-                    raise _Aborted
+                    raise AbortError(ABORTED_TEXT)
             else:
                 threading.Event().wait(self.delay)
 
@@ -287,9 +284,9 @@ class _Player:
                 if self.signal is None:
                     raise RuntimeError("a hanging reply needs the run's signal")
                 self.signal.wait()
-                raise _Aborted
-        except _Aborted:
-            builder.fail("aborted", "Operation aborted")
+                raise AbortError(ABORTED_TEXT)
+        except AbortError:
+            builder.fail("aborted", ABORTED_TEXT)
             return
         chars = sum(len(getattr(p, "text", "") or getattr(p, "thinking", "")) for p in script.parts)
         message.usage = script.usage or Usage(

@@ -19,7 +19,8 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .abort import AbortController, AbortSignal
+from ._serialize import clean_message, to_serialisable
+from .abort import ABORTED_TEXT, AbortController, AbortSignal
 from .budgets import REFUSED_TEXT, BudgetTracker
 from .errors import ToolRetry
 from .event_stream import WAKE
@@ -56,8 +57,6 @@ from .types import (
     TextContent,
     ToolCall,
     ToolResultMessage,
-    clean_message,
-    to_serialisable,
 )
 
 if TYPE_CHECKING:  # see _tool_threads: concurrent.futures is imported when a batch needs it
@@ -67,7 +66,6 @@ if TYPE_CHECKING:  # see _tool_threads: concurrent.futures is imported when a ba
 
 __all__ = ["ToolControls", "ToolRunner", "run_tool_call"]
 
-ABORTED_TEXT = "Operation aborted"
 TRUNCATED_TEXT = (
     'Tool call "{name}" was not executed: the response hit the output token limit, so its '
     "arguments may be truncated. Re-issue the tool call with complete arguments."

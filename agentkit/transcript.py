@@ -1,4 +1,5 @@
-"""Replaying a transcript's system messages: the current prompt, its sections and declared tools.
+"""Making and replaying a transcript's messages: the current prompt, its sections and declared
+tools, a user message from a string, and the assistant message that records a failure.
 
 The transcript carries the system prompt and the tool declarations as system messages (SPEC 2.10
 and 4.3). These functions replay them; :func:`declare_tool_changes` works out the system message
@@ -10,9 +11,54 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from .types import SystemMessage, TextContent, Tool, ToolRef, now_ms, role_of, to_tool_declaration
+from ._serialize import clean_text
+from .types import (
+    AssistantMessage,
+    SystemMessage,
+    TextContent,
+    Tool,
+    ToolRef,
+    UserMessage,
+    now_ms,
+    role_of,
+    to_tool_declaration,
+)
+
+
+def user_message(text: str) -> UserMessage:
+    """``text`` as a user message of one text block."""
+    return UserMessage(content=[TextContent(text=text)])
+
+
+def failure_message(
+    reason: Literal["error", "aborted"],
+    text: str,
+    model: Any = None,
+    *,
+    partial: AssistantMessage | None = None,
+    content: list[Any] | None = None,
+) -> AssistantMessage:
+    """The assistant message that records a failed (``"error"``) or aborted request or run.
+
+    ``partial``, the message that was streaming, is marked in place (so the events that carried
+    it see the end); without one, a new message of ``content`` (none by default) is made for
+    ``model`` (``"unknown"`` for what it lacks). ``text`` becomes its ``error_message``, with
+    lone surrogates replaced so the transcript still encodes.
+    """
+    if partial is not None:
+        message = partial
+    else:
+        message = AssistantMessage(
+            content=content or [],
+            api=str(getattr(model, "api", "unknown")),
+            provider=str(getattr(model, "provider", "unknown")),
+            model=str(getattr(model, "id", "unknown")),
+        )
+    message.stop_reason = reason
+    message.error_message = clean_text(text)
+    return message
 
 
 def as_system_message(message: Any) -> SystemMessage:

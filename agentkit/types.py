@@ -11,14 +11,12 @@ of ``import agentkit``.
 
 import inspect
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_core import to_jsonable_python
 from typing_extensions import TypedDict
 
 from .abort import AbortSignal
@@ -461,71 +459,6 @@ def _takes_two_arguments(fn: Callable[..., Any]) -> bool:
         ):
             positional += 1
     return positional >= 2
-
-
-# --- serialisable data ------------------------------------------------------------------------
-
-
-def _clean_str(text: str) -> str:
-    """``text`` with lone surrogates (which no UTF-8 encoder accepts) replaced by U+FFFD; a
-    high-low pair of surrogates becomes the character it encodes. The same object if clean."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text
-
-
-def _clean_scalar(value: Any) -> bool:
-    """Whether ``value`` is a scalar :func:`clean_message` would leave as it is."""
-    if isinstance(value, str):
-        return value.isascii() or _clean_str(value) is value
-    return value is None or isinstance(value, (bool, int, float))
-
-
-def to_serialisable(value: Any) -> Any:
-    """``value`` as plain JSON data that every encoder accepts: the form data enters in.
-
-    Objects JSON cannot hold become their ``repr``; non-finite floats (``1e400`` is ``inf``)
-    become ``None``; lone surrogates become U+FFFD. Used where tool results and prompts enter
-    the transcript, so one bad value cannot poison every later request.
-    """
-    return _clean_json(to_jsonable_python(value, fallback=repr, serialize_unknown=True), True)
-
-
-def _clean_json(value: Any, floats: bool) -> Any:
-    """``value`` with lone surrogates (and, if ``floats``, non-finite floats) replaced; the
-    very same object when nothing needed replacing."""
-    if isinstance(value, str):
-        return _clean_str(value)
-    if isinstance(value, float):
-        return value if not floats or math.isfinite(value) else None
-    if isinstance(value, dict):
-        items = [(_clean_json(k, floats), _clean_json(v, floats)) for k, v in value.items()]
-        if all(a is k and b is v for (a, b), (k, v) in zip(items, value.items(), strict=True)):
-            return value
-        return dict(items)
-    if isinstance(value, list):
-        cleaned = [_clean_json(v, floats) for v in value]
-        if all(a is b for a, b in zip(cleaned, value, strict=True)):
-            return value
-        return cleaned
-    return value
-
-
-def clean_message(message: Any) -> Any:
-    """``message`` with lone surrogates in its strings replaced by U+FFFD (a copy only when one
-    was found), so that its text encodes as UTF-8 in every later request.
-
-    Application messages (any object with a ``role`` that is not a pydantic model) pass through.
-    """
-    if not isinstance(message, BaseModel):
-        return message
-    if not message.__pydantic_extra__ and all(map(_clean_scalar, message.__dict__.values())):
-        return message  # the common case (plain text, an image), without dumping it
-    dumped = message.model_dump(mode="python")
-    cleaned = _clean_json(dumped, False)
-    return message if cleaned is dumped else type(message).model_validate(cleaned)
 
 
 # --- tools: the data the loop and hooks share ---------------------------------------------------

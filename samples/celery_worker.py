@@ -11,7 +11,7 @@ The conversation lives in a session (Redis, the broker's own server, unless
 
 - The client appends the prompt to the session, sends the task, and follows the run's events
   live through a Redis stream, from any process (``RunChannel``); it can steer or abort the run.
-- SUCCESS for a run that ended normally, with its answer. FAILURE (``AgentRunFailed``) for a run
+- SUCCESS for a run that ended normally, with its answer. FAILURE (``AgentRunFailedError``) for a run
   that ended in an error or was aborted: a half-written answer is never a success.
 - A pool process killed mid-run (SIGKILL, out of memory): the task goes back to the queue
   (``acks_late`` + ``reject_on_worker_lost``), another worker resumes it from the session, and

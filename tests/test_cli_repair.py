@@ -10,7 +10,7 @@ import pytest
 from agentkit import Agent, tool
 from agentkit.local.repair import (
     REPEATED_FAILURE,
-    PlaceholderArguments,
+    PlaceholderArgumentsError,
     find_placeholders,
     parse_text_tool_call,
     repair_arguments,
@@ -156,9 +156,9 @@ def test_the_same_placeholder_sent_again_runs() -> None:
 def test_the_refusal_is_a_value_error_with_the_text_the_model_reads() -> None:
     tool_ = _notes_tool([])
     assert tool_.prepare_arguments is not None
-    with pytest.raises(PlaceholderArguments, match=r'path "path" is a placeholder'):
+    with pytest.raises(PlaceholderArgumentsError, match=r'path "path" is a placeholder'):
         tool_.prepare_arguments({"path": "path"})
-    assert issubclass(PlaceholderArguments, ValueError)
+    assert issubclass(PlaceholderArgumentsError, ValueError)
 
 
 # --- tool calls written as text ---------------------------------------------------------------

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from ..agent import Agent
 from ..budgets import DEFAULT_MAX_TURNS, Budgets
-from ..errors import AgentError
+from ..errors import AgentError, CliError
 from ..loop import StreamFn
 from ..tools import AgentTool
 from ..types import Model
 from .approval import terminal_approvals
-from .console import CliError, Console
+from .console import Console
 from .model_choice import choose_model
 from .render import JsonPrinter, Progress, TextPrinter
 from .sessions import session_for

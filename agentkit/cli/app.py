@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..agent import Agent
+from ..errors import CliError
 from ..loop import StreamFn
 from ..sessions import SessionError
 from ..types import Model
 from .agent_setup import build_agent, check_tools
 from .chat import chat
-from .console import EXIT_INTERRUPTED, CliError, Console
+from .console import EXIT_INTERRUPTED, Console
 from .model_choice import PrefixCache
 from .options import common_options
 from .run import run_once

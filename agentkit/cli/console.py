@@ -15,10 +15,6 @@ EXIT_INTERRUPTED = 130
 """The exit status after Ctrl-C, as shells report a SIGINT."""
 
 
-class CliError(Exception):
-    """A problem the user can fix; printed without a traceback."""
-
-
 class Question:
     """One approval question in chat: only a line read after it was shown can answer it."""
 

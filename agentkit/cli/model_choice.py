@@ -8,9 +8,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import CliError
 from ..tools import AgentTool
 from ..types import Model
-from .console import CliError, Console, json_line
+from .console import Console, json_line
 
 
 def choose_model(

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..agent import Agent
 from ..results import RunResult
-from ..types import TextContent, UserMessage
+from ..transcript import user_message as prompt_message
 from .console import EXIT_INTERRUPTED, Console
 from .render import PARSE_FAILURE
 
@@ -41,7 +41,7 @@ def run_once(agent: Agent, task: str, io: Console) -> int:
             kept = agent.state.messages[:-1]
             previous = agent.temperature
             if attempt == 0:
-                note = UserMessage(content=[TextContent(text=CALL_FORMAT_NOTE)])
+                note = prompt_message(CALL_FORMAT_NOTE)
                 agent.state.messages = [*kept, note]
             else:
                 agent.state.messages = kept

@@ -24,11 +24,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .._serialize import dumps, to_serialisable
 from ..agent import Agent
-from ..errors import AgentError
+from ..errors import AgentRunFailedError
 from ..events import AgentEvent, event_to_dict, to_jsonable
 from ..sessions import Session, SessionStore, open_store
-from ..types import TextContent, UserMessage, role_of
+from ..transcript import user_message
+from ..types import TextContent, role_of
 
 logger = logging.getLogger("agentkit.celery")
 
@@ -38,9 +40,8 @@ BuildAgent = Callable[[Session], Agent]
 EVENTS_TTL = 24 * 3600
 """Seconds a finished run's event and command streams are kept for late followers."""
 
-
-class AgentRunFailed(AgentError):
-    """The agent's run ended in an error or was aborted; the session holds what happened."""
+AgentRunFailed = AgentRunFailedError
+"""Deprecated name of :class:`~agentkit.errors.AgentRunFailedError`, for code that catches it."""
 
 
 # --- the run's Redis streams ------------------------------------------------------------------
@@ -54,7 +55,7 @@ def wire_event(event: AgentEvent) -> dict[str, Any]:
         update = to_jsonable(getattr(event, "assistant_message_event", None)) or {}
         update.pop("partial", None)
         update.pop("message", None)
-        return {"type": "message_update", "update": update}
+        return {"type": "message_update", "update": to_serialisable(update)}
     return data
 
 
@@ -107,7 +108,7 @@ class RunChannel:
         try:
             pipe = self.client.pipeline(transaction=False)
             for event in events:
-                pipe.xadd(self.events_key, {"event": json.dumps(event)})
+                pipe.xadd(self.events_key, {"event": dumps(event)})
             pipe.expire(self.events_key, EVENTS_TTL)
             pipe.execute()
         except self._redis_errors:
@@ -211,12 +212,12 @@ class RunChannel:
         self._command({"type": "follow_up", "text": text})
 
     def abort(self) -> None:
-        """Ask the run to stop; it ends as aborted, and the task fails with AgentRunFailed."""
+        """Ask the run to stop; it ends as aborted, and the task fails with AgentRunFailedError."""
         self._command({"type": "abort"})
 
     def _command(self, command: dict[str, Any]) -> None:
         pipe = self.client.pipeline(transaction=False)
-        pipe.xadd(self.commands_key, {"command": json.dumps(command)})
+        pipe.xadd(self.commands_key, {"command": dumps(command)})
         pipe.expire(self.commands_key, EVENTS_TTL)
         pipe.execute()
 
@@ -303,7 +304,7 @@ def sse_events(channel: RunChannel, last_event_id: str | None = None) -> Iterato
         if event is None:
             yield ": keep-alive\n\n"
             continue
-        yield f"id: {entry_id}\nevent: {event['type']}\ndata: {json.dumps(event)}\n\n"
+        yield f"id: {entry_id}\nevent: {event['type']}\ndata: {dumps(event)}\n\n"
 
 
 # --- running a session ------------------------------------------------------------------------
@@ -316,7 +317,7 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
     Safe to call again for the same session after a crash: the agent settles interrupted tool
     calls as it loads, and a session that already ends in a final answer is not run again.
     Returns ``{"session", "answer", "messages"}`` (the number of messages stored); raises
-    :class:`AgentRunFailed` for a run that ended in an error or was aborted.
+    :class:`AgentRunFailedError` for a run that ended in an error or was aborted.
     """
     agent = build_agent(session)
     stop_commands: Callable[[], None] | None = None
@@ -336,13 +337,13 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
         agent.subscribe(note_abort)
         history = [m for m in agent.state.messages if role_of(m) != "system"]
         if not history:
-            raise AgentRunFailed(f"session {session.name!r} is empty: there is nothing to run")
+            raise AgentRunFailedError(f"session {session.name!r} is empty: there is nothing to run")
         if channel is not None and channel.abort_requested:
-            raise AgentRunFailed("aborted: a client aborted the run before it started")
+            raise AgentRunFailedError("aborted: a client aborted the run before it started")
         if role_of(history[-1]) != "assistant":
             agent.continue_()
         if aborted.is_set():
-            raise AgentRunFailed("aborted: the run was aborted")
+            raise AgentRunFailedError("aborted: the run was aborted")
         result = _outcome(session, agent.state.messages)
     except BaseException as exc:
         if channel is not None:
@@ -364,7 +365,7 @@ def _outcome(session: Session, messages: list[Any]) -> dict[str, Any]:
     last = messages[-1]
     stop_reason = getattr(last, "stop_reason", None)
     if stop_reason in ("error", "aborted"):
-        raise AgentRunFailed(f"{stop_reason}: {getattr(last, 'error_message', None)}")
+        raise AgentRunFailedError(f"{stop_reason}: {getattr(last, 'error_message', None)}")
     content = getattr(last, "content", [])
     answer = "".join(c.text for c in content if isinstance(c, TextContent))
     return {"session": session.name, "answer": answer, "messages": session.version}
@@ -428,7 +429,7 @@ def submit(task: Any, session: Session, prompt: str | Any, **apply_options: Any)
     The message is durable before the task exists, so the task never needs it as an argument.
     Returns the Celery ``AsyncResult``; its id is the run's id for :class:`RunChannel`.
     """
-    message = UserMessage(content=[TextContent(text=prompt)]) if isinstance(prompt, str) else prompt
+    message = user_message(prompt) if isinstance(prompt, str) else prompt
     session.load()
     session.append(message)
     return task.apply_async((session.name,), **apply_options)

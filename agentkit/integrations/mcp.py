@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 from agentkit import (
     AbortSignal,
     AgentContext,
-    AgentError,
     AgentTool,
     AgentToolResult,
     ImageContent,
@@ -39,19 +38,14 @@ from agentkit import (
     TurnContext,
     TurnUpdate,
 )
+from agentkit.abort import ABORTED_TEXT
+from agentkit.errors import MCPServerError
 from agentkit.tools import OnUpdate, error_result
 
 if TYPE_CHECKING:
     from agentkit import Agent
 
 logger = logging.getLogger("agentkit.mcp")
-
-ABORTED_TEXT = "Operation aborted"
-
-
-class MCPServerError(AgentError):
-    """An MCP server could not be started, reached or listed."""
-
 
 def _require_sdk() -> Any:
     try:

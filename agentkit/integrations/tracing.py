@@ -21,11 +21,12 @@ does.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from .._serialize import dumps, to_serialisable
 
 if TYPE_CHECKING:
     from agentkit import Agent
@@ -37,13 +38,8 @@ _FINISH_REASONS = {"tool_use": "tool_call"}
 
 
 def _dump(value: Any) -> str:
-    """JSON text of messages or a tool's arguments/result, for content attributes."""
-
-    def plain(item: Any) -> Any:
-        dump = getattr(item, "model_dump", None)
-        return dump(mode="json") if dump is not None else str(item)
-
-    return json.dumps(value, default=plain)
+    """Strict JSON text of messages or a tool's arguments/result, for content attributes."""
+    return dumps(to_serialisable(value))
 
 
 def _usage(message: Any) -> tuple[int, int]:
@@ -191,12 +187,18 @@ class _Tracer:
             return
         if event.is_error:
             text = event.result.text if hasattr(event.result, "text") else str(event.result)
-            aborted = text.startswith("Operation aborted")
-            span.set_attribute("error.type", "aborted" if aborted else "tool_error")
+            # an abort ends every unfinished call with an error result: the signal tells it apart
+            span.set_attribute("error.type", "aborted" if self._aborted() else "tool_error")
             span.set_status(self._status(self._code.ERROR, text[:200]))
         if self._capture:
             span.set_attribute("gen_ai.tool.call.result", _dump(event.result))
         span.end()
+
+    def _aborted(self) -> bool:
+        """Whether the active run was aborted (the agent's signal is still the run's until after
+        ``agent_end``)."""
+        signal = self._agent.signal
+        return signal is not None and signal.aborted
 
     def _end_run(self, messages: list[Any]) -> None:
         self._finish_chat()
@@ -211,8 +213,7 @@ class _Tracer:
         last = next(
             (m for m in reversed(messages) if getattr(m, "role", None) == "assistant"), None
         )
-        signal = self._agent.signal  # still the run's: agent_end comes before the run settles
-        if signal is not None and signal.aborted:
+        if self._aborted():
             run.set_attribute("error.type", "aborted")
             run.set_status(self._status(self._code.ERROR, "aborted"))
         elif last is not None and last.stop_reason == "error":

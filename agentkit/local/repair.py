@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from ..abort import AbortSignal
+from ..errors import PlaceholderArgumentsError
 from ..event_stream import AssistantMessageEventStream
 from ..events import DoneEvent
 from ..hooks import AfterToolCallContext, AfterToolCallResult
@@ -206,11 +207,6 @@ def find_placeholders(arguments: Any, schema: dict[str, Any]) -> list[str]:
     return found
 
 
-class PlaceholderArguments(ValueError):
-    """A call refused because an argument is a placeholder (:func:`find_placeholders`); its
-    text, which the model reads as the tool's result, says what to send instead."""
-
-
 def _refusal(tool_name: str, arguments: dict[str, Any], names: list[str]) -> str:
     shown = ", ".join(f"{name} {json.dumps(arguments[name])}" for name in names)
     return (
@@ -226,7 +222,7 @@ def with_argument_repair(tool: AgentTool) -> AgentTool:
     ``prepare_arguments``) and whose result begins with a note of the repairs made.
 
     A call with a placeholder argument (:func:`find_placeholders`) is refused with
-    :class:`PlaceholderArguments`, which the loop turns into an error result for the model to
+    :class:`PlaceholderArgumentsError`, which the loop turns into an error result for the model to
     retry from; the same arguments sent again are let through."""
     pending: dict[str, list[list[str]]] = defaultdict(list)
     refused: set[str] = set()  # placeholder calls refused once: a repeat runs
@@ -244,7 +240,7 @@ def with_argument_repair(tool: AgentTool) -> AgentTool:
                 first_time = _key(repaired) not in refused
                 refused.add(_key(repaired))
             if first_time:
-                raise PlaceholderArguments(_refusal(tool.name, repaired, placeholders))
+                raise PlaceholderArgumentsError(_refusal(tool.name, repaired, placeholders))
         if notes:
             with lock:
                 pending[_key(repaired)].append(notes)

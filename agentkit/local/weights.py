@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..abort import AbortSignal
-from ..errors import AgentError
+from ..errors import LocalModelError, LocalModelIntegrityError, LocalModelNotInstalledError
 from .constants import (
     GGUF_FILENAME,
     GGUF_SHA256,
@@ -32,17 +32,6 @@ from .constants import (
 _CHUNK = 8 * 1024 * 1024
 _STAMP_SUFFIX = ".verified.json"
 
-
-class LocalModelError(AgentError):
-    """The embedded model could not be prepared or started; the message says what to do."""
-
-
-class LocalModelNotInstalledError(LocalModelError):
-    """The ``local`` extra (the llama.cpp runtime or the weight packages) is not installed."""
-
-
-class LocalModelIntegrityError(LocalModelError):
-    """The joined weights do not have the pinned sha256, so they are refused."""
 
 
 def cache_dir() -> Path:

@@ -22,10 +22,9 @@ Where things live:
 - ``sse.py`` and ``json_stream.py``: event-stream parsing, streamed JSON (tool arguments,
   Gemini's JSON array).
 - ``transform.py``: making a transcript fit the target API (ids, thinking, orphans, images).
-- ``table.py``: the provider table (labels, key variables, keyless providers, default models,
-  server quirks).
+- ``table.py``: the provider table (labels, key variables and API keys from the environment,
+  keyless providers, default models, server quirks).
 - ``catalog.py`` + ``models.json``: the model catalog and local-server presets.
-- ``keys.py``: API keys from the environment.
 
 The names below are imported on first use, so ``import agentkit`` does not load the HTTP stack.
 """

@@ -22,10 +22,10 @@ U+FFFD, so a later request body can always be encoded.
 from __future__ import annotations
 
 import math
-import re
 import threading
 from typing import Any, Literal
 
+from .._serialize import clean_text
 from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..events import (
@@ -42,6 +42,7 @@ from ..events import (
     ToolCallEndEvent,
     ToolCallStartEvent,
 )
+from ..transcript import failure_message
 from ..types import (
     AssistantMessage,
     Model,
@@ -59,19 +60,7 @@ ABORTED_MESSAGE = "Request was aborted"
 MAX_TOKEN_COUNT = 2**53
 """Token counts are clamped to this (a vendor's absurd number must not break cost or JSON)."""
 
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _HIGH_SURROGATE = ("\ud800", "\udbff")
-
-
-def clean_text(text: str) -> str:
-    """``text`` with every lone UTF-16 surrogate replaced by U+FFFD (pairs are joined first)."""
-    if text.isascii():
-        return text
-    if _SURROGATE_RE.search(text) is None:
-        return text
-    # A well-formed pair written as two code points becomes the character it encodes.
-    joined = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return _SURROGATE_RE.sub("\ufffd", joined)
 
 
 def compute_cost(model: Model, usage: Usage) -> None:
@@ -447,8 +436,7 @@ class MessageBuilder:
         except Exception:  # salvage is best effort; the terminal event is not
             pass
         finally:
-            self.message.stop_reason = reason
-            self.message.error_message = clean_text(error_message)
+            failure_message(reason, error_message, partial=self.message)
             self.stream.push(
                 ErrorEvent(reason=reason, error=self.message, provider_error=provider_error)
             )

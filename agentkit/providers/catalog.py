@@ -12,7 +12,7 @@ import threading
 from importlib import resources
 from typing import Any
 
-from ..errors import AgentError
+from ..errors import UnknownModelError
 from ..types import Model, ModelCost
 from .table import PROVIDERS, local_servers
 
@@ -20,13 +20,6 @@ LOCAL_SERVERS: dict[str, str] = local_servers()
 """Default base URLs of the usual local servers (all speak Chat Completions)."""
 
 _LOCAL_PORTS = {int(url.rsplit(":", 1)[1].split("/")[0]): name for name, url in LOCAL_SERVERS.items()}
-
-
-class UnknownModelError(AgentError, KeyError):
-    """``get_model`` found no such model; the message lists close matches."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "unknown model"
 
 
 # Guards _models and _loaded.

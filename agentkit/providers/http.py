@@ -33,6 +33,7 @@ import urllib3
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ..errors import ProviderError
+from ..errors import RequestAbortedError as _RequestAborted
 from ..types import StreamOptions
 from .chunked import ChunkDecoder
 from .table import is_local_url
@@ -55,10 +56,6 @@ __all__ = [
     "resolve_timeout",
     "scrub",
 ]
-
-
-class _RequestAborted(Exception):
-    """Internal: the request was aborted through its signal (never leaves the providers)."""
 
 
 def scrub(text: str, secrets: Sequence[str | None], limit: int | None = None) -> str:

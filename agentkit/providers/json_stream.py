@@ -26,6 +26,8 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from .._serialize import clean_text
+
 EAGER_PARSE_LIMIT = 2048
 """Arguments up to this many characters are re-parsed whenever a fresh partial is asked for."""
 
@@ -58,7 +60,6 @@ def repair_json(text: str) -> str:
 
 # A number cut off after its digits ("1.", "2e", "3e+"): dropping the tail keeps the digits.
 _NUMBER_TAIL_RE = re.compile(r"(?<=\d)[.eE][+-]?$|(?<=\d[eE])[+-]$")
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
 def _cut_off(error: ValueError) -> bool:
@@ -147,7 +148,7 @@ def _serialisable(value: Any, text: str) -> Any:
 
 def _clean(value: Any, text: str, depth: int) -> Any:
     if isinstance(value, str):
-        return _SURROGATE_RE.sub("\ufffd", value) if not value.isascii() else value
+        return clean_text(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else _number_text(text)
     if depth > 10_000:

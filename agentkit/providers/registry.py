@@ -16,6 +16,7 @@ from typing import Any
 
 from ..event_stream import AssistantMessageEventStream
 from ..events import ErrorEvent
+from ..transcript import failure_message
 from ..types import (
     AnthropicOptions,
     AssistantMessage,
@@ -102,15 +103,7 @@ def registered_apis() -> list[str]:
 
 def _failed(model: Model, message: str) -> AssistantMessageEventStream:
     stream = AssistantMessageEventStream()
-    error = AssistantMessage(
-        content=[],
-        api=model.api,
-        provider=model.provider,
-        model=model.id,
-        stop_reason="error",
-        error_message=message,
-    )
-    stream.push(ErrorEvent(reason="error", error=error))
+    stream.push(ErrorEvent(reason="error", error=failure_message("error", message, model)))
     return stream
 
 

@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from pydantic_core import PydanticSerializationError, from_json, to_json
+from pydantic_core import from_json
 
+from .._serialize import encode_body
 from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import Context, Model, StreamOptions, apply_on_payload, as_stream_options
@@ -174,22 +175,6 @@ def _run_request(
     finally:
         if not builder.ended:  # a BaseException, or a parser that returned without an end
             builder.fail("error", f"{label} stream ended without a result")
-
-
-def encode_body(payload: Any) -> bytes:
-    """``payload`` as the request's UTF-8 JSON body.
-
-    pydantic-core's encoder writes the same JSON as ``json.dumps(ensure_ascii=False)`` (compact)
-    about three times faster, which a run pays on its whole transcript every turn. What enters a
-    message is made serialisable where it enters (builder, json_stream); the standard encoder
-    is only the fallback for what pydantic-core refuses: a lone surrogate an application put in
-    the transcript (sent as "?", like any unencodable character) or an object an ``on_payload``
-    hook added (which then raises ``json.dumps``'s own ``TypeError``).
-    """
-    try:
-        return to_json(payload)
-    except PydanticSerializationError:
-        return json.dumps(payload, ensure_ascii=False).encode("utf-8", "replace")
 
 
 @dataclass

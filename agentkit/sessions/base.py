@@ -16,41 +16,16 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from ..errors import AgentError
-from ..events import to_jsonable
+from .._serialize import LLM_ROLES, dumps, to_jsonable
+from ..errors import (  # noqa: F401 - the session errors stay importable from here
+    SessionConflictError,
+    SessionError,
+    SessionImportError,
+    SessionStoreError,
+)
 from ..types import Message, role_of
 
-STANDARD_ROLES = frozenset({"system", "user", "assistant", "tool_result"})
 _MESSAGE = TypeAdapter(Message)
-
-
-class SessionError(AgentError):
-    """Base of the session errors."""
-
-
-class SessionConflictError(SessionError):
-    """Another writer appended to the session since this writer last read it; nothing was
-    written. Reload the session (``Session.load()``) to see what the other writer added."""
-
-    def __init__(self, name: str, expected: int, actual: int) -> None:
-        super().__init__(
-            f"session {name!r} was changed by another writer: this writer expected version "
-            f"{expected}, the store has version {actual}; nothing was written (reload the "
-            "session and retry)"
-        )
-        self.name, self.expected, self.actual = name, expected, actual
-
-
-class SessionStoreError(SessionError):
-    """The store could not be reached or failed; what it had committed before is kept."""
-
-
-class SessionImportError(SessionError):
-    """A JSONL import was rejected; ``line`` is the 1-based line at fault. Nothing was imported."""
-
-    def __init__(self, line: int, reason: str) -> None:
-        super().__init__(f"line {line}: {reason}; nothing was imported")
-        self.line = line
 
 
 @dataclass(frozen=True)
@@ -117,7 +92,7 @@ def encode_message(message: Any) -> str:
         data = to_jsonable(message)
     else:
         raise TypeError(f"cannot store a {type(message).__name__} without a 'role'")
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return dumps(data)
 
 
 def decode_message(record: str | dict[str, Any]) -> Any:
@@ -125,6 +100,6 @@ def decode_message(record: str | dict[str, Any]) -> Any:
     data = json.loads(record) if isinstance(record, str) else record
     if not isinstance(data, dict) or role_of(data) is None:
         raise ValueError("a message must be a JSON object with a string 'role'")
-    if data["role"] in STANDARD_ROLES:
+    if data["role"] in LLM_ROLES:
         return _MESSAGE.validate_python(data)
     return data

@@ -15,20 +15,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from ..errors import AgentError
-
-
-class WorkspaceError(AgentError):
-    """A workspace tool was asked for something it must not or cannot do."""
-
-
-class MissingPathError(WorkspaceError):
-    """A path that does not exist: the file itself, or (``folder``) a folder on the way."""
-
-    def __init__(self, shown: str, folder: bool = False) -> None:
-        super().__init__(f"{shown} does not exist")
-        self.folder = folder
-
+from ..errors import MissingPathError, WorkspaceError
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

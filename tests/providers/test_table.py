@@ -1,5 +1,5 @@
 """The provider table: one source for labels, key variables, keyless providers, defaults and
-quirks, read by keys, providers, the catalog and the CLI."""
+quirks, read by providers, the catalog and the CLI."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from replay_server import API_KEY, ReplayServer, Reply, collect, make_model, opt
 from agentkit import ProviderError
 from agentkit.events import ErrorEvent
 from agentkit.providers import configured_provider, get_env_api_key, model_from_spec, stream
-from agentkit.providers.keys import ENV_KEYS
 from agentkit.providers.openai_completions import resolve_compat
 from agentkit.providers.table import PROVIDERS, provider_compat, provider_label
 from agentkit.types import Context, Model, ModelCompat, UserMessage
@@ -27,7 +26,7 @@ def test_google_api_key_is_read_everywhere(monkeypatch: pytest.MonkeyPatch) -> N
     _clear_keys(monkeypatch)
     monkeypatch.setenv("GOOGLE_API_KEY", "g-key-1234")
     assert get_env_api_key("google") == "g-key-1234"
-    assert ENV_KEYS["google"] == ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    assert PROVIDERS["google"].env_keys == ("GEMINI_API_KEY", "GOOGLE_API_KEY")
     assert configured_provider() == ("google", "GOOGLE_API_KEY", "gemini-2.5-flash")
 
 

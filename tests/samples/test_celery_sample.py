@@ -171,7 +171,7 @@ def test_a_client_aborts_the_run(sample: ModuleType, workers: list[Worker]) -> N
     sample.RunChannel(sample.BROKER, result.id).abort()
     with pytest.raises(Exception, match="aborted") as raised:
         result.get(timeout=30)
-    assert type(raised.value).__name__ == "AgentRunFailed"
+    assert type(raised.value).__name__ == "AgentRunFailedError"
     stored = sample.Session("aborted", sample.SESSIONS).load()
     assert stored[-1].role == "tool_result" and stored[-1].content[0].text == "Operation aborted"
 
@@ -201,7 +201,7 @@ def test_failed_run_is_a_failed_task(sample: ModuleType, workers: list[Worker]) 
     with pytest.raises(Exception, match="the model provider is overloaded"):
         result.get(timeout=30)
     assert result.state == "FAILURE"
-    assert type(result.result).__name__ == "AgentRunFailed"
+    assert type(result.result).__name__ == "AgentRunFailedError"
 
 
 def test_soft_time_limit_aborts_the_run(sample: ModuleType, workers: list[Worker]) -> None:

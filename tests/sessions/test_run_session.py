@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from agentkit import Agent
-from agentkit.integrations.celery import AgentRunFailed, RunChannel, run_session, submit
+from agentkit.integrations.celery import AgentRunFailedError, RunChannel, run_session, submit
 from agentkit.sessions import Session
 from agentkit.testing import ScriptedModel
 from agentkit.types import UserMessage
@@ -85,7 +85,7 @@ def test_an_abort_sent_before_the_run_starts_is_not_lost(
     channel = RunChannel(redis_server.url, uuid.uuid4().hex)
     try:
         channel.abort()
-        with pytest.raises(AgentRunFailed, match="aborted the run before it started"):
+        with pytest.raises(AgentRunFailedError, match="aborted the run before it started"):
             run_session(session, builder(model), channel)
     finally:
         channel.close()
@@ -93,7 +93,7 @@ def test_an_abort_sent_before_the_run_starts_is_not_lost(
 
 
 def test_an_empty_session_fails_clearly(redis_server: RedisServer, name: str) -> None:
-    with pytest.raises(AgentRunFailed, match="is empty: there is nothing to run"):
+    with pytest.raises(AgentRunFailedError, match="is empty: there is nothing to run"):
         run_session(Session(name, redis_server.url), builder(ScriptedModel()))
 
 

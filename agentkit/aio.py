@@ -19,7 +19,8 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentkit import Agent, AgentEvent, ImageContent, Run
+    from agentkit import Agent, ImageContent, Run
+    from agentkit.events import AgentEvent
 
 _END = object()  # queue token: the run is over
 

@@ -1,4 +1,4 @@
-"""``import agentkit`` loads only what a plain run needs; the rest loads on first use (issue 8)."""
+"""``import agentkit`` loads only what a plain run needs; the rest loads on first use."""
 
 from __future__ import annotations
 

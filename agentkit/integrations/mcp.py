@@ -30,15 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 from agentkit import (
     AbortSignal,
-    AgentContext,
     AgentError,
     AgentTool,
     AgentToolResult,
     ImageContent,
     TextContent,
-    TurnContext,
-    TurnUpdate,
 )
+from agentkit.hooks import TurnContext, TurnUpdate
+from agentkit.loop import AgentContext
 from agentkit.tools import OnUpdate, error_result
 
 if TYPE_CHECKING:

@@ -2,13 +2,23 @@
 
 Plain threads, plain blocking calls, plain iterators: ``Agent.prompt()`` works in scripts,
 web and task workers, and notebooks alike.
+
+``__all__`` is the public face, what ``from agentkit import *`` gives and ``docs/api.md``
+presents: the agent and its run, results, tools, the envelope, messages and content, the model
+and its options, the errors. The layers below have their own modules: the events
+(:mod:`agentkit.events`, :mod:`agentkit.event_stream`), the hook types (:mod:`agentkit.hooks`),
+the low-level loop (:mod:`agentkit.loop`) and the transcript helpers
+(:mod:`agentkit.transcript`). Their names are still attributes of ``agentkit``
+(``agentkit.TextDeltaEvent``, ``from agentkit import TurnContext``), looked up in their module
+on first use, because the documented API has always offered them here; new code imports them
+from their modules, where type checkers see their types.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from .abort import AbortController, AbortSignal
-from .agent import Agent, AgentRunStream, AgentState, PendingMessageQueue, Run
-from .budgets import DEFAULT_MAX_TURNS, Budgets
+from .agent import Agent, AgentRunStream, AgentState, Run
+from .budgets import Budgets
 from .errors import (
     AbortError,
     AgentBusyError,
@@ -19,56 +29,7 @@ from .errors import (
     ToolArgumentsError,
     ToolRetry,
 )
-from .event_stream import AssistantMessageEventStream, EventStream, StreamEndedError
-from .events import (
-    AgentEndEvent,
-    AgentEvent,
-    AgentStartEvent,
-    AssistantMessageEvent,
-    DoneEvent,
-    ErrorEvent,
-    MessageEndEvent,
-    MessageStartEvent,
-    MessageUpdateEvent,
-    StartEvent,
-    TextDeltaEvent,
-    TextEndEvent,
-    TextStartEvent,
-    ThinkingDeltaEvent,
-    ThinkingEndEvent,
-    ThinkingStartEvent,
-    ToolCallDeltaEvent,
-    ToolCallEndEvent,
-    ToolCallStartEvent,
-    ToolExecutionEndEvent,
-    ToolExecutionStartEvent,
-    ToolExecutionUpdateEvent,
-    TurnEndEvent,
-    TurnStartEvent,
-    event_to_dict,
-)
-from .hooks import (
-    AfterToolCallContext,
-    AfterToolCallResult,
-    BeforeToolCallContext,
-    BeforeToolCallResult,
-    RequestContext,
-    ToolCallOutcome,
-    TurnContext,
-    TurnUpdate,
-)
-from .loop import (
-    AgentContext,
-    AgentLoopConfig,
-    agent_loop,
-    agent_loop_continue,
-    default_convert_to_llm,
-    get_default_stream_fn,
-    run_agent_loop,
-    run_agent_loop_continue,
-    run_tool_call,
-    set_default_stream_fn,
-)
+from .loop import set_default_stream_fn
 from .output import OutputSpec
 from .results import (
     BudgetExceededError,
@@ -77,19 +38,7 @@ from .results import (
     RunStopReason,
     RunUsage,
 )
-from .tools import (
-    AgentTool,
-    AgentToolResult,
-    RunContext,
-    current_run_context,
-    tool,
-    validate_tool_arguments,
-)
-from .transcript import (
-    get_current_system_message,
-    get_current_system_prompt,
-    get_current_tools,
-)
+from .tools import AgentTool, AgentToolResult, RunContext, current_run_context, tool
 from .types import (
     AnthropicOptions,
     AssistantMessage,
@@ -120,21 +69,78 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "get_model": "agentkit.providers.catalog",
-    "register_model": "agentkit.providers.catalog",
-    "ApprovalDecision": "agentkit.approvals",
-    "ApprovalRequest": "agentkit.approvals",
-    "Approvals": "agentkit.approvals",
+_ELSEWHERE: dict[str, tuple[str, ...]] = {
+    # Public, loaded on first use: the catalog (with the providers and ``requests``) when a
+    # program names a model, the approvals broker when a program makes one.
+    "agentkit.providers.catalog": ("get_model", "register_model"),
+    "agentkit.approvals": ("ApprovalDecision", "ApprovalRequest", "Approvals"),
+    # The layers below the face: attributes of agentkit, documented in their modules.
+    "agentkit.events": (
+        "AgentEndEvent",
+        "AgentEvent",
+        "AgentStartEvent",
+        "AssistantMessageEvent",
+        "DoneEvent",
+        "ErrorEvent",
+        "MessageEndEvent",
+        "MessageStartEvent",
+        "MessageUpdateEvent",
+        "StartEvent",
+        "TextDeltaEvent",
+        "TextEndEvent",
+        "TextStartEvent",
+        "ThinkingDeltaEvent",
+        "ThinkingEndEvent",
+        "ThinkingStartEvent",
+        "ToolCallDeltaEvent",
+        "ToolCallEndEvent",
+        "ToolCallStartEvent",
+        "ToolExecutionEndEvent",
+        "ToolExecutionStartEvent",
+        "ToolExecutionUpdateEvent",
+        "TurnEndEvent",
+        "TurnStartEvent",
+        "event_to_dict",
+    ),
+    "agentkit.event_stream": ("AssistantMessageEventStream", "EventStream", "StreamEndedError"),
+    "agentkit.hooks": (
+        "AfterToolCallContext",
+        "AfterToolCallResult",
+        "BeforeToolCallContext",
+        "BeforeToolCallResult",
+        "RequestContext",
+        "ToolCallOutcome",
+        "TurnContext",
+        "TurnUpdate",
+    ),
+    "agentkit.loop": (
+        "AgentContext",
+        "AgentLoopConfig",
+        "agent_loop",
+        "agent_loop_continue",
+        "default_convert_to_llm",
+        "get_default_stream_fn",
+        "run_agent_loop",
+        "run_agent_loop_continue",
+        "run_tool_call",
+    ),
+    "agentkit.transcript": (
+        "get_current_system_message",
+        "get_current_system_prompt",
+        "get_current_tools",
+    ),
+    "agentkit.agent": ("PendingMessageQueue",),
+    "agentkit.budgets": ("DEFAULT_MAX_TURNS",),
+    "agentkit.tools": ("validate_tool_arguments",),
 }
-"""Public names whose module loads on first use, which keeps ``import agentkit`` quick: the
-catalog (with the providers and ``requests``) when a program names a model or makes a request,
-the approvals broker when a program makes one (a run without a broker never needs it)."""
+"""Names that ``agentkit`` resolves from another module on first use, by module."""
+
+_HOME = {name: module for module, names in _ELSEWHERE.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    """A name of :data:`_LAZY`, imported from its module on first use."""
-    module = _LAZY.get(name)
+    """A name of :data:`_ELSEWHERE`, imported from its module on first use."""
+    module = _HOME.get(name)
     if module is None:
         raise AttributeError(f"module 'agentkit' has no attribute {name!r}")
     import importlib
@@ -145,108 +151,64 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AbortController",
-    "AbortError",
-    "AbortSignal",
-    "AfterToolCallContext",
-    "AfterToolCallResult",
+    # the agent and its run
     "Agent",
-    "AgentBusyError",
-    "AgentContext",
-    "AgentEndEvent",
-    "AgentError",
-    "AgentEvent",
-    "AgentLoopConfig",
     "AgentRunStream",
-    "AgentStartEvent",
     "AgentState",
-    "AgentTool",
-    "AgentToolResult",
-    "AnthropicOptions",
-    "ApprovalDecision",
-    "ApprovalRequest",
-    "Approvals",
-    "AssistantMessage",
-    "AssistantMessageEvent",
-    "AssistantMessageEventStream",
-    "BeforeToolCallContext",
-    "BeforeToolCallResult",
-    "BudgetExceededError",
-    "Budgets",
-    "CannotContinueError",
-    "Context",
-    "Cost",
-    "DEFAULT_MAX_TURNS",
-    "DoneEvent",
-    "ErrorEvent",
-    "EventStream",
-    "GoogleOptions",
-    "ImageContent",
-    "Message",
-    "MessageEndEvent",
-    "MessageStartEvent",
-    "MessageUpdateEvent",
-    "Model",
-    "ModelCost",
-    "NoStreamFunctionError",
-    "OpenAIOptions",
-    "OutputSpec",
-    "OutputValidationError",
-    "PendingMessageQueue",
-    "ProviderError",
-    "RequestContext",
     "Run",
-    "RunContext",
+    # results
     "RunResult",
     "RunStopReason",
     "RunUsage",
-    "StartEvent",
+    # tools
+    "AgentTool",
+    "AgentToolResult",
+    "tool",
+    # the envelope: budgets, typed output, approvals, the run's context, aborting
+    "AbortController",
+    "AbortSignal",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "Approvals",
+    "Budgets",
+    "OutputSpec",
+    "RunContext",
+    "current_run_context",
+    # messages and content
+    "AssistantMessage",
+    "Cost",
+    "ImageContent",
+    "Message",
     "StopReason",
-    "StreamEndedError",
-    "StreamOptions",
     "SystemMessage",
     "TextContent",
-    "TextDeltaEvent",
-    "TextEndEvent",
-    "TextStartEvent",
     "ThinkingContent",
-    "ThinkingDeltaEvent",
-    "ThinkingEndEvent",
     "ThinkingLevel",
-    "ThinkingStartEvent",
-    "Tool",
-    "ToolArgumentsError",
     "ToolCall",
-    "ToolCallDeltaEvent",
-    "ToolCallEndEvent",
-    "ToolCallOutcome",
-    "ToolCallStartEvent",
-    "ToolExecutionEndEvent",
-    "ToolExecutionStartEvent",
-    "ToolExecutionUpdateEvent",
     "ToolResultMessage",
-    "ToolRetry",
-    "TurnContext",
-    "TurnEndEvent",
-    "TurnStartEvent",
-    "TurnUpdate",
     "Usage",
     "UserMessage",
-    "agent_loop",
-    "agent_loop_continue",
-    "current_run_context",
-    "default_convert_to_llm",
-    "event_to_dict",
-    "get_current_system_message",
-    "get_current_system_prompt",
-    "get_current_tools",
-    "get_default_stream_fn",
+    # the model and its options
+    "AnthropicOptions",
+    "Context",
+    "GoogleOptions",
+    "Model",
+    "ModelCost",
+    "OpenAIOptions",
+    "StreamOptions",
+    "Tool",
     "get_model",
     "register_model",
-    "run_agent_loop",
-    "run_agent_loop_continue",
-    "run_tool_call",
     "set_default_stream_fn",
-    "tool",
-    "validate_tool_arguments",
+    # errors
+    "AbortError",
+    "AgentBusyError",
+    "AgentError",
+    "BudgetExceededError",
+    "CannotContinueError",
+    "NoStreamFunctionError",
+    "OutputValidationError",
+    "ProviderError",
+    "ToolArgumentsError",
+    "ToolRetry",
 ]

@@ -24,7 +24,8 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentkit import Agent, AgentEvent, ImageContent, Run, RunResult
+    from agentkit import Agent, ImageContent, Run, RunResult
+    from agentkit.events import AgentEvent
 
 _END = object()  # queue token: the run is over
 

@@ -1,10 +1,9 @@
 """The events of both layers: agent events (what a run is doing) and provider stream events (how
-an assistant message arrives). Each is a frozen dataclass with a literal ``type``.
+an assistant message arrives). Each is a frozen dataclass with slots and a literal ``type``.
 
-The methods ``@dataclass(frozen=True)`` would generate for each class (``__init__``, ``__eq__``,
-``__hash__``, ``__repr__``, the frozen ``__setattr__``) are written here instead: once in
-:class:`_Event`, and a plain ``__init__`` in each class. Python 3.11 compiles generated methods
-from source at import, which for these 22 classes was about a tenth of ``import agentkit``.
+``@dataclass`` writes what differs per class (``__init__`` and the frozen ``__setattr__`` and
+``__delattr__``); equality, ``repr`` and hashing, the same for every event, are written once in
+:class:`_Event`, because Python 3.11 compiles each generated method from source at import.
 
 Provider events carry ``partial``, the one live :class:`AssistantMessage` being filled in, not a
 snapshot. :func:`event_to_dict` turns any event into JSON-ready data (for logs and ``--json``).
@@ -12,7 +11,7 @@ snapshot. :func:`event_to_dict` turns any event into JSON-ready data (for logs a
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from typing_extensions import dataclass_transform
@@ -29,41 +28,26 @@ from .types import (
 
 _T = TypeVar("_T")
 
-_set = object.__setattr__  # how an event's own __init__ sets its fields (assignment raises)
-
-_dataclass = dataclass(slots=True, init=False, repr=False, eq=False)
+_dataclass = dataclass(frozen=True, slots=True, repr=False, eq=False)
 
 
 @dataclass_transform(frozen_default=True)
 def _event(cls: type[_T]) -> type[_T]:
-    """An event class's decorator: a dataclass (``fields()``, ``replace()``, ``asdict()`` work)
-    with slots, whose methods come from :class:`_Event` and its own ``__init__``. Type checkers
-    read it as a frozen dataclass, so assigning to an event's field is flagged before it raises."""
+    """An event class's decorator: a frozen dataclass with slots (``fields()``, ``replace()``,
+    ``asdict()``, copying and pickling work) whose equality and ``repr`` come from
+    :class:`_Event`. Type checkers read it as a frozen dataclass, so assigning to an event's
+    field is flagged before it raises ``dataclasses.FrozenInstanceError``."""
     return _dataclass(cls)
 
 
 class _Event(FieldsEqRepr):
-    """What every event shares: equality and ``repr`` by fields (:class:`FieldsEqRepr`),
-    frozen (assigning or deleting a field raises ``dataclasses.FrozenInstanceError``), hashable
-    when its fields are, and copyable and picklable."""
+    """What every event shares: equality and ``repr`` by fields (:class:`FieldsEqRepr`), and a
+    hash by fields, so an event is hashable when its fields are (as a frozen dataclass is)."""
 
     __slots__ = ()
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
     def __hash__(self) -> int:
         return hash(self._values())
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return self._values()
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(self.__match_args__, state, strict=True):
-            _set(self, name, value)
 
 
 # --- provider stream events -------------------------------------------------------------------
@@ -76,10 +60,6 @@ class StartEvent(_Event):
     partial: AssistantMessage
     type: Literal["start"] = "start"
 
-    def __init__(self, partial: AssistantMessage, type: Literal["start"] = "start") -> None:
-        _set(self, "partial", partial)
-        _set(self, "type", type)
-
 
 @_event
 class TextStartEvent(_Event):
@@ -88,16 +68,6 @@ class TextStartEvent(_Event):
     content_index: int
     partial: AssistantMessage
     type: Literal["text_start"] = "text_start"
-
-    def __init__(
-        self,
-        content_index: int,
-        partial: AssistantMessage,
-        type: Literal["text_start"] = "text_start",
-    ) -> None:
-        _set(self, "content_index", content_index)
-        _set(self, "partial", partial)
-        _set(self, "type", type)
 
 
 @_event
@@ -109,18 +79,6 @@ class TextDeltaEvent(_Event):
     partial: AssistantMessage
     type: Literal["text_delta"] = "text_delta"
 
-    def __init__(
-        self,
-        content_index: int,
-        delta: str,
-        partial: AssistantMessage,
-        type: Literal["text_delta"] = "text_delta",
-    ) -> None:
-        _set(self, "content_index", content_index)
-        _set(self, "delta", delta)
-        _set(self, "partial", partial)
-        _set(self, "type", type)
-
 
 @_event
 class TextEndEvent(_Event):
@@ -131,18 +89,6 @@ class TextEndEvent(_Event):
     partial: AssistantMessage
     type: Literal["text_end"] = "text_end"
 
-    def __init__(
-        self,
-        content_index: int,
-        content: str,
-        partial: AssistantMessage,
-        type: Literal["text_end"] = "text_end",
-    ) -> None:
-        _set(self, "content_index", content_index)
-        _set(self, "content", content)
-        _set(self, "partial", partial)
-        _set(self, "type", type)
-
 
 @_event
 class ThinkingStartEvent(_Event):
@@ -151,16 +97,6 @@ class ThinkingStartEvent(_Event):
     content_index: int
     partial: AssistantMessage
     type: Literal["thinking_start"] = "thinking_start"
-
-    def __init__(
-        self,
-        content_index: int,
-        partial: AssistantMessage,
-        type: Literal["thinking_start"] = "thinking_start",
-    ) -> None:
-        _set(self, "content_index", content_index)
-        _set(self, "partial", partial)
-        _set(self, "type", type)
 
 
 @_event
@@ -172,18 +108,6 @@ class ThinkingDeltaEvent(_Event):
     partial: AssistantMessage
     type: Literal["thinking_delta"] = "thinking_delta"
 
-    def __init__(
-        self,
-        content_index: int,
-        delta: str,
-        partial: AssistantMessage,
-        type: Literal["thinking_delta"] = "thinking_delta",
-    ) -> None:
-        _set(self, "content_index", content_index)
-        _set(self, "delta", delta)
-        _set(self, "partial", partial)
-        _set(self, "type", type)
-
 
 @_event
 class ThinkingEndEvent(_Event):
@@ -194,18 +118,6 @@ class ThinkingEndEvent(_Event):
     partial: AssistantMessage
     type: Literal["thinking_end"] = "thinking_end"
 
-    def __init__(
-        self,
-        content_index: int,
-        content: str,
-        partial: AssistantMessage,
-        type: Literal["thinking_end"] = "thinking_end",
-    ) -> None:
-        _set(self, "content_index", content_index)
-        _set(self, "content", content)
-        _set(self, "partial", partial)
-        _set(self, "type", type)
-
 
 @_event
 class ToolCallStartEvent(_Event):
@@ -214,16 +126,6 @@ class ToolCallStartEvent(_Event):
     content_index: int
     partial: AssistantMessage
     type: Literal["toolcall_start"] = "toolcall_start"
-
-    def __init__(
-        self,
-        content_index: int,
-        partial: AssistantMessage,
-        type: Literal["toolcall_start"] = "toolcall_start",
-    ) -> None:
-        _set(self, "content_index", content_index)
-        _set(self, "partial", partial)
-        _set(self, "type", type)
 
 
 @_event
@@ -235,18 +137,6 @@ class ToolCallDeltaEvent(_Event):
     partial: AssistantMessage
     type: Literal["toolcall_delta"] = "toolcall_delta"
 
-    def __init__(
-        self,
-        content_index: int,
-        delta: str,
-        partial: AssistantMessage,
-        type: Literal["toolcall_delta"] = "toolcall_delta",
-    ) -> None:
-        _set(self, "content_index", content_index)
-        _set(self, "delta", delta)
-        _set(self, "partial", partial)
-        _set(self, "type", type)
-
 
 @_event
 class ToolCallEndEvent(_Event):
@@ -257,18 +147,6 @@ class ToolCallEndEvent(_Event):
     partial: AssistantMessage
     type: Literal["toolcall_end"] = "toolcall_end"
 
-    def __init__(
-        self,
-        content_index: int,
-        tool_call: ToolCall,
-        partial: AssistantMessage,
-        type: Literal["toolcall_end"] = "toolcall_end",
-    ) -> None:
-        _set(self, "content_index", content_index)
-        _set(self, "tool_call", tool_call)
-        _set(self, "partial", partial)
-        _set(self, "type", type)
-
 
 @_event
 class DoneEvent(_Event):
@@ -277,16 +155,6 @@ class DoneEvent(_Event):
     reason: Literal["stop", "length", "tool_use"]
     message: AssistantMessage
     type: Literal["done"] = "done"
-
-    def __init__(
-        self,
-        reason: Literal["stop", "length", "tool_use"],
-        message: AssistantMessage,
-        type: Literal["done"] = "done",
-    ) -> None:
-        _set(self, "reason", reason)
-        _set(self, "message", message)
-        _set(self, "type", type)
 
 
 @_event
@@ -300,18 +168,6 @@ class ErrorEvent(_Event):
     error: AssistantMessage
     provider_error: ProviderError | None = None
     type: Literal["error"] = "error"
-
-    def __init__(
-        self,
-        reason: Literal["error", "aborted"],
-        error: AssistantMessage,
-        provider_error: ProviderError | None = None,
-        type: Literal["error"] = "error",
-    ) -> None:
-        _set(self, "reason", reason)
-        _set(self, "error", error)
-        _set(self, "provider_error", provider_error)
-        _set(self, "type", type)
 
 
 AssistantMessageEvent = (
@@ -340,9 +196,6 @@ class AgentStartEvent(_Event):
 
     type: Literal["agent_start"] = "agent_start"
 
-    def __init__(self, type: Literal["agent_start"] = "agent_start") -> None:
-        _set(self, "type", type)
-
 
 @_event
 class AgentEndEvent(_Event):
@@ -351,21 +204,12 @@ class AgentEndEvent(_Event):
     messages: list[Any] = field(default_factory=list)
     type: Literal["agent_end"] = "agent_end"
 
-    def __init__(
-        self, messages: list[Any] | None = None, type: Literal["agent_end"] = "agent_end"
-    ) -> None:
-        _set(self, "messages", [] if messages is None else messages)
-        _set(self, "type", type)
-
 
 @_event
 class TurnStartEvent(_Event):
     """A turn (one model request and the tools it asks for) begins."""
 
     type: Literal["turn_start"] = "turn_start"
-
-    def __init__(self, type: Literal["turn_start"] = "turn_start") -> None:
-        _set(self, "type", type)
 
 
 @_event
@@ -376,16 +220,6 @@ class TurnEndEvent(_Event):
     tool_results: list[ToolResultMessage] = field(default_factory=list)
     type: Literal["turn_end"] = "turn_end"
 
-    def __init__(
-        self,
-        message: Any,
-        tool_results: list[ToolResultMessage] | None = None,
-        type: Literal["turn_end"] = "turn_end",
-    ) -> None:
-        _set(self, "message", message)
-        _set(self, "tool_results", [] if tool_results is None else tool_results)
-        _set(self, "type", type)
-
 
 @_event
 class MessageStartEvent(_Event):
@@ -393,10 +227,6 @@ class MessageStartEvent(_Event):
 
     message: Any
     type: Literal["message_start"] = "message_start"
-
-    def __init__(self, message: Any, type: Literal["message_start"] = "message_start") -> None:
-        _set(self, "message", message)
-        _set(self, "type", type)
 
 
 @_event
@@ -407,16 +237,6 @@ class MessageUpdateEvent(_Event):
     assistant_message_event: AssistantMessageEvent
     type: Literal["message_update"] = "message_update"
 
-    def __init__(
-        self,
-        message: Any,
-        assistant_message_event: AssistantMessageEvent,
-        type: Literal["message_update"] = "message_update",
-    ) -> None:
-        _set(self, "message", message)
-        _set(self, "assistant_message_event", assistant_message_event)
-        _set(self, "type", type)
-
 
 @_event
 class MessageEndEvent(_Event):
@@ -424,10 +244,6 @@ class MessageEndEvent(_Event):
 
     message: Any
     type: Literal["message_end"] = "message_end"
-
-    def __init__(self, message: Any, type: Literal["message_end"] = "message_end") -> None:
-        _set(self, "message", message)
-        _set(self, "type", type)
 
 
 @_event
@@ -438,18 +254,6 @@ class ToolExecutionStartEvent(_Event):
     tool_name: str
     args: Any
     type: Literal["tool_execution_start"] = "tool_execution_start"
-
-    def __init__(
-        self,
-        tool_call_id: str,
-        tool_name: str,
-        args: Any,
-        type: Literal["tool_execution_start"] = "tool_execution_start",
-    ) -> None:
-        _set(self, "tool_call_id", tool_call_id)
-        _set(self, "tool_name", tool_name)
-        _set(self, "args", args)
-        _set(self, "type", type)
 
 
 @_event
@@ -462,20 +266,6 @@ class ToolExecutionUpdateEvent(_Event):
     partial_result: Any
     type: Literal["tool_execution_update"] = "tool_execution_update"
 
-    def __init__(
-        self,
-        tool_call_id: str,
-        tool_name: str,
-        args: Any,
-        partial_result: Any,
-        type: Literal["tool_execution_update"] = "tool_execution_update",
-    ) -> None:
-        _set(self, "tool_call_id", tool_call_id)
-        _set(self, "tool_name", tool_name)
-        _set(self, "args", args)
-        _set(self, "partial_result", partial_result)
-        _set(self, "type", type)
-
 
 @_event
 class ToolExecutionEndEvent(_Event):
@@ -487,22 +277,6 @@ class ToolExecutionEndEvent(_Event):
     is_error: bool
     duration_ms: float | None = None
     type: Literal["tool_execution_end"] = "tool_execution_end"
-
-    def __init__(
-        self,
-        tool_call_id: str,
-        tool_name: str,
-        result: AgentToolResult,
-        is_error: bool,
-        duration_ms: float | None = None,
-        type: Literal["tool_execution_end"] = "tool_execution_end",
-    ) -> None:
-        _set(self, "tool_call_id", tool_call_id)
-        _set(self, "tool_name", tool_name)
-        _set(self, "result", result)
-        _set(self, "is_error", is_error)
-        _set(self, "duration_ms", duration_ms)
-        _set(self, "type", type)
 
 
 AgentEvent = (

@@ -6,7 +6,7 @@ A hook may return one of these objects or a plain dict with the same keys (or ``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from .types import (
     AgentContext,
@@ -105,9 +105,6 @@ class TurnUpdate(FieldsEqRepr):
     messages: list[Any] | None = None
     model: Model | None = None
     thinking_level: ThinkingLevel | None = None
-
-
-FinishTurnDecision = Literal["end", "continue"]
 
 
 @dataclass(eq=False, repr=False)

@@ -62,6 +62,10 @@ class RunResult(list[Any]):
     ``stop_reason`` why it ended and ``budget`` which limit ended it; ``error_message`` the
     failure text of an ``error``/``aborted`` run. :meth:`raise_for_error` turns a failure into
     an exception for callers who prefer them.
+
+    It stays a ``list`` because ``prompt()`` returns the run's new messages and callers index,
+    iterate and compare that list (a list subclass equals a plain list); the envelope rides
+    along as attributes, and :attr:`messages` gives a plain copy.
     """
 
     def __init__(self, messages: Iterable[Any] = ()) -> None:

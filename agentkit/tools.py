@@ -164,32 +164,41 @@ def _surely_valid(value: Any, schema: Any) -> bool:
     if not isinstance(schema, dict) or not _PLAIN_KEYWORDS.issuperset(schema):
         return False
     kind = schema.get("type")
-    if kind is not None:
-        kinds = [kind] if isinstance(kind, str) else kind
-        if not isinstance(kinds, list) or not all(
-            isinstance(k, str) and k in _PLAIN_TYPES for k in kinds
-        ):
-            return False
-        if not any(_PLAIN_TYPES[k](value) for k in kinds):
-            return False
+    if kind is not None and not _has_plain_type(value, kind):
+        return False
     if isinstance(value, dict):
-        props = schema.get("properties", {})
-        required = schema.get("required", [])
-        extra = schema.get("additionalProperties", True)
-        if not isinstance(props, dict) or not isinstance(required, list):
-            return False
-        if not isinstance(extra, bool) or any(
-            not isinstance(r, str) or r not in value for r in required
-        ):
-            return False
-        for key, item in value.items():
-            if key in props:
-                if not _surely_valid(item, props[key]):
-                    return False
-            elif not extra:
-                return False
+        return _object_surely_valid(value, schema)
     if isinstance(value, list) and "items" in schema:
         return all(_surely_valid(item, schema["items"]) for item in value)
+    return True
+
+
+def _has_plain_type(value: Any, kind: Any) -> bool:
+    """Whether ``kind`` (a ``type`` keyword) names only :data:`_PLAIN_TYPES` and ``value`` is
+    of one of them."""
+    kinds = [kind] if isinstance(kind, str) else kind
+    if not isinstance(kinds, list) or not all(
+        isinstance(k, str) and k in _PLAIN_TYPES for k in kinds
+    ):
+        return False
+    return any(_PLAIN_TYPES[k](value) for k in kinds)
+
+
+def _object_surely_valid(value: dict[str, Any], schema: dict[str, Any]) -> bool:
+    """:func:`_surely_valid` for an object: its required keys, properties and extra keys."""
+    props = schema.get("properties", {})
+    required = schema.get("required", [])
+    extra = schema.get("additionalProperties", True)
+    if not isinstance(props, dict) or not isinstance(required, list) or not isinstance(extra, bool):
+        return False
+    if any(not isinstance(r, str) or r not in value for r in required):
+        return False
+    for key, item in value.items():
+        if key in props:
+            if not _surely_valid(item, props[key]):
+                return False
+        elif not extra:
+            return False
     return True
 
 
@@ -256,37 +265,51 @@ _NUMBER_RE = re.compile(r"^\s*-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
 
 def _coerce_scalar(value: Any, target: str) -> Any:
     """Coerce ``value`` to the JSON type ``target`` the way the reference does, or return it."""
-    if target in ("number", "integer"):
-        if isinstance(value, bool):
-            return 1 if value else 0
-        if value is None:
-            return 0
-        if isinstance(value, str) and _NUMBER_RE.match(value):
-            number = float(value)
-            if target == "integer":
-                return int(number) if number.is_integer() else value
-            return int(number) if number.is_integer() and "." not in value else number
-        return value
+    if target == "number" or target == "integer":
+        return _to_number(value, integer=target == "integer")
     if target == "boolean":
-        if value is None:
-            return False
-        if value in ("true", "false"):
-            return value == "true"
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value in (0, 1):
-            return value == 1
-        return value
+        return _to_boolean(value)
     if target == "string":
-        if value is None:
-            return ""
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, (int, float)):
-            return _js_number_text(value)
-        return value
+        return _to_string(value)
     if target == "null":
-        if value in ("", 0, False) and value is not True:
-            return None
-        return value
+        return None if value in ("", 0, False) and value is not True else value
+    return value
+
+
+def _to_number(value: Any, *, integer: bool) -> Any:
+    """``true``/``false``/``None`` as 1/0/0, a numeric string as its number; else ``value``.
+    A string like ``"2.0"`` becomes ``2`` for an integer and stays a float for a number."""
+    if isinstance(value, bool):
+        return 1 if value else 0
+    if value is None:
+        return 0
+    if isinstance(value, str) and _NUMBER_RE.match(value):
+        number = float(value)
+        if integer:
+            return int(number) if number.is_integer() else value
+        return int(number) if number.is_integer() and "." not in value else number
+    return value
+
+
+def _to_boolean(value: Any) -> Any:
+    """``None``, ``"true"``/``"false"`` and the numbers 0 and 1 as booleans; else ``value``."""
+    if value is None:
+        return False
+    if value in ("true", "false"):
+        return value == "true"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value in (0, 1):
+        return value == 1
+    return value
+
+
+def _to_string(value: Any) -> Any:
+    """``None`` as ``""``, booleans and numbers as JavaScript would print them; else ``value``."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return _js_number_text(value)
     return value
 
 

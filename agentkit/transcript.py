@@ -177,20 +177,44 @@ def declare_tool_changes(
     the declared set is the replay of ``context_messages`` followed by ``pending``. The
     executable set always wins over ``tools_added`` a caller put in a pending system message.
     """
-    last_system = None
-    for index in range(len(pending) - 1, -1, -1):
-        if role_of(pending[index]) == "system":
-            last_system = index
-            break
-    baseline = list(pending)
-    original_system: SystemMessage | None = None
-    if last_system is not None:
-        original_system = as_system_message(pending[last_system])
-        baseline[last_system] = original_system.model_copy(
-            update={"tools_added": None, "tools_removed": None}
+    last_system = _last_system_index(pending)
+    if last_system is None:
+        added, removed = _tool_changes(context_messages, pending, tools)
+        if not added and not removed:
+            return pending
+        declaration = SystemMessage(
+            content="", tools_added=added or None, tools_removed=removed or None, timestamp=now_ms()
         )
+        return _before_first_non_system(pending, declaration)
 
-    declared = {d.name: d for d in get_current_tools([*context_messages, *baseline])}
+    # The last pending system message carries the declaration: the replay starts from it
+    # without its own tool fields, which the executable set replaces.
+    original = as_system_message(pending[last_system])
+    baseline = list(pending)
+    baseline[last_system] = original.model_copy(update={"tools_added": None, "tools_removed": None})
+    added, removed = _tool_changes(context_messages, baseline, tools)
+    if not added and not removed and not original.tools_added and not original.tools_removed:
+        return pending
+    baseline[last_system] = original.model_copy(
+        update={"tools_added": added or None, "tools_removed": removed or None}
+    )
+    return baseline
+
+
+def _last_system_index(messages: Sequence[Any]) -> int | None:
+    """The index of the last system message of ``messages``, or ``None``."""
+    for index in range(len(messages) - 1, -1, -1):
+        if role_of(messages[index]) == "system":
+            return index
+    return None
+
+
+def _tool_changes(
+    context_messages: Sequence[Any], pending: Sequence[Any], tools: Sequence[Any]
+) -> tuple[list[Tool], list[ToolRef]]:
+    """What to add and remove so that the declared tools (the replay of ``context_messages``
+    then ``pending``) become ``tools``; a tool whose declaration changed is removed and added."""
+    declared = {d.name: d for d in get_current_tools([*context_messages, *pending])}
     current: dict[str, Tool] = {}
     for t in tools:
         current.setdefault(t.name, to_tool_declaration(t))
@@ -202,23 +226,12 @@ def declare_tool_changes(
     }
     added = [decl for name, decl in current.items() if name not in declared or name in changed]
     removed = [ToolRef(name=name) for name in declared if name not in current or name in changed]
+    return added, removed
 
-    if last_system is not None:
-        assert original_system is not None
-        had_tool_fields = bool(original_system.tools_added) or bool(original_system.tools_removed)
-        if not added and not removed and not had_tool_fields:
-            return pending
-        baseline[last_system] = original_system.model_copy(
-            update={"tools_added": added or None, "tools_removed": removed or None}
-        )
-        return baseline
 
-    if not added and not removed:
-        return pending
-    declaration = SystemMessage(
-        content="", tools_added=added or None, tools_removed=removed or None, timestamp=now_ms()
-    )
-    result = list(pending)
+def _before_first_non_system(messages: list[Any], declaration: SystemMessage) -> list[Any]:
+    """A copy of ``messages`` with ``declaration`` after the leading system messages."""
+    result = list(messages)
     for index, message in enumerate(result):
         if role_of(message) != "system":
             result.insert(index, declaration)

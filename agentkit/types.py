@@ -27,10 +27,6 @@ StopReason = Literal["stop", "length", "tool_use", "error", "aborted"]
 ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
 """How hard a reasoning model should think; ``"off"`` asks for no reasoning."""
 
-Api = str
-"""The wire API a model speaks, e.g. ``"openai-completions"`` or ``"anthropic-messages"``."""
-
-
 def now_ms() -> int:
     """The current time in milliseconds since the epoch, the unit of every ``timestamp``."""
     return int(time.time() * 1000)

@@ -14,24 +14,24 @@ from agentkit import (
     AbortController,
     AbortSignal,
     Agent,
-    AgentContext,
-    AgentLoopConfig,
     AssistantMessage,
-    AssistantMessageEventStream,
     Context,
-    DoneEvent,
     Model,
-    StartEvent,
     TextContent,
+    UserMessage,
+    tool,
+)
+from agentkit.agent import Run
+from agentkit.event_stream import AssistantMessageEventStream
+from agentkit.events import (
+    DoneEvent,
+    StartEvent,
     TextDeltaEvent,
     TextEndEvent,
     TextStartEvent,
     TurnStartEvent,
-    UserMessage,
-    run_agent_loop,
-    tool,
 )
-from agentkit.agent import Run
+from agentkit.loop import AgentContext, AgentLoopConfig, run_agent_loop
 from agentkit.testing import ScriptedModel, reply, tool_call
 
 TURNS = 1000

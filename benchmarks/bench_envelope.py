@@ -19,17 +19,15 @@ from bench_core import instant_stream_fn
 from agentkit import (
     AbortSignal,
     Agent,
-    AgentContext,
-    AgentLoopConfig,
     AssistantMessage,
     Budgets,
     Model,
     ToolCall,
     ToolResultMessage,
     UserMessage,
-    run_agent_loop,
     tool,
 )
+from agentkit.loop import AgentContext, AgentLoopConfig, run_agent_loop
 from agentkit.testing import ScriptedModel, reply, tool_call
 
 TURNS = 1000

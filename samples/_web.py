@@ -9,7 +9,8 @@ from typing import Any
 
 from _support import last_text, model_spec, real_model, rule_model, sample_parser
 
-from agentkit import Model, event_to_dict, tool
+from agentkit import Model, tool
+from agentkit.events import event_to_dict
 from agentkit.loop import StreamFn
 from agentkit.testing import SCRIPTED_MODEL, Reply, reply, tool_call
 

@@ -15,10 +15,11 @@ import pytest
 
 from agentkit import cli
 from agentkit.cli import agent_setup
-from agentkit.cli.console import CliError, Console
+from agentkit.cli.console import Console
 from agentkit.cli.model_choice import choose_model
 from agentkit.cli.render import readable_error
 from agentkit.cli.run import CALL_FORMAT_NOTE, PARSE_RETRIES
+from agentkit.errors import CliError
 from agentkit.providers.table import PROVIDERS
 from agentkit.testing import SCRIPTED_MODEL, ScriptedModel, reply, tool_call
 

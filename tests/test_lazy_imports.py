@@ -1,4 +1,4 @@
-"""``import agentkit`` loads only what a plain run needs; the rest loads on first use (issue 8)."""
+"""``import agentkit`` loads only what a plain run needs; the rest loads on first use."""
 
 from __future__ import annotations
 
@@ -38,6 +38,24 @@ def test_lazy_names_are_the_modules_own() -> None:
     assert agentkit.get_model is catalog.get_model
     for name in agentkit.__all__:
         assert getattr(agentkit, name) is not None, name
+
+
+def test_the_face_is_small_and_the_layers_below_stay_reachable() -> None:
+    import importlib
+
+    assert len(agentkit.__all__) <= 60
+    assert len(set(agentkit.__all__)) == len(agentkit.__all__)
+    for module, names in agentkit._ELSEWHERE.items():
+        for name in names:
+            assert getattr(agentkit, name) is getattr(importlib.import_module(module), name), name
+    namespace: dict[str, object] = {}
+    exec("from agentkit import *", namespace)
+    assert "Agent" in namespace and "get_model" in namespace
+    assert "TextDeltaEvent" not in namespace and "run_agent_loop" not in namespace
+    from agentkit import TextDeltaEvent, TurnContext  # the flat spelling still imports
+
+    assert TextDeltaEvent.__module__ == "agentkit.events"
+    assert TurnContext.__module__ == "agentkit.hooks"
 
 
 def test_unknown_name_is_an_attribute_error() -> None:

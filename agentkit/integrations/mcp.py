@@ -30,16 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 from agentkit import (
     AbortSignal,
-    AgentContext,
     AgentTool,
     AgentToolResult,
     ImageContent,
     TextContent,
-    TurnContext,
-    TurnUpdate,
 )
 from agentkit.abort import ABORTED_TEXT
 from agentkit.errors import MCPServerError
+from agentkit.hooks import TurnContext, TurnUpdate
+from agentkit.loop import AgentContext
 from agentkit.tools import OnUpdate, error_result
 
 if TYPE_CHECKING:

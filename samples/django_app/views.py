@@ -21,8 +21,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET, require_POST
 
-from agentkit import Agent, event_to_dict, tool
-from agentkit.events import to_jsonable
+from agentkit import Agent, tool
+from agentkit.events import event_to_dict, to_jsonable
 from agentkit.testing import SCRIPTED_MODEL, Reply, reply, tool_call
 
 ORDERS = {42: "shipped on Monday, arriving Thursday", 7: "waiting for payment"}

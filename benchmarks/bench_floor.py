@@ -8,7 +8,7 @@ same work through ``Agent.prompt()``. Each figure is the median wall per turn; w
 that is all overhead, the server's share included on both sides (so the ratio is a little kinder
 than ``compare.sh`` in the shared bench, which subtracts the server's time). Both sides alternate
 three times in one session; only the ratios mean anything on a shared machine. Nothing asserts.
-(Issue 8 asks for at most 1.3x per turn and 1.03x for the batch.)
+(Targets: at most 1.3x per turn and 1.03x for the batch.)
 """
 
 from __future__ import annotations

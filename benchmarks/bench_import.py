@@ -3,7 +3,7 @@
 
 Each figure is the best and the median of several fresh interpreters: a bare one, one that
 imports pydantic and builds one model (the floor: agentkit's types are pydantic models), and one
-that imports agentkit. Printed: agentkit above the bare interpreter (issue 8 target <= 200 ms),
+that imports agentkit. Printed: agentkit above the bare interpreter (target <= 200 ms),
 the floor above the bare interpreter, agentkit above the floor (what agentkit itself adds, timed
 inside one process after the floor's imports), and the modules agentkit adds to the floor's.
 

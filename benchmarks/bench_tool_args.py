@@ -12,7 +12,7 @@ Beside it, in the same run, the floor: a hand-written ``requests`` loop that mak
 requests, decodes every event with ``json.loads``, joins the argument pieces and parses them once.
 The machine's load moves both; their ratio is what to compare across runs.
 
-Targets (issue 8): 1 MB <= 0.5 s, 2 MB <= 2.2x the 1 MB time.
+Targets: 1 MB <= 0.5 s, 2 MB <= 2.2x the 1 MB time.
 """
 
 from __future__ import annotations

@@ -302,7 +302,7 @@ def test_b76_abort_during_sequential_tools_gives_every_call_a_result() -> None:
     assert [r.content[0].text for r in results[1:]] == ["Operation aborted"] * 2
     assert results[0].duration_ms is not None and results[1].duration_ms is None
     assert never == []
-    assert len(model.requests) == 1  # departure 1: no request after the aborted batch
+    assert len(model.requests) == 1  # an abort during tools ends the run after its batch
     assert agent.state.is_streaming is False
 
 

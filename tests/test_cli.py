@@ -317,7 +317,7 @@ def test_chat_steers_a_running_task(workspace: Path) -> None:
     assert "steered answer" in out.getvalue()
 
 
-# --- what users expect of a command (issue 12) --------------------------------------------------
+# --- what users expect of a command ------------------------------------------------------------
 
 
 def test_version_and_bare_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""The run envelope (issue 10): results, usage, budgets, typed output, tool controls and
+"""The run envelope: results, usage, budgets, typed output, tool controls and
 approvals, on a scripted model. Waits on other threads use events and generous bounds."""
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def test_b5_empty_api_key_from_hook_falls_back_to_config_api_key() -> None:
 
 
 def test_b6_stream_options_carry_request_options_reasoning_and_signal_but_no_hooks() -> None:
-    # A departure from the reference (issue 8): providers get request options only, so no
+    # Unlike the reference: providers get request options only, so no
     # provider can reach a hook or drain a queue.
     controller = AbortController()
 
@@ -299,7 +299,7 @@ def test_b8_message_start_is_a_shallow_copy_and_message_end_the_final_object() -
     assert start.message is not partial
     assert start.message == partial
     # A shallow copy of the message, with its own content list (the blocks are shared): the
-    # provider's later appends never show up in an event a listener already holds (issue 13).
+    # provider's later appends never show up in an event a listener already holds.
     assert start.message.content is not partial.content
     assert start.message.content[0] is partial.content[0]
     update = rec.of("message_update")[0]

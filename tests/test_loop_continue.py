@@ -1,5 +1,5 @@
 """The continue entry points, the stream wrappers and the default stream function
-(SPEC 2.6, 4.1, B52-B57, API.md departure 2)."""
+(SPEC 2.6, 4.1, B52-B57; API.md: the stream wrappers re-raise)."""
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def test_b57_default_stream_fn_used_by_loop_and_agent(restore_default_stream_fn:
         assert restored is not default
 
 
-# --- departure 2: the stream wrappers re-raise the loop's exception ------------------------------
+# --- the stream wrappers re-raise the loop's exception -------------------------------------------
 
 
 def test_d2_agent_loop_reraises_the_loops_exception() -> None:

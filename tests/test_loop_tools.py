@@ -70,7 +70,7 @@ def test_b10_one_tool_call_runs_once_and_the_loop_asks_again() -> None:
     ]
     assert roles(run.new_messages) == ["system", "user", "assistant", "tool_result", "assistant"]
     assert run.requests[1].messages[-1].role == "tool_result"
-    # Departure 4: the end event and the result message carry how long execute() took.
+    # The end event and the result message carry how long execute() took.
     assert isinstance(end[0].duration_ms, float) and end[0].duration_ms >= 0
     assert _result_message(run, "c1").duration_ms == end[0].duration_ms
 
@@ -693,7 +693,7 @@ def test_b33_pending_tool_calls_track_execution() -> None:
     assert agent.state.pending_tool_calls == frozenset()
 
 
-# --- departure 1: abort during tools ----------------------------------------------------------
+# --- abort during tools ----------------------------------------------------------------------
 
 
 def test_d1_sequential_abort_gives_every_call_a_result_and_ends_after_the_batch() -> None:
@@ -799,7 +799,7 @@ def test_d1_parallel_abort_during_execution_stops_calls_not_yet_started() -> Non
     assert (first.is_error, first.result.text) == (False, "finished anyway")
     assert first.duration_ms is not None
     assert (second.is_error, second.result.text) == (True, "Operation aborted")
-    # Departure 4: a call that never executed has no duration.
+    # A call that never executed has no duration.
     assert second.duration_ms is None
     assert _result_message(run, "c2").duration_ms is None
     assert len(run.requests) == 1

@@ -8,8 +8,8 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from ..sessions import import_jsonl
 from ..sessions.base import SessionError
-from ..sessions.jsonl import import_jsonl
 from ..sessions.session import Session, open_store
 from ..types import role_of
 

@@ -15,11 +15,12 @@ from .base import (
     decode_message,
     encode_message,
 )
-from .jsonl import import_jsonl, read_jsonl
+from .jsonl import read_jsonl
 from .session import (
     INTERRUPTED_TEXT,
     Session,
     SessionWriter,
+    import_jsonl,
     interrupted_tool_calls,
     open_store,
     settle_interrupted,

@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import IO, Any
 
-from .base import SessionImportError, SessionStore, decode_message, encode_message
+from .base import SessionImportError, decode_message, encode_message
 
 FORMAT = "agentkit-session"
 FORMAT_VERSION = 1
@@ -71,15 +71,3 @@ def _parse(line: str, number: int) -> Any:
         raise SessionImportError(
             number, f"invalid JSON ({exc.msg} at column {exc.colno})"
         ) from None
-
-
-def import_jsonl(store: SessionStore, file: IO[str], name: str | None = None) -> Any:
-    """Import an export into ``store`` as ``name`` (default: the name in the file) and return
-    the new :class:`~agentkit.sessions.Session`. All or nothing: a bad file or an existing
-    session of that name writes nothing."""
-    from .session import Session, _create
-
-    header, records = read_jsonl(file.read())
-    session = Session(name or str(header.get("name") or ""), store)
-    _create(session, records)
-    return session

@@ -23,6 +23,7 @@ from .base import (
     decode_message,
     encode_message,
 )
+from .jsonl import read_jsonl, write_jsonl
 
 INTERRUPTED_TEXT = (
     "Tool call {name} ({id}) was interrupted: the process running it stopped before it "
@@ -111,8 +112,6 @@ class Session:
 
     def export_jsonl(self, file: IO[str]) -> int:
         """Write the session as JSONL to ``file``; return the number of messages written."""
-        from .jsonl import write_jsonl
-
         records, _ = self.store.load(self.name)
         return write_jsonl(self.name, records, file)
 
@@ -218,3 +217,13 @@ def settle_interrupted(
             )
         )
     return results
+
+
+def import_jsonl(store: SessionStore, file: IO[str], name: str | None = None) -> Session:
+    """Import an export into ``store`` as ``name`` (default: the name in the file) and return
+    the new :class:`~agentkit.sessions.Session`. All or nothing: a bad file or an existing
+    session of that name writes nothing."""
+    header, records = read_jsonl(file.read())
+    session = Session(name or str(header.get("name") or ""), store)
+    _create(session, records)
+    return session

@@ -1,4 +1,4 @@
-"""Issue 13 (provider side): every stream ends with exactly one terminal event whatever raises,
+"""Provider streams under faults: every stream ends with exactly one terminal event whatever raises,
 the parsers stay linear and never raise, what enters a message is serialisable, errors never
 leak a key and say what came back. Each runs over real HTTP from the local replay server."""
 

@@ -1,4 +1,4 @@
-"""Regression tests for the core side of issue 13: no hang, no lost message, no poisoned
+"""Faults the agent survives: no hang, no lost message, no poisoned
 conversation, whatever a tool raises or returns and whenever Ctrl-C arrives."""
 
 from __future__ import annotations
@@ -335,7 +335,7 @@ def test_an_abort_during_a_tool_batch_is_recorded_in_the_state() -> None:
     agent.abort()
     messages = handle.result(timeout=WAIT)
 
-    assert messages[-1].role == "tool_result"  # departure 1: no request after the batch
+    assert messages[-1].role == "tool_result"  # an abort during tools ends the run after its batch
     assert len(model.requests) == 1
     assert agent.state.error_message == "Operation aborted"
 

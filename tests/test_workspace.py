@@ -463,7 +463,7 @@ def test_run_command_validates_its_arguments(ws: Path) -> None:
     assert not (ws / "ran").exists()
 
 
-# --- hardening (issue 13) ---------------------------------------------------------------------
+# --- hostile input ----------------------------------------------------------------------------
 
 
 def test_a_symlink_swapped_in_during_calls_never_escapes(ws: Path) -> None:

@@ -350,7 +350,7 @@ class OutputSchema(BaseModel):
     properties as required and allows no others).
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str
     json_schema: dict[str, Any]

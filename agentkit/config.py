@@ -107,6 +107,10 @@ def check_option(name: str, value: Any) -> Any:
     return value if check is None else check(value)
 
 
+DEFAULT_TOOL_ABORT_GRACE = 2.0
+"""Seconds an aborted call may take to stop before it is given up on (a run's default too)."""
+
+
 @dataclass(eq=False, repr=False)
 class AgentLoopConfig(FieldsEqRepr):
     """Every hook and option of a run (SPEC 2.7), each defined here once, with its contract.
@@ -167,7 +171,7 @@ class AgentLoopConfig(FieldsEqRepr):
     ``"sequential"``: one after another. A tool marked sequential makes its batch sequential."""
     max_tool_workers: int = 32
     """How many tool calls of one parallel batch run at the same time."""
-    tool_abort_grace: float = 2.0
+    tool_abort_grace: float = DEFAULT_TOOL_ABORT_GRACE
     """Seconds an aborted run waits for a stream or tools that ignore the signal before it gives
     up on them and ends."""
     reasoning: ThinkingLevel | None = None

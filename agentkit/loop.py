@@ -3,8 +3,8 @@ the order they run.
 
 A run alternates model requests and tool batches until the model stops asking for tools and no
 steering or follow-up message is waiting (SPEC section 4). A run's state lives in one
-``_LoopState``, made when it starts and dropped when it ends; the only state kept between runs
-is the process-wide default stream function. The loop runs on the calling thread, and so does
+``_LoopState``, made when it starts and dropped when it ends; the loop keeps nothing between
+runs (the process-wide default stream function lives in :mod:`agentkit.config`). The loop runs on the calling thread, and so does
 every ``emit``, in order; a tool batch (:mod:`agentkit.tool_calls`) fans out to the run's tool
 executor while this thread pumps the calls' progress. The run's envelope (budgets, typed output,
 usage) is called at named points: before a turn, after a request, at the final answer.

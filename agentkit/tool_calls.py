@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ._serialize import clean_message, to_serialisable
 from .abort import ABORTED_TEXT, AbortController, AbortSignal
 from .budgets import REFUSED_TEXT, BudgetTracker
+from .config import DEFAULT_TOOL_ABORT_GRACE
 from .errors import ToolRetry
 from .event_stream import WAKE
 from .events import (
@@ -76,10 +77,6 @@ RETRIES_SPENT_TEXT = (
     "do not call it again."
 )
 TIMEOUT_TEXT = "Tool {name} timed out after {timeout:g} s"
-DEFAULT_TOOL_ABORT_GRACE = 2.0
-"""Seconds an aborted call may take to stop before it is given up on (a run's default too)."""
-
-
 class ToolControls:
     """One run's tool state: its ``deps`` and each tool's retry count (guarded by a lock, since
     calls of one batch run on tool threads at once)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import UnknownModelError
 from ..types import Model, ModelCost
-from .table import PROVIDERS, local_servers
+from .table import PROVIDERS, get_env_base_url, local_servers
 
 LOCAL_SERVERS: dict[str, str] = local_servers()
 """Default base URLs of the usual local servers (all speak Chat Completions)."""
@@ -147,7 +147,9 @@ def model_from_spec(spec: str) -> Model:
     ``Agent(model="...")`` take).
 
     ``"provider"`` alone is that provider's default model (from the provider table); a local
-    server's name (``"ollama:llama3.2"``) gives a :func:`local_model` at its default URL.
+    server's name (``"ollama:llama3.2"``) gives a :func:`local_model` at its default URL. Where
+    the provider's SDK reads its endpoint from the environment (``OPENAI_BASE_URL``,
+    ``ANTHROPIC_BASE_URL``), the model is sent there too.
     Raises :class:`UnknownModelError` (an ``AgentError`` and a ``KeyError``) naming close
     matches, or ``ValueError`` for a string that names nothing.
     """
@@ -164,7 +166,11 @@ def model_from_spec(spec: str) -> Model:
         model_id = info.default_model
     if info is not None and info.local_url is not None:
         return local_model(None, model_id, server=provider, provider=provider)
-    return get_model(provider, model_id)
+    model = get_model(provider, model_id)
+    base_url = get_env_base_url(provider)
+    if base_url is not None:
+        model.base_url = base_url
+    return model
 
 
 def _providers_with_default() -> list[str]:

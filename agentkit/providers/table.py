@@ -29,6 +29,9 @@ class ProviderInfo:
     local_url: str | None = None
     """Where the server listens by default (local servers only)."""
     compat: ModelCompat = field(default_factory=ModelCompat)
+    env_base_url: str | None = None
+    """The environment variable that moves the provider's endpoint (a proxy, a gateway, a
+    compatible server), named and spelt as the vendor's own SDK reads it."""
 
 
 _LOCAL_COMPAT = ModelCompat(
@@ -47,6 +50,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             "Anthropic",
             ("ANTHROPIC_API_KEY",),
             default_model="claude-sonnet-4-5",
+            env_base_url="ANTHROPIC_BASE_URL",
         ),
         ProviderInfo(
             "openai",
@@ -54,6 +58,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             ("OPENAI_API_KEY",),
             default_model="gpt-4.1-mini",
             compat=ModelCompat(supports_store=True),
+            env_base_url="OPENAI_BASE_URL",
         ),
         ProviderInfo(
             "google",
@@ -170,6 +175,14 @@ def get_env_api_key(provider: str) -> str | None:
         if value:
             return value
     return None
+
+
+def get_env_base_url(provider: str) -> str | None:
+    """The provider's endpoint from the environment (``OPENAI_BASE_URL``,
+    ``ANTHROPIC_BASE_URL``), without a trailing slash; ``None`` when unset."""
+    info = PROVIDERS.get(provider)
+    value = os.environ.get(info.env_base_url) if info is not None and info.env_base_url else None
+    return value.rstrip("/") if value else None
 
 
 def is_local_url(url: str) -> bool:

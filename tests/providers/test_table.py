@@ -159,3 +159,26 @@ def test_a_failed_run_raises_the_provider_error_with_its_status_and_retry_after(
     assert (caught.value.status, caught.value.retry_after, caught.value.retryable) == (429, 7.0, True)
     assert "slow down" in str(caught.value)
     assert API_KEY not in str(caught.value)
+
+
+def test_base_url_variables_move_a_named_model(
+    monkeypatch: pytest.MonkeyPatch, server: ReplayServer
+) -> None:
+    """OPENAI_BASE_URL and ANTHROPIC_BASE_URL send "openai:..." and "anthropic:..." models to
+    a gateway, as the vendors' SDKs do; the request really goes there, with the key."""
+    from replay_server import fixture_bytes
+
+    from agentkit import Agent, get_model
+
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{server.url}/v1/")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+    assert model_from_spec("anthropic").base_url == server.url
+    assert get_model("openai", "gpt-4.1-mini").base_url == "https://api.openai.com/v1"
+    assert model_from_spec("google").base_url.startswith("https://")
+    server.enqueue(Reply(fixture_bytes("vendor/openai-responses-text.sse")))
+    result = Agent(model="openai:gpt-4.1-mini", max_retries=0).prompt("What is 2+2?")
+    assert result.text == "2+2 = 4"
+    (request,) = server.requests
+    assert request.path == "/v1/responses"
+    assert request.headers["authorization"] == f"Bearer {API_KEY}"

@@ -39,6 +39,7 @@ from .sessions import (
     add_sessions_command,
     run_sessions_command,
 )
+from .ui import add_ui_command, run_ui_command
 
 
 def _version() -> str:
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_session_options(chat_command)
     add_sessions_command(commands)
     add_server_command(commands)
+    add_ui_command(commands, common)
     return parser
 
 
@@ -88,6 +90,12 @@ def main(
         return run_sessions_command(args, io.stdout, io.stderr)
     if args.command == "server":
         return run_server_command(args, io)
+    if args.command == "ui":
+        try:
+            return run_ui_command(args, io, stream_fn, model)
+        except CliError as exc:
+            io.err(f"agentkit: {exc}")
+            return 2
     try:
         task = _read_task(args.task, io) if args.command == "run" else None
         check_tools(args.tools)

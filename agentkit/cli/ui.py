@@ -1,0 +1,104 @@
+"""``agentkit ui``: serve the local web page over a session store until Ctrl-C.
+
+The chat box prompts sessions with the agent ``--agent module:factory`` names (the factory
+takes the :class:`~agentkit.sessions.Session` and returns an ``Agent`` made with it, as for
+``agentkit.integrations.celery``), or else with the command's own agent: the workspace tools in
+``--workspace`` on the model ``--model`` picks (the embedded model when no key is set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io as _io
+import os
+from typing import Any
+
+from ..agent import Agent
+from ..errors import CliError
+from ..loop import StreamFn
+from ..sessions import Session, open_store
+from ..types import Model
+from .console import Console
+from .sessions import STORE_HELP
+
+
+def add_ui_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """The ``agentkit ui`` command."""
+    ui = commands.add_parser(
+        "ui", parents=[common], help="a local web page: sessions, live runs, a chat box"
+    )
+    ui.add_argument("--store", help=STORE_HELP)
+    ui.add_argument(
+        "--agent",
+        metavar="MODULE:FACTORY",
+        help="the chat box's agent: FACTORY(session) -> Agent (default: this command's own)",
+    )
+    ui.add_argument(
+        "--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)"
+    )
+    ui.add_argument("--redis", metavar="URL", help="follow and steer runs on Celery workers")
+
+
+def factory_from_spec(spec: str) -> Any:
+    """The callable ``module:attribute`` names; :class:`CliError` saying what is wrong."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise CliError(f"--agent takes MODULE:FACTORY, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CliError(f"cannot import {module_name!r}: {exc}") from None
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise CliError(f"{module_name!r} has no callable {attribute!r}")
+    return factory
+
+
+def run_ui_command(
+    args: argparse.Namespace, io: Console, stream_fn: StreamFn | None, model: Model | None
+) -> int:
+    """Serve the page until Ctrl-C; return the exit status."""
+    try:
+        from ..ui import UiServer
+    except ImportError as exc:
+        raise CliError(f"the page needs the ui extra: pip install 'agentkit[ui]' ({exc})") from None
+    store = open_store(args.store)
+    if args.agent:
+        build = factory_from_spec(args.agent)
+    else:
+        build = _own_agent(args, io, stream_fn, model)
+    try:
+        server = UiServer(store, port=args.port, build_agent=build, redis_url=args.redis)
+    except OSError as exc:
+        store.close()
+        raise CliError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}") from None
+    io.out(f"agentkit ui: sessions in {store.url}")
+    io.out(f"agentkit ui: open {server.url}")
+    io.out("agentkit ui: (the link carries this launch's secret; Ctrl-C stops the page)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        io.err("agentkit ui: stopped")
+    finally:
+        server.stop()
+        store.close()
+    return 0
+
+
+def _own_agent(
+    args: argparse.Namespace, io: Console, stream_fn: StreamFn | None, model: Model | None
+) -> Any:
+    """The command's own agent, made per session; its terminal printers write nowhere (the page
+    shows the run), and a tool that needs approval is refused unless ``--yes`` was given."""
+    from .agent_setup import build_agent
+
+    def build(session: Session) -> Agent:
+        quiet = Console(_io.StringIO(), open(os.devnull, "w"), io.stderr)  # noqa: SIM115
+        options = argparse.Namespace(**vars(args))
+        options.session, options.store = session.name, session.store.url
+        agent = build_agent(options, quiet, stream_fn, model)
+        agent.add_close_callback(quiet.stdout.close)
+        return agent
+
+    return build

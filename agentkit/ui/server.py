@@ -1,0 +1,88 @@
+"""The page's HTTP server: Werkzeug's threaded server on 127.0.0.1, one thread per request.
+
+:class:`UiServer` runs it on a thread of its own (what tests and notebooks use);
+``agentkit ui`` runs it in the foreground until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from ..sessions import SessionStore
+from .app import create_app
+from .live import BuildAgent, LiveRuns
+from .security import Guard
+
+HOST = "127.0.0.1"
+"""The page listens on loopback only: it can approve tool calls."""
+
+
+class UiServer:
+    """The page over ``store``, listening on ``127.0.0.1:port`` (0: a free port).
+
+    ``build_agent`` and ``redis_url`` are as for :func:`agentkit.ui.app.create_app`. The
+    secret is made per launch; :attr:`url` is the address to open (it carries the secret).
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        port: int = 0,
+        build_agent: BuildAgent | None = None,
+        redis_url: str | None = None,
+    ) -> None:
+        self.store = store
+        # Bind first, so the guard knows the port a port of 0 became.
+        self._httpd: BaseWSGIServer = make_server(HOST, port, _unbound, threaded=True)
+        # A reader of a live run's events may hold a request thread: don't wait for it at exit.
+        self._httpd.daemon_threads = True  # type: ignore[attr-defined]
+        self.guard = Guard(port=self._httpd.server_port)
+        self.app = create_app(store, self.guard, build_agent=build_agent, redis_url=redis_url)
+        self._httpd.app = self.app
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL to open: it exchanges the launch's secret for a cookie."""
+        return self.guard.url()
+
+    @property
+    def live(self) -> LiveRuns:
+        """The runs started from the page."""
+        live: LiveRuns = self.app.extensions["agentkit_live"]
+        return live
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until :meth:`stop` (or Ctrl-C)."""
+        self._httpd.serve_forever(poll_interval=0.5)
+
+    def start(self) -> UiServer:
+        """Serve on a thread of its own; return ``self``."""
+        self._thread = threading.Thread(target=self.serve_forever, name="agentkit-ui", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Abort the runs the page started, stop serving and close the socket."""
+        self.live.close()
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> UiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _unbound(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    """What the server answers before its application is set (never, in practice)."""
+    start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+    return [b"starting"]

@@ -1,0 +1,160 @@
+"""A stored transcript as a person reads it: what the page's templates render.
+
+Tool calls are shown with the result that answered them (matched by call id), their duration
+and whether they failed; thinking is kept apart so the page can fold it; an application's own
+records (a compaction, an approval, anything with a role of its own) are shown as records.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .._serialize import LLM_ROLES, to_jsonable
+from ..types import (
+    AssistantMessage,
+    ImageContent,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    role_of,
+)
+
+
+@dataclass
+class CallView:
+    """One tool call and what answered it."""
+
+    id: str
+    name: str
+    arguments: str
+    result: str | None = None
+    is_error: bool = False
+    duration_ms: float | None = None
+    details: str | None = None
+
+
+@dataclass
+class Block:
+    """One part of a message: ``text``, ``thinking``, ``image`` or ``call``."""
+
+    kind: str
+    text: str = ""
+    call: CallView | None = None
+
+
+@dataclass
+class Entry:
+    """One message of the transcript, in the order it was stored."""
+
+    index: int
+    role: str
+    blocks: list[Block] = field(default_factory=list)
+    when: str = ""
+    model: str = ""
+    stop_reason: str = ""
+    error: str | None = None
+    usage: Usage | None = None
+    record: str | None = None
+    """An application's own record (any role outside the model's four), as indented JSON."""
+
+
+@dataclass
+class Totals:
+    """What a session's model replies used and cost, and how its last one ended."""
+
+    messages: int = 0
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cost: float = 0.0
+    stop_reason: str = ""
+
+    def add(self, usage: Usage) -> None:
+        """Count one reply's usage."""
+        self.input += usage.input
+        self.output += usage.output
+        self.cache_read += usage.cache_read
+        self.cost += usage.cost.total
+
+
+def when(timestamp_ms: int | None) -> str:
+    """A stored millisecond timestamp as UTC text for the page (empty when unknown)."""
+    if not timestamp_ms:
+        return ""
+    moment = datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def pretty(value: Any) -> str:
+    """``value`` as indented JSON (what the page shows of arguments, details and records)."""
+    return json.dumps(to_jsonable(value), indent=2, ensure_ascii=False, default=str)
+
+
+def content_text(content: Any) -> list[Block]:
+    """The blocks of a user message's or a tool result's content."""
+    if isinstance(content, str):
+        return [Block("text", content)]
+    blocks = []
+    for part in content or []:
+        if isinstance(part, TextContent):
+            blocks.append(Block("text", part.text))
+        elif isinstance(part, ImageContent):
+            blocks.append(Block("image", part.mime_type))
+        else:
+            blocks.append(Block("text", pretty(part)))
+    return blocks
+
+
+def _joined(blocks: list[Block]) -> str:
+    return "\n".join(b.text if b.kind == "text" else f"[image {b.text}]" for b in blocks)
+
+
+def transcript(messages: list[Any]) -> tuple[list[Entry], Totals]:
+    """The entries of a stored transcript and its totals."""
+    entries: list[Entry] = []
+    calls: dict[str, CallView] = {}
+    totals = Totals(messages=len(messages))
+    for index, message in enumerate(messages):
+        role = role_of(message) or "?"
+        entry = Entry(index=index, role=role, when=when(getattr(message, "timestamp", None)))
+        if isinstance(message, AssistantMessage):
+            entry.model = f"{message.provider}:{message.model}"
+            entry.stop_reason = message.stop_reason
+            entry.error = message.error_message
+            entry.usage = message.usage
+            totals.add(message.usage)
+            totals.stop_reason = message.stop_reason
+            for part in message.content:
+                if isinstance(part, TextContent):
+                    entry.blocks.append(Block("text", part.text))
+                elif isinstance(part, ThinkingContent):
+                    shown = "[redacted]" if part.redacted else part.thinking
+                    entry.blocks.append(Block("thinking", shown))
+                elif isinstance(part, ToolCall):
+                    call = CallView(part.id, part.name, pretty(part.arguments))
+                    calls[part.id] = call
+                    entry.blocks.append(Block("call", call=call))
+        elif isinstance(message, ToolResultMessage):
+            answered = calls.get(message.tool_call_id)
+            if answered is not None and answered.result is None:
+                answered.result = _joined(content_text(message.content))
+                answered.is_error = message.is_error
+                answered.duration_ms = message.duration_ms
+                answered.details = None if message.details is None else pretty(message.details)
+                continue  # shown with its call
+            entry.blocks = content_text(message.content)
+            entry.error = "failed" if message.is_error else None
+        elif role in LLM_ROLES:
+            entry.blocks = content_text(getattr(message, "content", ""))
+        else:
+            entry.record = pretty(message)
+            summary = message.get("summary") if isinstance(message, dict) else None
+            if isinstance(summary, str):
+                entry.blocks.append(Block("text", summary))
+        entries.append(entry)
+    return entries, totals

@@ -77,12 +77,13 @@ def run_ui_command(
     io.out(f"agentkit ui: open {server.url}")
     io.out("agentkit ui: (the link carries this launch's secret; Ctrl-C stops the page)")
     try:
-        server.serve_forever()
+        server.serve_forever()  # Werkzeug's loop ends quietly on Ctrl-C
     except KeyboardInterrupt:
-        io.err("agentkit ui: stopped")
+        pass
     finally:
         server.stop()
         store.close()
+    io.err("agentkit ui: stopped")
     return 0
 
 

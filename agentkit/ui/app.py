@@ -70,7 +70,8 @@ def create_app(
         )
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["X-Frame-Options"] = "DENY"
-        response.headers["Referrer-Policy"] = "same-origin"  # "no-referrer" makes forms send Origin: null
+        # Not "no-referrer": with it, a form's POST says "Origin: null" and fails its check.
+        response.headers["Referrer-Policy"] = "same-origin"
         response.headers["Cache-Control"] = "no-store"
         return response
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from ..sessions import SessionStore
 from .app import create_app
@@ -37,7 +37,9 @@ class UiServer:
     ) -> None:
         self.store = store
         # Bind first, so the guard knows the port a port of 0 became.
-        self._httpd: BaseWSGIServer = make_server(HOST, port, _unbound, threaded=True)
+        self._httpd: BaseWSGIServer = make_server(
+            HOST, port, _unbound, threaded=True, request_handler=_RequestHandler
+        )
         # A reader of a live run's events may hold a request thread: don't wait for it at exit.
         self._httpd.daemon_threads = True  # type: ignore[attr-defined]
         self.guard = Guard(port=self._httpd.server_port)
@@ -80,6 +82,15 @@ class UiServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _RequestHandler(WSGIRequestHandler):
+    """Werkzeug's handler, logging each request's path without its query: the first request
+    carries the launch's secret there, and a secret never goes into a log."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        path = self.path.split("?", 1)[0]
+        self.log("info", '"%s %s" %s %s', self.command, path, code, size)
 
 
 def _unbound(environ: dict[str, Any], start_response: Any) -> list[bytes]:

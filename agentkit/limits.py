@@ -448,5 +448,6 @@ class RateLimiter:
 
     def _settle(self, permit: Permit, tokens: int) -> None:
         self.backend.settle(permit.bucket, permit.quota, permit.permit_id, tokens)
-        if tokens < permit.tokens:
+        quota = permit.quota
+        if quota is not None and quota.tokens is not None and tokens < permit.tokens:
             self._line(permit.bucket).nudge()  # fewer tokens than reserved: room for the next

@@ -49,6 +49,8 @@ class QuotaServer:
         self.peak_requests = 0
         """The most requests accepted in any window, as each one arrived."""
         self.peak_tokens = 0
+        self.closed_until = 0.0
+        """Until this ``time.time()``, every request gets a 429 naming the time left."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -120,6 +122,9 @@ class QuotaServer:
         now = time.time()
         with self.lock:
             self.received += 1
+            if self.closed_until > now:
+                self.rejected += 1
+                return self.closed_until - now
             window = self._window
             while window and window[0][0] <= now - self.per:
                 window.popleft()
@@ -142,6 +147,11 @@ class QuotaServer:
             self.peak_requests = max(self.peak_requests, len(window))
             self.peak_tokens = max(self.peak_tokens, used + tokens)
             return None
+
+    def close_for(self, seconds: float) -> None:
+        """Refuse every request for ``seconds`` (as an API does once a quota is spent)."""
+        with self.lock:
+            self.closed_until = time.time() + seconds
 
     def stats(self) -> dict[str, int]:
         """The counts so far."""

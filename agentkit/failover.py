@@ -161,7 +161,9 @@ def failover_stream_fn(
 
 
 def _guarded(
-    steps: Iterator[Model | None], out: AssistantMessageEventStream, registry: ModelHealth,
+    steps: Iterator[Model | None],
+    out: AssistantMessageEventStream,
+    registry: ModelHealth,
     cooldown: float,
 ) -> Iterator[None]:
     """Run :func:`_serve`'s steps, marking each model it gave up on; a stream function that

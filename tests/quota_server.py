@@ -183,4 +183,3 @@ class QuotaServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-

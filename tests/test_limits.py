@@ -231,7 +231,10 @@ def test_processes_share_a_quota_through_redis(
     quota_server: Any, redis_server: RedisServer
 ) -> None:
     server = quota_server(requests=5, per=1.0)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     args = [server.url, redis_server.url, "5", "1.0", "8", "8"]
     workers = [
         subprocess.Popen(

@@ -15,7 +15,7 @@ from agentkit.events import MessageEndEvent
 from agentkit.failover import ModelHealth, failover_stream_fn, health
 from agentkit.providers import stream_simple
 from agentkit.types import Model, UserMessage
-from tests.providers.replay_server import Reply, ReplayServer, chat_sse, make_model
+from tests.providers.replay_server import ReplayServer, Reply, chat_sse, make_model
 from tests.servers import free_port
 
 RETRIES = 2

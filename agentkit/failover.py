@@ -20,7 +20,6 @@ loop wraps the run's stream function with it when ``fallback_models`` is set.
 from __future__ import annotations
 
 import importlib
-import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .errors import ProviderError
 from .event_stream import WAKE, AssistantMessageEventStream, consuming_here
 from .events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from .run import agentkit_logger
 from .types import Context, Model
 
 if TYPE_CHECKING:
@@ -47,8 +47,6 @@ DEFAULT_COOLDOWN = 60.0
 """Seconds a model that failed is skipped before it is tried again."""
 
 _FAIL_OVER_STATUS = frozenset({408, 409, 429})
-
-log = logging.getLogger("agentkit.failover")
 
 
 def can_fail_over(event: ErrorEvent) -> bool:
@@ -205,7 +203,7 @@ def _serve(
                     text = event.error.error_message or "failed"
                     failures.append(f"{model.provider}/{model.id}: {text}")
                     nxt = chain[index + 1]
-                    log.warning(
+                    agentkit_logger().warning(
                         "model %s/%s failed (%s); trying %s/%s",
                         model.provider, model.id, text, nxt.provider, nxt.id,
                     )  # fmt: skip

@@ -13,6 +13,8 @@ connection error, HTTP 408/409/429/5xx (:data:`RETRYABLE_STATUS`), or a stream t
 its first event is tried again up to ``max_retries`` times, after ``Retry-After``
 (:func:`parse_retry_after`; one beyond ``max_retry_delay_ms`` fails the request) or an exponential
 backoff with jitter (:func:`backoff`). Once an event reached the consumer, a failure is final.
+With ``options.rate_limiter`` (:mod:`agentkit.limits`) each attempt first takes a permit from
+it, and a 429 that names its wait pauses the model's bucket for every agent sharing it.
 """
 
 from __future__ import annotations

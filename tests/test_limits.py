@@ -185,8 +185,8 @@ def test_threads_without_a_limiter_get_429s_and_fail(quota_server: Any) -> None:
 
 
 def test_many_threads_share_a_quota_without_a_429(quota_server: Any) -> None:
-    server = quota_server(requests=4, per=1.0)
-    limiter = RateLimiter({"openai": Quota(requests=4, per=1.0)})
+    server = quota_server(requests=4, per=0.5)
+    limiter = RateLimiter({"openai": Quota(requests=4, per=0.5)})
     reasons = run_prompts(server.model(), 24, 24, rate_limiter=limiter, max_retries=0)
     stats = server.stats()
     assert reasons == {"stop": 24}
@@ -230,12 +230,12 @@ def test_without_the_pause_every_agent_gets_the_429(quota_server: Any) -> None:
 def test_processes_share_a_quota_through_redis(
     quota_server: Any, redis_server: RedisServer
 ) -> None:
-    server = quota_server(requests=5, per=1.0)
+    server = quota_server(requests=5, per=0.5)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    args = [server.url, redis_server.url, "5", "1.0", "8", "8"]
+    args = [server.url, redis_server.url, "5", "0.5", "8", "8"]
     workers = [
         subprocess.Popen(
             [sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, text=True, env=env

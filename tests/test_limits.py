@@ -22,7 +22,7 @@ from agentkit import AbortController, AbortError, Agent
 from agentkit.limits import MemoryBackend, Quota, QuotaBackend, RateLimiter, RedisBackend
 from agentkit.types import Model
 from tests.quota_server import QuotaServer
-from tests.servers import RedisServer
+from tests.servers import RedisServer, free_port
 
 WORKER = Path(__file__).parent / "fleet_worker.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -268,3 +268,20 @@ def test_the_limiter_waits_without_spinning(quota_server: Any) -> None:
     assert run_prompts(server.model(), 8, 8, rate_limiter=limiter) == {"stop": 8}
     # 8 admitted, and a refused look for each of the 3 later windows' heads (a little slack).
     assert len(calls) <= 8 + 3 * 2 + 2
+
+
+def test_an_unreachable_redis_fails_the_request_unsent_and_says_why(quota_server: Any) -> None:
+    server = quota_server()
+    backend = RedisBackend(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    limiter = RateLimiter({"openai": Quota(requests=5)}, backend=backend)
+    agent = Agent(model=server.model(), api_key="sk-test-SECRET", rate_limiter=limiter)
+    agent.prompt("Hello")
+    last = agent.state.messages[-1]
+    assert last.stop_reason == "error"
+    assert (last.error_message or "").startswith(
+        "OpenAI request not sent: the rate limiter failed: ConnectionError"
+    )
+    assert "SECRET" not in (last.error_message or "")
+    assert server.stats()["received"] == 0
+    agent.rate_limiter = None  # the agent stays usable
+    assert agent.prompt("Hello").text == "ok"

@@ -290,6 +290,11 @@ def _limited(call: _Call) -> Iterator[None]:
         )
     except AbortError:
         raise _RequestAborted() from None
+    except Exception as exc:  # its store is unreachable, say: nothing is sent unlimited
+        raise ProviderError(
+            f"{call.label} request not sent: the rate limiter failed: {type(exc).__name__}: {exc}",
+            retryable=False,
+        ) from None
     try:
         yield from _attempt(call)
     except ProviderError as exc:

@@ -266,3 +266,22 @@ def test_the_trace_says_which_model_answered(servers: list[ReplayServer]) -> Non
     assert attributes["gen_ai.request.model"] == "claude-sonnet-4-5"
     assert attributes["gen_ai.response.model"] == "gpt-4o-mini"
     assert attributes["gen_ai.provider.name"] == "openai"
+
+
+def test_a_spent_quota_fails_over_and_pauses_the_model_for_the_fleet(
+    servers: list[ReplayServer],
+) -> None:
+    from agentkit.limits import RateLimiter
+
+    primary, fallback = servers
+    spent = json_reply(429, {"error": {"message": "quota spent"}})
+    spent.headers = {"Retry-After": "120"}  # beyond max_retry_delay_ms: no retry waits for it
+    primary.enqueue(spent)
+    fallback.enqueue(answer())
+    limiter = RateLimiter()
+    first = openai_model(primary, "gpt-primary")
+    agent = agent_for(first, openai_model(fallback, "gpt-second"), rate_limiter=limiter)
+    assert agent.prompt("Hello").text == "from the fallback"
+    assert len(primary.requests) == 1
+    wait = limiter.backend.try_acquire(limiter.bucket(first)[0], None, "probe", 0)
+    assert wait is not None and wait > 100  # every agent sharing the limiter holds back

@@ -27,6 +27,7 @@ from .abort import AbortSignal
 from .budgets import Budgets
 from .errors import NoStreamFunctionError
 from .event_stream import AssistantMessageEventStream
+from .failover import DEFAULT_COOLDOWN, as_fallback_models
 from .hooks import (
     AfterToolCallContext,
     AfterToolCallResult,
@@ -97,6 +98,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "output_retries": lambda value: _non_negative("output_retries", value),
     "budgets": lambda value: None if value is None else Budgets.of(value),
     "stream_options": as_stream_options,
+    "fallback_models": as_fallback_models,
 }
 """The options whose value is checked (and put in its working form) when it is set."""
 
@@ -200,6 +202,13 @@ class AgentLoopConfig(FieldsEqRepr):
     bounded by ``max_tool_workers``. A user's ``ThreadPoolExecutor`` is never shut down by
     agentkit, and ``concurrent.futures`` joins its threads at interpreter exit, so a tool that
     ignores an abort there keeps a script from ending."""
+    fallback_models: list[Model] = field(default_factory=list)
+    """Models that answer, in order, when ``model`` cannot (refused, 5xx or 429 after the
+    retries, overloaded), before the first event of its response (:mod:`agentkit.failover`).
+    ``"provider:id"`` names are looked up in the catalog."""
+    failover_cooldown: float = DEFAULT_COOLDOWN
+    """Seconds a model that failed is skipped, by every agent of the process, before it is
+    tried again."""
 
     def __post_init__(self) -> None:
         # Construction checks every checked field; the loop copies its config with
@@ -243,6 +252,7 @@ REQUEST_OPTIONS = frozenset(
         "anthropic",
         "openai",
         "google",
+        "rate_limiter",
     }
 )
 """The Agent options that are request options: each a ``StreamOptions`` field (``signal`` and
@@ -483,7 +493,34 @@ class AgentOptions:
     def tool_executor(self, value: Executor | None) -> None:
         self._set_option("tool_executor", value)
 
+    @property
+    def fallback_models(self) -> list[Model]:
+        """Models that answer, in order, when the model cannot (see :mod:`agentkit.failover`)."""
+        return self._loop.fallback_models
+
+    @fallback_models.setter
+    def fallback_models(self, value: list[Model | str] | None) -> None:
+        self._set_option("fallback_models", value)
+
+    @property
+    def failover_cooldown(self) -> float:
+        """Seconds a model that failed is skipped before it is tried again."""
+        return self._loop.failover_cooldown
+
+    @failover_cooldown.setter
+    def failover_cooldown(self, value: float) -> None:
+        self._set_option("failover_cooldown", value)
+
     # --- request options (each a StreamOptions field) -------------------------------------------
+
+    @property
+    def rate_limiter(self) -> Any:
+        """The :class:`~agentkit.limits.RateLimiter` each request takes a permit from."""
+        return self._loop.stream_options.rate_limiter
+
+    @rate_limiter.setter
+    def rate_limiter(self, value: Any) -> None:
+        self._set_option("rate_limiter", value)
 
     @property
     def api_key(self) -> str | None:

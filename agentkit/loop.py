@@ -44,6 +44,7 @@ from .events import (
     TurnEndEvent,
     TurnStartEvent,
 )
+from .failover import failover_stream_fn
 from .hooks import (
     RequestContext,
     TurnContext,
@@ -232,6 +233,8 @@ def _run_loop(
     deadline aborts it) and, like the run's tool threads, is closed however the run ends."""
     tracker = BudgetTracker(config.budgets or Budgets(), signal, new_messages.usage)
     output = config.output_type
+    if config.fallback_models:
+        stream_fn = failover_stream_fn(stream_fn, config.fallback_models, config.failover_cooldown)
     tools = ToolRunner(
         emit,
         tracker.signal,

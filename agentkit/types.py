@@ -405,6 +405,8 @@ class StreamOptions(_Options):
     tool_choice: ToolChoice | None = None
     output_schema: OutputSchema | None = None
     """The structured answer to ask for (the loop sets it from ``output_type``)."""
+    rate_limiter: Any = None
+    """A :class:`~agentkit.limits.RateLimiter` every attempt takes a permit from first."""
     anthropic: AnthropicOptions | None = None
     openai: OpenAIOptions | None = None
     google: GoogleOptions | None = None

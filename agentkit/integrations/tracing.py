@@ -142,6 +142,8 @@ class _Tracer:
         self._tokens[0] += input_tokens
         self._tokens[1] += output_tokens
         span.set_attribute("gen_ai.response.model", message.model)
+        if message.provider not in ("unknown", self._agent.state.model.provider):
+            span.set_attribute("gen_ai.provider.name", message.provider)  # a fallback answered
         span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
         span.set_attribute("gen_ai.response.finish_reasons", [_FINISH_REASONS.get(reason, reason)])

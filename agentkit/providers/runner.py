@@ -13,6 +13,8 @@ connection error, HTTP 408/409/429/5xx (:data:`RETRYABLE_STATUS`), or a stream t
 its first event is tried again up to ``max_retries`` times, after ``Retry-After``
 (:func:`parse_retry_after`; one beyond ``max_retry_delay_ms`` fails the request) or an exponential
 backoff with jitter (:func:`backoff`). Once an event reached the consumer, a failure is final.
+With ``options.rate_limiter`` (:mod:`agentkit.limits`) each attempt first takes a permit from
+it, and a 429 that names its wait pauses the model's bucket for every agent sharing it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any, Literal, Protocol
 from pydantic_core import from_json
 
 from .._serialize import encode_body
-from ..errors import ProviderError
+from ..errors import AbortError, ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import Context, Model, StreamOptions, apply_on_payload, as_stream_options
 from .builder import ABORTED_MESSAGE, MessageBuilder
@@ -199,7 +201,7 @@ def _with_retries(call: _Call) -> Iterator[None]:
     attempt = 0
     while True:
         try:
-            yield from _attempt(call)
+            yield from _limited(call)
             return
         except ProviderError as exc:
             # Nothing reached the consumer yet (a refused connection, a 503, a drop right after
@@ -271,6 +273,36 @@ def _wait(signal: Any, seconds: float) -> None:
             raise _RequestAborted()
     else:
         threading.Event().wait(max(seconds, 0.0))
+
+
+def _limited(call: _Call) -> Iterator[None]:
+    """One attempt, after a permit from the request's rate limiter when it has one
+    (:mod:`agentkit.limits`): the estimate is reserved first and settled with the reported usage
+    after; a 429 that names its wait pauses the model's bucket for every agent sharing it."""
+    limiter = call.options.rate_limiter
+    if limiter is None:
+        yield from _attempt(call)
+        return
+    model, options = call.builder.model, call.options
+    try:
+        permit = limiter.acquire(
+            model, limiter.estimate(len(call.body), options.max_tokens), options.signal
+        )
+    except AbortError:
+        raise _RequestAborted() from None
+    except Exception as exc:  # its store is unreachable, say: nothing is sent unlimited
+        raise ProviderError(
+            f"{call.label} request not sent: the rate limiter failed: {type(exc).__name__}: {exc}",
+            retryable=False,
+        ) from None
+    try:
+        yield from _attempt(call)
+    except ProviderError as exc:
+        if exc.status == 429 and exc.retry_after is not None:
+            limiter.pause(model, exc.retry_after)
+        raise
+    finally:
+        permit.settle(call.builder.message.usage if call.builder.started else None)
 
 
 def _attempt(call: _Call) -> Iterator[None]:

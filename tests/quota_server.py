@@ -1,0 +1,185 @@
+"""A local OpenAI-compatible server that enforces a quota the way a hosted API does, and counts
+what it received: for the rate limiter's tests and the 429-storm benchmark.
+
+Every request to ``/v1/chat/completions`` is counted when it arrives. The quota is a sliding
+window: at most ``requests`` requests and ``tokens`` tokens in any ``per`` seconds. A request
+over the quota gets a 429 with ``Retry-After`` (whole seconds) and ``retry-after-ms`` (the exact
+wait until the window has room), and is not counted against the window; a request within it
+gets a short streamed answer whose reported usage is what the window counted: ``prompt_tokens``
+is the body's size over four, ``completion_tokens`` is ``output_tokens``.
+``GET /stats`` answers the counts as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from agentkit.types import Model
+
+
+class QuotaServer:
+    """A ThreadingHTTPServer on 127.0.0.1 that answers chat completions within its quota."""
+
+    def __init__(
+        self,
+        requests: int | None = None,
+        tokens: int | None = None,
+        per: float = 60.0,
+        output_tokens: int = 10,
+        delay: float = 0.0,
+    ) -> None:
+        self.requests = requests
+        self.tokens = tokens
+        self.per = per
+        self.output_tokens = output_tokens
+        self.delay = delay
+        """Seconds before the first byte of each accepted answer (a hosted API's latency)."""
+        # Guards the window and every counter below.
+        self.lock = threading.Lock()
+        self._window: deque[tuple[float, int]] = deque()  # (arrival, tokens), oldest first
+        self.received = 0
+        self.accepted = 0
+        self.rejected = 0
+        self.peak_requests = 0
+        """The most requests accepted in any window, as each one arrived."""
+        self.peak_tokens = 0
+        self.closed_until = 0.0
+        """Until this ``time.time()``, every request gets a 429 naming the time left."""
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def do_GET(self) -> None:
+                self._reply(200, "application/json", json.dumps(server.stats()).encode())
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                prompt_tokens = len(body) // 4
+                wait = server.admit(prompt_tokens + server.output_tokens)
+                if wait is not None:
+                    headers = {
+                        "Retry-After": str(max(1, math.ceil(wait))),
+                        "retry-after-ms": str(max(1, math.ceil(wait * 1000))),
+                    }
+                    error = {"error": {"message": "Rate limit reached", "type": "rate_limit"}}
+                    self._reply(429, "application/json", json.dumps(error).encode(), headers)
+                    return
+                if server.delay:
+                    time.sleep(server.delay)  # the server's latency, not a test's synchronisation
+                usage = {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": server.output_tokens,
+                    "total_tokens": prompt_tokens + server.output_tokens,
+                }
+                chunks = [
+                    {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": None}]},
+                    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                    {"choices": [], "usage": usage},
+                ]
+                text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+                self._reply(200, "text/event-stream", text.encode())
+
+            def _reply(
+                self, status: int, kind: str, data: bytes, headers: dict[str, str] | None = None
+            ) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", kind)
+                    self.send_header("Content-Length", str(len(data)))
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                except OSError:
+                    pass
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 512  # a fleet connects at once; the default 5 drops SYNs
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                return
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, args=(0.05,), name="quota-server", daemon=True
+        )
+
+    def admit(self, tokens: int) -> float | None:
+        """Count a request that arrived now: ``None`` if the quota had room (it is counted in
+        the window), else the seconds until it would have."""
+        now = time.time()
+        with self.lock:
+            self.received += 1
+            if self.closed_until > now:
+                self.rejected += 1
+                return self.closed_until - now
+            window = self._window
+            while window and window[0][0] <= now - self.per:
+                window.popleft()
+            wait = 0.0
+            if self.requests is not None and len(window) >= self.requests:
+                wait = window[len(window) - self.requests][0] + self.per - now
+            used = sum(amount for _, amount in window)
+            if self.tokens is not None and window and used + tokens > self.tokens:
+                freed = 0
+                for arrival, amount in window:
+                    freed += amount
+                    if used + tokens - freed <= self.tokens:
+                        wait = max(wait, arrival + self.per - now)
+                        break
+            if wait > 0:
+                self.rejected += 1
+                return wait
+            window.append((now, tokens))
+            self.accepted += 1
+            self.peak_requests = max(self.peak_requests, len(window))
+            self.peak_tokens = max(self.peak_tokens, used + tokens)
+            return None
+
+    def close_for(self, seconds: float) -> None:
+        """Refuse every request for ``seconds`` (as an API does once a quota is spent)."""
+        with self.lock:
+            self.closed_until = time.time() + seconds
+
+    def stats(self) -> dict[str, int]:
+        """The counts so far."""
+        with self.lock:
+            return {
+                "received": self.received,
+                "accepted": self.accepted,
+                "rejected": self.rejected,
+                "peak_requests": self.peak_requests,
+                "peak_tokens": self.peak_tokens,
+            }
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def model(self, model_id: str = "gpt-4o-mini") -> Model:
+        """An OpenAI-compatible model served here."""
+        return Model(
+            id=model_id, name=model_id, api="openai-completions", provider="openai",
+            base_url=self.url,
+        )  # fmt: skip
+
+    def start(self) -> QuotaServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -75,9 +75,11 @@ def _local_model(path: str | None, ctx_size: int | None, io: Console) -> Model:
     options: dict[str, Any] = {}
     if ctx_size is not None:
         options["n_ctx"] = ctx_size
-    if path is not None:
-        options["model_path"] = path
     try:
+        if path in local.EMBEDDED_MODELS:  # a pinned model by name: its verified weights
+            options["model_path"] = local.prepare_weights(weights=local.EMBEDDED_MODELS[path])
+        elif path is not None:  # a GGUF file of the user's own, loaded as it is
+            options["model_path"] = path
         server: local.LocalModel
         keep = io.keep_server
         if os.name != "posix":  # the kept server needs fcntl locks and sessions

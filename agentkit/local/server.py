@@ -34,15 +34,17 @@ import requests
 from ..abort import AbortSignal
 from ..types import Model
 from .constants import (
+    CODER_0_5B,
     CONTEXT_WINDOW,
     INSTALL_HINT,
     LOCAL_APIS,
     MAX_TOKENS,
     MODEL_ID,
-    MODEL_NAME,
     PROVIDER,
     XLLAMACPP_VERSION,
+    EmbeddedWeights,
     LocalApi,
+    weights_named_by,
 )
 from .template import chat_template
 from .weights import LocalModelError, LocalModelNotInstalledError, cache_dir, prepare_weights
@@ -58,8 +60,10 @@ def embedded_model(
     context_window: int = CONTEXT_WINDOW,
     max_tokens: int = MAX_TOKENS,
     api_key: str | None = None,
+    weights: EmbeddedWeights = CODER_0_5B,
 ) -> Model:
-    """The :class:`Model` for an embedded server at ``url`` (``http://127.0.0.1:PORT``).
+    """The :class:`Model` for an embedded server at ``url`` (``http://127.0.0.1:PORT``) serving
+    ``weights`` (its id and name are the model's).
 
     ``openai-completions`` and ``openai-responses`` get ``url + "/v1"``, ``anthropic-messages``
     the host root. Costs are zero; the llama.cpp server quirks come from the providers' preset
@@ -73,9 +77,9 @@ def embedded_model(
     root = url.rstrip("/")
     model = local_server_model(
         root if api == "anthropic-messages" else root + "/v1",
-        MODEL_ID,
+        weights.model_id,
         server="llamacpp",
-        name=MODEL_NAME,
+        name=weights.model_name,
         api=api,
         context_window=context_window,
         max_tokens=min(max_tokens, context_window),
@@ -160,7 +164,13 @@ class LocalModel:
 
     def model_for(self, api: LocalApi = "openai-completions") -> Model:
         """The server as a model speaking ``api``."""
-        return embedded_model(self.url, api, context_window=self.n_ctx, api_key=self.api_key)
+        return embedded_model(
+            self.url,
+            api,
+            context_window=self.n_ctx,
+            api_key=self.api_key,
+            weights=weights_named_by(self.model_path),
+        )
 
     def openai_responses_model(self) -> Model:
         """The server as an ``openai-responses`` model (base URL ``.../v1``)."""

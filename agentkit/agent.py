@@ -36,6 +36,7 @@ from .events import (
     ToolExecutionStartEvent,
     TurnEndEvent,
 )
+from .interrupts import InterruptLane
 from .loop import run_agent_loop, run_agent_loop_continue
 from .results import RunResult, as_run_result
 from .run import AgentRunStream, Listener, Run, _wait_through_interrupts, agentkit_logger
@@ -233,6 +234,7 @@ class Agent(AgentOptions):
 
         self._steering = PendingMessageQueue(steering_mode)
         self._follow_ups = PendingMessageQueue(follow_up_mode)
+        self._interrupts = InterruptLane()
         # Guards _active and _listeners: runs start, and listeners (un)subscribe, from any thread.
         self._lock = threading.Lock()
         self._listeners: tuple[Listener, ...] = ()
@@ -310,6 +312,23 @@ class Agent(AgentOptions):
     def follow_up(self, message: Any) -> None:
         """Queue a message to run once the agent would otherwise stop."""
         self._follow_ups.enqueue(_as_message(message))
+
+    def interrupt(self, message: Any) -> None:
+        """Stop what the run is doing now and go on with ``message`` (a ``str`` is a user
+        message) as its next user turn; safe from any thread.
+
+        The model request going on is cancelled (its partial response is kept as an aborted
+        one, which later requests leave out), and every tool call still running is aborted and
+        gets an error result saying it was interrupted, with the message; a tool that ignores
+        the abort is given up on after ``tool_abort_grace``. Unlike :meth:`abort` the run goes
+        on; unlike :meth:`steer` it does not wait for the tool batch. When no run is active, the
+        message waits for the next run's first turn, as a steering message would.
+        """
+        self._interrupts.interrupt(_as_message(message))
+
+    def _poll_steering(self) -> list[Any]:
+        """The run's steering poll: interrupt messages first, then the steering queue."""
+        return self._interrupts.take() or self._steering.drain()
 
     def clear_steering_queue(self) -> None:
         """Drop every queued steering message."""
@@ -586,8 +605,9 @@ class Agent(AgentOptions):
             overrides,
             model=self._state.model,
             reasoning=None if level == "off" else level,
-            get_steering_messages=self._steering.drain,
+            get_steering_messages=self._poll_steering,
             get_follow_up_messages=self._follow_ups.drain,
+            interrupts=self._interrupts,
         )
 
     def _snapshot(self) -> AgentContext:
@@ -602,7 +622,7 @@ class Agent(AgentOptions):
     ) -> list[Any]:
         config = self._config(overrides)
         if skip_first_steering:
-            drain = self._steering.drain
+            drain = self._poll_steering
             skipped = threading.Event()
 
             def steering_after_first() -> list[Any]:

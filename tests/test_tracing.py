@@ -302,8 +302,10 @@ def _run_that_ends(ending: str) -> Agent:
         agent = _agent(["not json at all"], [])
         agent.output_type, agent.output_retries = Answer, 0
         return agent
-    agent = _agent([reply(tool_call("wait_for_abort", id="w")), "done"],
-                   [signal_tool("wait_for_abort", wait_for_abort)])
+    agent = _agent(
+        [reply(tool_call("wait_for_abort", id="w")), "done"],
+        [signal_tool("wait_for_abort", wait_for_abort)],
+    )
     if ending == "deadline":
         agent.budgets = Budgets(timeout=0.2)
     else:
@@ -425,9 +427,7 @@ def test_no_content_reaches_a_span_with_capture_off_not_even_through_an_error(
             agent.close()
 
             finished = spans.get_finished_spans()
-            recorded = [
-                str(s.status.description) + str(dict(s.attributes or {})) for s in finished
-            ]
+            recorded = [str(s.status.description) + str(dict(s.attributes or {})) for s in finished]
             statuses = [s.status.description or "" for s in finished]
             if capture:  # the same runs do carry the text when content is switched on
                 assert any(SECRET in d for d in statuses)

@@ -48,11 +48,9 @@ _FINISH_REASONS = {"tool_use": "tool_call"}
 _HTTP_STATUS = re.compile(r"\(HTTP (\d{3})\)")
 """The HTTP status a provider's error message carries (see ``RunResult.raise_for_error``)."""
 
-DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
-                    40.96, 81.92]
+DURATION_BUCKETS = [round(0.01 * 2**i, 2) for i in range(14)]  # 0.01 s to 81.92 s
 """The bucket boundaries (seconds) the GenAI conventions advise for operation durations."""
-TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
-                 16777216, 67108864]
+TOKEN_BUCKETS = [4**i for i in range(14)]  # 1 to 67108864
 """The bucket boundaries the GenAI conventions advise for token counts."""
 
 

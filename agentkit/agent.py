@@ -39,7 +39,14 @@ from .events import (
 from .interrupts import InterruptLane
 from .loop import run_agent_loop, run_agent_loop_continue
 from .results import RunResult, as_run_result
-from .run import AgentRunStream, Listener, Run, _wait_through_interrupts, agentkit_logger
+from .run import (
+    AgentRunStream,
+    Listener,
+    Run,
+    _wait_through_interrupts,
+    agentkit_logger,
+    running_agent,
+)
 from .transcript import (
     create_initial_system_message,
     failure_message,
@@ -202,6 +209,8 @@ class Agent(AgentOptions):
         follow_up_mode: QueueMode = "one-at-a-time",
         stream_options: StreamOptions | dict[str, Any] | None = None,
         session: Session | None = None,
+        name: str | None = None,
+        description: str | None = None,
         **options: Any,
     ) -> None:
         """``options`` are loop options (the fields of :class:`AgentLoopConfig`: the hooks,
@@ -209,7 +218,10 @@ class Agent(AgentOptions):
         (the fields of :class:`StreamOptions`: ``session_id``, ``api_key``, ``max_tokens``,
         ``headers``, ...). Each is then a public attribute, read when a run starts; an unknown
         name raises ``TypeError``. ``model`` may be ``"provider:id"`` from the catalog.
+        ``name`` and ``description`` say what the agent is for: :meth:`as_tool` offers it to
+        other agents under them, and tracing names its runs after it.
         """
+        self.name, self.description = name, description
         self._loop = AgentLoopConfig(model=placeholder_model())
         self._stream_fn: StreamFn = stream_fn or get_default_stream_fn()
         self.stream_options = stream_options
@@ -241,6 +253,41 @@ class Agent(AgentOptions):
         self._active: Run | None = None
         self._closed = False
         self._close_callbacks: list[Callable[[], Any]] = []
+
+    @property
+    def name(self) -> str | None:
+        """What the agent is called (the tool name :meth:`as_tool` gives it)."""
+        return self._name
+
+    @name.setter
+    def name(self, value: str | None) -> None:
+        self._name = value
+
+    @property
+    def description(self) -> str | None:
+        """What the agent does (the description :meth:`as_tool` gives the model)."""
+        return self._description
+
+    @description.setter
+    def description(self, value: str | None) -> None:
+        self._description = value
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        input_type: type[Any] | None = None,
+        session: Any = None,
+    ) -> AgentTool:
+        """This agent as a tool another agent can call: each call is a fresh run of it, inside
+        the caller's run (its abort, budgets, deadline, usage, listeners and spans); see
+        :func:`agentkit.subagents.agent_tool` for ``input_type`` and ``session``."""
+        from .subagents import agent_tool
+
+        return agent_tool(
+            self, name=name, description=description, input_type=input_type, session=session
+        )
 
     @property
     def stream_fn(self) -> StreamFn:
@@ -582,6 +629,7 @@ class Agent(AgentOptions):
     def _work(self, run: Run, body: Callable[[Run], list[Any]]) -> None:
         if not run._begin():
             return  # the starter gave up first and released the claim
+        running_agent.set(self)  # this thread's context is the run's own copy
         messages: list[Any] = []
         error: BaseException | None = None
         try:

@@ -253,12 +253,14 @@ def _run_loop(
     state = _LoopState(
         context, config, new_messages, emit, tracker.signal, stream_fn, tracker, tools, output
     )
+    scope = tracker.enter()  # sub-agents started by this run's tools draw from its budgets
     try:
         _turns(state)
         _end_run(state)
     finally:
         tools.close()
         tracker.close()
+        tracker.leave(scope)
 
 
 def _turns(state: _LoopState) -> None:

@@ -134,6 +134,7 @@ class _Tracer:
         self._chat_started = 0.0
         self._tools: dict[str, Any] = {}  # tool_call_id -> execute_tool span
         self._tokens = [0, 0, 0]  # the run's input, output and cache-read tokens
+        self._children: Any = None  # the token of the run's sub-agent setup
 
     def __call__(self, event: Any) -> None:
         try:
@@ -191,8 +192,16 @@ class _Tracer:
         )
         self._run_started = time.monotonic()
         self._tokens = [0, 0, 0]
+        from ..subagents import add_child_setup
+
+        # Sub-agents this run's tools start are traced alike (their spans nest under the call).
+        self._children = add_child_setup(self._trace_child)
         # The worker thread (and, through it, the tool pool) now runs inside the run's span.
         self._run_token = self._otel_context.attach(self._trace.set_span_in_context(self._run))
+
+    def _trace_child(self, child: Agent, name: str) -> None:
+        tracer = _Tracer(child, self._tracer, self._capture, name, self._metrics)
+        child.subscribe(tracer)
 
     def _parent(self) -> Any:
         return self._trace.set_span_in_context(self._run) if self._run is not None else None
@@ -363,6 +372,11 @@ class _Tracer:
             if outcome is not None:
                 attributes["error.type"] = outcome[0]
             self._metrics.duration.record(time.monotonic() - self._run_started, attributes)
+        if self._children is not None:
+            from ..subagents import remove_child_setup
+
+            remove_child_setup(self._children)
+            self._children = None
         if self._run_token is not None:
             self._otel_context.detach(self._run_token)
             self._run_token = None
@@ -381,7 +395,9 @@ def enable_tracing(
     """Emit OpenTelemetry spans and GenAI metrics for ``agent``'s runs; return a function that
     turns them off.
 
-    ``tracer_provider`` and ``meter_provider`` default to the global ones.
+    ``tracer_provider`` and ``meter_provider`` default to the global ones; ``agent_name``
+    defaults to the agent's ``name``. Sub-agents its tools run (:mod:`agentkit.subagents`) are
+    traced alike, under the call's ``execute_tool`` span.
     ``capture_content=True`` records prompts, responses, tool arguments and results on the spans
     (off by default: they may be private). Raises ``ImportError`` naming the extra when
     OpenTelemetry is not installed.
@@ -394,7 +410,8 @@ def enable_tracing(
         ) from exc
     tracer = trace.get_tracer("agentkit", tracer_provider=tracer_provider)
     meter = metrics.get_meter("agentkit", meter_provider=meter_provider)
-    listener = _Tracer(agent, tracer, capture_content, agent_name, _Metrics(meter))
+    name = agent_name or agent.name
+    listener = _Tracer(agent, tracer, capture_content, name, _Metrics(meter))
     return agent.subscribe(listener)
 
 

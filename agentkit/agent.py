@@ -435,6 +435,14 @@ class Agent(AgentOptions):
         """Start a continue run (see :meth:`continue_`) and return its :class:`Run` at once."""
         return self._launch(BUSY_CONTINUE, self._continue_body(check_run_options(run_options)))
 
+    def _prompt_here(
+        self, input: Any, bind: Callable[[Run], None], **run_options: Any
+    ) -> RunResult:
+        """``prompt()`` with the run's loop on this thread rather than a worker of its own
+        (a sub-agent's run, on its parent's tool thread); ``bind(run)`` gets the run first."""
+        body = self._prompt_body(self._prompt_messages(input, None), check_run_options(run_options))
+        return self._launch(BUSY_PROMPT, body, bind=bind, here=True).result()
+
     def _prompt_body(
         self, prompts: list[Any], overrides: dict[str, Any]
     ) -> Callable[[], Callable[[Run], list[Any]]]:
@@ -567,6 +575,7 @@ class Agent(AgentOptions):
         *,
         block: bool = False,
         bind: Callable[[Run], None] | None = None,
+        here: bool = False,
     ) -> Run:
         """Claim the agent, pick the run's body (``choose``), run it on a worker thread.
 
@@ -576,6 +585,7 @@ class Agent(AgentOptions):
         released; one that has begun is aborted and waited for when ``block`` (``prompt()``,
         ``continue_()``), and otherwise left running for ``agent.abort()`` (``start()``; the
         stream's own clean-up aborts it for ``stream()``). Then the exception propagates.
+        With ``here``, the run's body runs on this thread instead (a sub-agent's tool call).
         """
         run = Run(AbortController())
         try:
@@ -590,7 +600,7 @@ class Agent(AgentOptions):
                 self._state.error_message = None
             body = choose()
             # The run sees the caller's contextvars (an OpenTelemetry parent span, say).
-            run._thread = threading.Thread(
+            run._thread = threading.current_thread() if here else threading.Thread(
                 target=contextvars.copy_context().run,
                 args=(self._work, run, body),
                 name="agentkit-agent",
@@ -598,7 +608,10 @@ class Agent(AgentOptions):
             )
             if bind is not None:
                 bind(run)
-            run._thread.start()
+            if here:
+                contextvars.copy_context().run(self._work, run, body)
+            else:
+                run._thread.start()
             if block:
                 run.wait()
         except BaseException:

@@ -5,8 +5,8 @@ Each call of the tool is a **fresh run** of the child inside the parent's run:
 - *Fresh*: the call makes a new :class:`~agentkit.Agent` from the child's settings (model, stream
   function, the transcript it starts from, tools, options). The child ``Agent`` object itself
   never runs, so calls at the same time (a parallel batch calling it twice, or two parents
-  sharing it) share no state. The calling tool thread waits for the run, whose loop has a worker
-  thread of its own like every run.
+  sharing it) share no state. The run's loop runs on the calling tool thread (its own tool
+  calls on tool threads of its own, as for any run).
 - *Abort*: the call's signal (the parent's abort, its deadline, the tool's ``timeout``, an
   interrupt) aborts the child's run: its request and its tools get it.
 - *Budgets*: the child's budgets are cut to what the parent's run has left, its deadline
@@ -196,12 +196,13 @@ class _SubAgent:
                 for setup in _child_setups.get():
                     setup(child, self.name)
                 child.subscribe(lambda e: on_update(SubAgentEvent(self.name, tool_call_id, e)))
-                run = child.start(task, budgets=budgets)
-                unlink = signal.add_callback(run.abort)
-                try:
-                    result = run.result()
+                links: list[Callable[[], None]] = []
+                try:  # the parent's signal aborts the run from its first instant
+                    bind = lambda run: links.append(signal.add_callback(run.abort))  # noqa: E731
+                    result = child._prompt_here(task, bind, budgets=budgets)
                 finally:
-                    unlink()
+                    for unlink in links:
+                        unlink()
             finally:
                 child.close()
         if parent is not None:

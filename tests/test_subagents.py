@@ -128,7 +128,12 @@ def test_parallel_calls_are_fresh_independent_runs_whose_usage_adds_into_the_par
 
 
 def test_the_childs_events_reach_the_parents_listeners_in_order() -> None:
-    child, _ = _child(_report)
+    loop_threads: list[threading.Thread] = []  # where the child's loop ran
+    child, _ = _child(
+        _report,
+        prepare_request=lambda request, signal: loop_threads.append(threading.current_thread()),
+    )
+    tool_threads: list[threading.Thread] = []
     parent, _ = _parent([_delegate("tides"), "ok"], [child.as_tool()])
     updates: list[SubAgentEvent] = []
     parent.subscribe(
@@ -136,7 +141,15 @@ def test_the_childs_events_reach_the_parents_listeners_in_order() -> None:
             updates.append(e.partial_result) if isinstance(e, ToolExecutionUpdateEvent) else None
         )
     )
+    parent.subscribe(
+        lambda e: (
+            tool_threads.append(threading.current_thread()) if e.type == "agent_start" else None
+        )
+    )
     parent.prompt("go")
+    # The child's run had no worker of its own: its loop ran on the parent's tool thread.
+    (loop_thread,) = loop_threads
+    assert loop_thread is not tool_threads[0] and loop_thread.name.startswith("agentkit-tool")
     assert all(isinstance(u, SubAgentEvent) for u in updates)
     assert {(u.agent, u.tool_call_id) for u in updates} == {("researcher", "call-tides")}
     kinds = [u.event.type for u in updates]

@@ -110,6 +110,7 @@ class BudgetTracker:
         self.ends: float | None = None
         """When the run must end, in ``time.monotonic()`` seconds (``None``: no deadline)."""
         self._unlink: Callable[[], None] = lambda: None
+        self._closed = False  # the run ended: a sub-agent given up on no longer counts
         self._controller: AbortController | None = None
         now = time.time()
         ends = budgets.deadline_at(now)
@@ -172,8 +173,10 @@ class BudgetTracker:
         return user_message(SUMMARY_PROMPT.format(limit=limit))
 
     def close(self) -> None:
-        """Unlink from the caller's signal."""
+        """Unlink from the caller's signal; sub-agents that end later add nothing."""
         self._unlink()
+        with _children_lock:
+            self._closed = True
 
     # --- sub-agents (agentkit.subagents) draw from the run's budgets ---------------------------
 
@@ -223,6 +226,8 @@ class BudgetTracker:
         """Count a sub-agent run's requests and tool calls in this run's (its tokens and cost
         come back as its tool result's usage, which the batch adds)."""
         with _children_lock:
+            if self._closed:
+                return  # the run's result was handed over; its counts stay as they were
             self.usage.requests += usage.requests
             self.usage.tool_calls += usage.tool_calls
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agentkit import (
     AbortSignal,
@@ -25,6 +28,9 @@ from agentkit.testing import ScriptedModel, reply, tool_call
 from agentkit.types import Context
 
 from .support import WAIT, signal_tool
+from .terminal import Terminal
+
+HERE = Path(__file__).resolve().parent
 
 MESSAGE = "stop that, use metric units"
 
@@ -269,3 +275,16 @@ def test_a_bang_line_in_chat_interrupts_a_running_command(tmp_path: Path) -> Non
     (result,) = [m for m in second if isinstance(m, ToolResultMessage)]
     assert result.tool_call_id == "cmd" and "interrupted by the user" in result.content[0].text
     assert isinstance(second[-1], UserMessage) and second[-1].content[0].text == MESSAGE
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pty")
+def test_a_bang_line_typed_on_a_terminal_interrupts_the_chat(tmp_path: Path) -> None:
+    term = Terminal([str(HERE / "cli_pty_child.py"), "chat", str(tmp_path)], tmp_path)
+    term.read_until(b"> ")
+    os.write(term.fd, b"count the files\n")
+    term.read_until(b"-> run_command")
+    os.write(term.fd, b"!say hi instead\n")  # typed while the command runs
+    term.read_until(b"heard: say hi instead")  # the run went on with the typed line
+    os.write(term.fd, b"\x04")  # Ctrl-D, end of input: the chat leaves
+    assert term.wait() == 0, term.output
+    assert b"Traceback" not in term.output

@@ -195,12 +195,15 @@ class _SubAgent:
             try:
                 for setup in _child_setups.get():
                     setup(child, self.name)
+                # The child's run sets up its own children (a traced child traces its own).
+                inherited = _child_setups.set(())
                 child.subscribe(lambda e: on_update(SubAgentEvent(self.name, tool_call_id, e)))
                 links: list[Callable[[], None]] = []
                 try:  # the parent's signal aborts the run from its first instant
                     bind = lambda run: links.append(signal.add_callback(run.abort))  # noqa: E731
                     result = child._prompt_here(task, bind, budgets=budgets)
                 finally:
+                    _child_setups.reset(inherited)
                     for unlink in links:
                         unlink()
             finally:

@@ -22,10 +22,12 @@ from agentkit import (
     UserMessage,
     cli,
 )
+from agentkit.event_stream import AssistantMessageEventStream
+from agentkit.events import StartEvent, TextDeltaEvent
 from agentkit.interrupts import INTERRUPTED_TEXT
 from agentkit.providers.transform import prepare_context
 from agentkit.testing import ScriptedModel, reply, tool_call
-from agentkit.types import Context
+from agentkit.types import Context, Model, TextContent
 
 from .support import WAIT, signal_tool
 from .terminal import Terminal
@@ -91,6 +93,30 @@ def test_interrupting_a_response_keeps_it_as_aborted_and_goes_on_with_the_messag
     assert second[-1].content[0].text == MESSAGE
     sent = prepare_context(model.model, Context(messages=second)).messages
     assert [m.role for m in sent] == ["user", "user"]
+
+
+def test_a_stream_that_ignores_the_interrupt_is_ended_after_the_grace() -> None:
+    answer = ScriptedModel([_echo])
+
+    def deaf_then_scripted(model: Model, context: Context, options: Any) -> Any:
+        if len([m for m in context.messages if getattr(m, "role", None) == "user"]) > 1:
+            return answer(model, context, options)  # the request after the interrupt
+        stream = AssistantMessageEventStream()
+        partial = AssistantMessage(content=[TextContent(text="so far")])
+        stream.push(StartEvent(partial))
+        stream.push(TextDeltaEvent(0, "so far", partial))
+        return stream  # never ends, never looks at its signal
+
+    agent = Agent(model=answer.model, stream_fn=deaf_then_scripted, tool_abort_grace=0.1)
+    streaming = threading.Event()
+    agent.subscribe(lambda e: streaming.set() if e.type == "message_update" else None)
+    interrupter = _interrupt_when(agent, streaming)
+    result = agent.prompt("go")
+    interrupter.join(WAIT)
+    assert [m.role for m in result] == ["user", "assistant", "user", "assistant"]
+    assert result[1].stop_reason == "aborted" and result[1].error_message == INTERRUPTED_TEXT
+    assert result[1].content[0].text == "so far"
+    assert result.stop_reason == "stop" and result.text == f"heard: {MESSAGE}"
 
 
 def test_interrupting_a_batch_stops_running_tools_gives_up_on_stubborn_ones_and_goes_on() -> None:

@@ -252,6 +252,39 @@ def test_the_childs_spans_nest_under_the_parents_execute_tool_span() -> None:
     assert len(child_chats) == 2
 
 
+def test_a_grandchild_is_traced_once_under_its_parents_call() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentkit.integrations.tracing import enable_tracing
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    grandchild, _ = _child(_report)
+    grandchild.name = "fact_checker"
+    child, _ = _child(
+        reply(tool_call("fact_checker", {"task": "tides"}, id="g")),
+        "checked",
+        tools=[grandchild.as_tool()],
+    )
+    parent, _ = _parent([_delegate("tides"), "ok"], [child.as_tool()], name="lead")
+    enable_tracing(parent, tracer_provider=provider)
+    parent.prompt("go")
+    runs = {s.name: s for s in spans.get_finished_spans() if s.name.startswith("invoke_agent")}
+    names = [s.name for s in spans.get_finished_spans() if s.name.startswith("invoke_agent")]
+    assert sorted(names) == [
+        "invoke_agent fact_checker",
+        "invoke_agent lead",
+        "invoke_agent researcher",
+    ]
+    (call,) = [s for s in spans.get_finished_spans() if s.name == "execute_tool fact_checker"]
+    assert runs["invoke_agent fact_checker"].parent.span_id == call.context.span_id
+    assert call.parent.span_id == runs["invoke_agent researcher"].context.span_id
+
+
 def test_a_child_keeps_its_own_session_named_after_the_parents(tmp_path: Path) -> None:
     store = open_store(tmp_path / "sessions.db")
     child, _ = _child(_report, _report, _report)

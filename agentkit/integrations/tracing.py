@@ -183,6 +183,8 @@ class _Tracer:
         }
         if name:
             attributes["gen_ai.agent.name"] = name
+        if self._agent.description:
+            attributes["gen_ai.agent.description"] = self._agent.description
         if self._agent.session_id:
             attributes["gen_ai.conversation.id"] = self._agent.session_id
         self._run = self._tracer.start_span(

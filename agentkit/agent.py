@@ -506,6 +506,7 @@ class Agent(AgentOptions):
         self._state.pending_tool_calls = frozenset()
         self._state.error_message = None
         self.clear_all_queues()
+        self._interrupts.take()  # an interrupt nobody heard is dropped with the queues
 
     def close(self) -> None:
         """Abort any active run, wait for it to end, refuse further runs, then call the close

@@ -182,12 +182,12 @@ class _Finished:
 
 def _if_interrupted(outcome: ToolCallOutcome, signal: AbortSignal) -> ToolCallOutcome:
     """``outcome``, or, when an interrupt aborted ``signal``, the interrupted result (keeping
-    the usage the call reported: what it spent was spent)."""
+    the usage and details the call reported: what it spent was spent)."""
     call = outcome.tool_call
     replaced = interrupted_result(signal, call.name)
     if replaced is None:
         return outcome
-    replaced.usage = outcome.result.usage
+    replaced.usage, replaced.details = outcome.result.usage, outcome.result.details
     return ToolCallOutcome(call, replaced, True, outcome.duration_ms)
 
 

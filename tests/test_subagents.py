@@ -377,3 +377,38 @@ def test_an_abort_from_another_thread_reaches_the_child_over_http(
     (message,) = [m for m in result if isinstance(m, ToolResultMessage)]
     assert message.is_error
     assert not parent.state.is_streaming and not child.state.is_streaming
+
+
+def test_interrupting_the_parent_stops_the_child_and_keeps_what_it_spent() -> None:
+    child_tool_started = threading.Event()
+
+    def wait_for_abort(signal: AbortSignal) -> str:
+        child_tool_started.set()
+        signal.wait(WAIT)
+        return "stopped"
+
+    child, _ = _child(
+        reply(tool_call("wait_for_abort"), usage=USAGE),
+        "never",
+        tools=[signal_tool("wait_for_abort", wait_for_abort)],
+    )
+    parent, _ = _parent(
+        [_delegate("tides"), lambda context, options: f"heard: {_user_text(context)}"],
+        [child.as_tool()],
+    )
+
+    def interrupter() -> None:
+        assert child_tool_started.wait(WAIT)
+        parent.interrupt("never mind the tides")
+
+    thread = threading.Thread(target=interrupter, name="test-interrupter")
+    thread.start()
+    result = parent.prompt("go")
+    thread.join(WAIT)
+    assert result.stop_reason == "stop" and result.text == "heard: never mind the tides"
+    (message,) = [m for m in result if isinstance(m, ToolResultMessage)]
+    assert message.is_error and "interrupted by the user" in message.content[0].text
+    (run,) = child_runs(result)
+    assert (run.stop_reason, run.usage.requests) == ("aborted", 1)
+    assert result.usage.requests == 2 + 1
+    assert result.usage.input == 100 + 100 + result[-1].usage.input  # the child's included

@@ -36,9 +36,17 @@ from .events import (
     ToolExecutionStartEvent,
     TurnEndEvent,
 )
+from .interrupts import InterruptLane
 from .loop import run_agent_loop, run_agent_loop_continue
 from .results import RunResult, as_run_result
-from .run import AgentRunStream, Listener, Run, _wait_through_interrupts, agentkit_logger
+from .run import (
+    AgentRunStream,
+    Listener,
+    Run,
+    _wait_through_interrupts,
+    agentkit_logger,
+    running_agent,
+)
 from .transcript import (
     create_initial_system_message,
     failure_message,
@@ -201,6 +209,8 @@ class Agent(AgentOptions):
         follow_up_mode: QueueMode = "one-at-a-time",
         stream_options: StreamOptions | dict[str, Any] | None = None,
         session: Session | None = None,
+        name: str | None = None,
+        description: str | None = None,
         **options: Any,
     ) -> None:
         """``options`` are loop options (the fields of :class:`AgentLoopConfig`: the hooks,
@@ -208,7 +218,10 @@ class Agent(AgentOptions):
         (the fields of :class:`StreamOptions`: ``session_id``, ``api_key``, ``max_tokens``,
         ``headers``, ...). Each is then a public attribute, read when a run starts; an unknown
         name raises ``TypeError``. ``model`` may be ``"provider:id"`` from the catalog.
+        ``name`` and ``description`` say what the agent is for: :meth:`as_tool` offers it to
+        other agents under them, and tracing names its runs after it.
         """
+        self.name, self.description = name, description
         self._loop = AgentLoopConfig(model=placeholder_model())
         self._stream_fn: StreamFn = stream_fn or get_default_stream_fn()
         self.stream_options = stream_options
@@ -233,12 +246,48 @@ class Agent(AgentOptions):
 
         self._steering = PendingMessageQueue(steering_mode)
         self._follow_ups = PendingMessageQueue(follow_up_mode)
+        self._interrupts = InterruptLane()
         # Guards _active and _listeners: runs start, and listeners (un)subscribe, from any thread.
         self._lock = threading.Lock()
         self._listeners: tuple[Listener, ...] = ()
         self._active: Run | None = None
         self._closed = False
         self._close_callbacks: list[Callable[[], Any]] = []
+
+    @property
+    def name(self) -> str | None:
+        """What the agent is called (the tool name :meth:`as_tool` gives it)."""
+        return self._name
+
+    @name.setter
+    def name(self, value: str | None) -> None:
+        self._name = value
+
+    @property
+    def description(self) -> str | None:
+        """What the agent does (the description :meth:`as_tool` gives the model)."""
+        return self._description
+
+    @description.setter
+    def description(self, value: str | None) -> None:
+        self._description = value
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        input_type: type[Any] | None = None,
+        session: Any = None,
+    ) -> AgentTool:
+        """This agent as a tool another agent can call: each call is a fresh run of it, inside
+        the caller's run (its abort, budgets, deadline, usage, listeners and spans); see
+        :func:`agentkit.subagents.agent_tool` for ``input_type`` and ``session``."""
+        from .subagents import agent_tool
+
+        return agent_tool(
+            self, name=name, description=description, input_type=input_type, session=session
+        )
 
     @property
     def stream_fn(self) -> StreamFn:
@@ -311,6 +360,23 @@ class Agent(AgentOptions):
         """Queue a message to run once the agent would otherwise stop."""
         self._follow_ups.enqueue(_as_message(message))
 
+    def interrupt(self, message: Any) -> None:
+        """Stop what the run is doing now and go on with ``message`` (a ``str`` is a user
+        message) as its next user turn; safe from any thread.
+
+        The model request going on is cancelled (its partial response is kept as an aborted
+        one, which later requests leave out), and every tool call still running is aborted and
+        gets an error result saying it was interrupted, with the message; a tool that ignores
+        the abort is given up on after ``tool_abort_grace``. Unlike :meth:`abort` the run goes
+        on; unlike :meth:`steer` it does not wait for the tool batch. When no run is active, the
+        message waits for the next run's first turn, as a steering message would.
+        """
+        self._interrupts.interrupt(_as_message(message))
+
+    def _poll_steering(self) -> list[Any]:
+        """The run's steering poll: interrupt messages first, then the steering queue."""
+        return self._interrupts.take() or self._steering.drain()
+
     def clear_steering_queue(self) -> None:
         """Drop every queued steering message."""
         self._steering.clear()
@@ -368,6 +434,14 @@ class Agent(AgentOptions):
     def start_continue(self, **run_options: Any) -> Run:
         """Start a continue run (see :meth:`continue_`) and return its :class:`Run` at once."""
         return self._launch(BUSY_CONTINUE, self._continue_body(check_run_options(run_options)))
+
+    def _prompt_here(
+        self, input: Any, bind: Callable[[Run], None], **run_options: Any
+    ) -> RunResult:
+        """``prompt()`` with the run's loop on this thread rather than a worker of its own
+        (a sub-agent's run, on its parent's tool thread); ``bind(run)`` gets the run first."""
+        body = self._prompt_body(self._prompt_messages(input, None), check_run_options(run_options))
+        return self._launch(BUSY_PROMPT, body, bind=bind, here=True).result()
 
     def _prompt_body(
         self, prompts: list[Any], overrides: dict[str, Any]
@@ -432,6 +506,7 @@ class Agent(AgentOptions):
         self._state.pending_tool_calls = frozenset()
         self._state.error_message = None
         self.clear_all_queues()
+        self._interrupts.take()  # an interrupt nobody heard is dropped with the queues
 
     def close(self) -> None:
         """Abort any active run, wait for it to end, refuse further runs, then call the close
@@ -501,6 +576,7 @@ class Agent(AgentOptions):
         *,
         block: bool = False,
         bind: Callable[[Run], None] | None = None,
+        here: bool = False,
     ) -> Run:
         """Claim the agent, pick the run's body (``choose``), run it on a worker thread.
 
@@ -510,6 +586,7 @@ class Agent(AgentOptions):
         released; one that has begun is aborted and waited for when ``block`` (``prompt()``,
         ``continue_()``), and otherwise left running for ``agent.abort()`` (``start()``; the
         stream's own clean-up aborts it for ``stream()``). Then the exception propagates.
+        With ``here``, the run's body runs on this thread instead (a sub-agent's tool call).
         """
         run = Run(AbortController())
         try:
@@ -524,7 +601,7 @@ class Agent(AgentOptions):
                 self._state.error_message = None
             body = choose()
             # The run sees the caller's contextvars (an OpenTelemetry parent span, say).
-            run._thread = threading.Thread(
+            run._thread = threading.current_thread() if here else threading.Thread(
                 target=contextvars.copy_context().run,
                 args=(self._work, run, body),
                 name="agentkit-agent",
@@ -532,7 +609,10 @@ class Agent(AgentOptions):
             )
             if bind is not None:
                 bind(run)
-            run._thread.start()
+            if here:
+                contextvars.copy_context().run(self._work, run, body)
+            else:
+                run._thread.start()
             if block:
                 run.wait()
         except BaseException:
@@ -563,6 +643,7 @@ class Agent(AgentOptions):
     def _work(self, run: Run, body: Callable[[Run], list[Any]]) -> None:
         if not run._begin():
             return  # the starter gave up first and released the claim
+        running_agent.set(self)  # this thread's context is the run's own copy
         messages: list[Any] = []
         error: BaseException | None = None
         try:
@@ -586,8 +667,9 @@ class Agent(AgentOptions):
             overrides,
             model=self._state.model,
             reasoning=None if level == "off" else level,
-            get_steering_messages=self._steering.drain,
+            get_steering_messages=self._poll_steering,
             get_follow_up_messages=self._follow_ups.drain,
+            interrupts=self._interrupts,
         )
 
     def _snapshot(self) -> AgentContext:
@@ -602,7 +684,7 @@ class Agent(AgentOptions):
     ) -> list[Any]:
         config = self._config(overrides)
         if skip_first_steering:
-            drain = self._steering.drain
+            drain = self._poll_steering
             skipped = threading.Event()
 
             def steering_after_first() -> list[Any]:

@@ -9,8 +9,10 @@ that cap. Peers: openai-agents ``max_turns``, pydantic-ai ``UsageLimits``, smola
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar, Token
 from datetime import datetime
 from typing import Any
 
@@ -108,6 +110,7 @@ class BudgetTracker:
         self.ends: float | None = None
         """When the run must end, in ``time.monotonic()`` seconds (``None``: no deadline)."""
         self._unlink: Callable[[], None] = lambda: None
+        self._closed = False  # the run ended: a sub-agent given up on no longer counts
         self._controller: AbortController | None = None
         now = time.time()
         ends = budgets.deadline_at(now)
@@ -170,5 +173,73 @@ class BudgetTracker:
         return user_message(SUMMARY_PROMPT.format(limit=limit))
 
     def close(self) -> None:
-        """Unlink from the caller's signal."""
+        """Unlink from the caller's signal; sub-agents that end later add nothing."""
         self._unlink()
+        with _children_lock:
+            self._closed = True
+
+    # --- sub-agents (agentkit.subagents) draw from the run's budgets ---------------------------
+
+    def enter(self) -> Token[BudgetTracker | None]:
+        """Make this the current run's tracker in this context (the loop's thread, and so every
+        tool call's copy of its contextvars); return the token :meth:`leave` takes."""
+        return _current.set(self)
+
+    @staticmethod
+    def leave(token: Token[BudgetTracker | None]) -> None:
+        """Undo :meth:`enter`."""
+        _current.reset(token)
+
+    def remaining(self, own: Budgets) -> Budgets | str:
+        """``own`` (a sub-agent's budgets) cut to what this run has left, its deadline
+        included; or the name of a limit this run has used up. Read on a tool thread: the counts
+        are those of the batch's start plus what earlier sub-agents added."""
+        b, u = self.budgets, self.usage
+        left: dict[str, Any] = {}
+        for name, spent in (
+            ("max_turns", u.requests),
+            ("max_tool_calls", u.tool_calls),
+            ("max_input_tokens", u.input + u.cache_read),
+            ("max_output_tokens", u.output),
+            ("max_cost", u.cost.total),
+        ):
+            limit = getattr(b, name)
+            if limit is None:
+                continue
+            rest = limit - spent
+            if rest <= 0:
+                return name
+            mine = getattr(own, name)
+            left[name] = rest if mine is None else min(mine, rest)
+        now = time.time()
+        ends = own.deadline_at(now)
+        if self.ends is not None:
+            parent_ends = now + (self.ends - time.monotonic())
+            if parent_ends <= now:
+                return "timeout"
+            ends = parent_ends if ends is None else min(ends, parent_ends)
+        if ends is not None:
+            left.update(timeout=None, deadline=ends)
+        return own.model_copy(update=left)
+
+    def add_child(self, usage: RunUsage) -> None:
+        """Count a sub-agent run's requests and tool calls in this run's (its tokens and cost
+        come back as its tool result's usage, which the batch adds)."""
+        with _children_lock:
+            if self._closed:
+                return  # the run's result was handed over; its counts stay as they were
+            self.usage.requests += usage.requests
+            self.usage.tool_calls += usage.tool_calls
+
+
+_current: ContextVar[BudgetTracker | None] = ContextVar("agentkit_run_budget", default=None)
+"""The tracker of the run whose loop or tool call runs in this context."""
+
+_children_lock = threading.Lock()
+"""Guards the counts sub-agents running at once on tool threads add to their parent's usage."""
+
+
+def current_budget() -> BudgetTracker | None:
+    """The budget tracker of the run a tool call running here belongs to (``None`` outside a
+    run): how a sub-agent draws from its parent run's budgets and deadline."""
+    return _current.get()

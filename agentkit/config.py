@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # both are imported by the application that passes one
     from concurrent.futures import Executor
 
     from .approvals import Approvals
+    from .interrupts import InterruptLane
 
 StreamFn = Callable[[Model, Context, Any], AssistantMessageEventStream]
 """``stream_fn(model, context, options) -> AssistantMessageEventStream``: the seam to a model."""
@@ -209,6 +210,10 @@ class AgentLoopConfig(FieldsEqRepr):
     failover_cooldown: float = DEFAULT_COOLDOWN
     """Seconds a model that failed is skipped, by every agent of the process, before it is
     tried again."""
+    interrupts: InterruptLane | None = None
+    """The lane ``agent.interrupt()`` feeds (:mod:`agentkit.interrupts`): each request and tool
+    batch runs under a signal it can abort without ending the run. The Agent fills it; the
+    run's steering getter is to take the lane's messages first."""
 
     def __post_init__(self) -> None:
         # Construction checks every checked field; the loop copies its config with
@@ -230,6 +235,7 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(AgentLoopConfig))
 
 _STATE_FIELDS = frozenset(
     {"model", "reasoning", "get_steering_messages", "get_follow_up_messages", "stream_options"}
+    | {"interrupts"}
 )
 LOOP_OPTIONS = frozenset(name for name in _FIELDS if name not in _STATE_FIELDS)
 """The Agent options that are loop options: each an ``AgentLoopConfig`` field (the other fields

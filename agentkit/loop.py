@@ -12,10 +12,11 @@ usage) is called at named points: before a turn, after a request, at the final a
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ from .hooks import (
     TurnUpdate,
     coerce_hook_result,
 )
+from .interrupts import INTERRUPTED_TEXT, Interrupt
 from .output import OutputSpec
 from .results import OutputValidationError, RunResult, finish_result
 from .tool_calls import ToolRunner, run_tool_call, wait_or_give_up
@@ -219,6 +221,8 @@ class _LoopState(FieldsEqRepr):
     output: OutputSpec | None = None
     output_failures: int = 0
     declarations: ToolDeclarations = field(default_factory=ToolDeclarations)
+    interrupted: bool = False
+    """The last response was cut off by an interrupt (the run goes on)."""
 
 
 def _run_loop(
@@ -252,12 +256,14 @@ def _run_loop(
     state = _LoopState(
         context, config, new_messages, emit, tracker.signal, stream_fn, tracker, tools, output
     )
+    scope = tracker.enter()  # sub-agents started by this run's tools draw from its budgets
     try:
         _turns(state)
         _end_run(state)
     finally:
         tools.close()
         tracker.close()
+        tracker.leave(scope)
 
 
 def _turns(state: _LoopState) -> None:
@@ -279,8 +285,9 @@ def _turns(state: _LoopState) -> None:
             _before_request(state)
             message = _stream_assistant_response(state)
             _after_request(state, message)
-            failed = message.stop_reason in ("error", "aborted")
-            calls = [] if failed else _tool_calls_of(message)
+            stopped = message.stop_reason in ("error", "aborted")
+            failed = stopped and not state.interrupted  # an interrupted run goes on
+            calls = [] if stopped else _tool_calls_of(message)
             tool_results, has_more_tool_calls = _run_tools(state, message, calls)
             last_turn = TurnContext(message, tool_results, state.context, state.new_messages)
             decision = _finish_turn(state, last_turn)
@@ -400,7 +407,12 @@ def _run_tools(
     if message.stop_reason == "length":
         results, terminate = state.tools.fail_truncated(calls), False
     else:
-        results, terminate = state.tools.run_batch(state.context, message, calls)
+        with _turn_signal(state) as signal:  # an interrupt stops this batch, not the run
+            state.tools.signal = signal
+            try:
+                results, terminate = state.tools.run_batch(state.context, message, calls)
+            finally:
+                state.tools.signal = state.signal
     state.context.messages.extend(results)
     state.new_messages.extend(results)
     return results, not terminate
@@ -463,12 +475,26 @@ def _poll(getter: Callable[[], list[Any]] | None) -> list[Any]:
 # --- one model request ------------------------------------------------------------------------
 
 
-def _request_options(state: _LoopState, api_key: str | None) -> StreamOptions:
+@contextlib.contextmanager
+def _turn_signal(state: _LoopState) -> Iterator[AbortSignal]:
+    """The signal of one request or tool batch: the run's, or with an interrupt lane (an
+    Agent's) a child of it that ``agent.interrupt()`` aborts too."""
+    lane = state.config.interrupts
+    if lane is None:
+        yield state.signal
+        return
+    with lane.turn(state.signal) as signal:
+        yield signal
+
+
+def _request_options(
+    state: _LoopState, api_key: str | None, signal: AbortSignal | None = None
+) -> StreamOptions:
     """This request's options: the config's ``stream_options`` plus key, signal and reasoning."""
     options = state.config.stream_options
     update: dict[str, Any] = {
         "api_key": api_key or options.api_key,
-        "signal": state.signal,
+        "signal": signal or state.signal,
         "reasoning": state.config.reasoning,
     }
     if state.output is not None and not state.tracker.summarizing:
@@ -480,9 +506,31 @@ def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
     """Make one request and fold its stream into the transcript, emitting message events.
 
     If the stream function ignores an abort, the loop gives it ``tool_abort_grace`` seconds to
-    end, then ends the message as aborted itself.
+    end, then ends the message as aborted itself. An interrupt aborts the request alone: its
+    response is kept as an aborted one, marked :data:`~agentkit.interrupts.INTERRUPTED_TEXT`.
     """
-    config, signal = state.config, state.signal
+    with _turn_signal(state) as signal:
+        final, started = _stream_response(state, signal)
+    state.interrupted = (
+        final.stop_reason == "aborted"
+        and isinstance(signal.reason, Interrupt)
+        and not state.signal.aborted
+    )
+    if state.interrupted:
+        final.error_message = INTERRUPTED_TEXT
+    final.thinking_level = state.config.reasoning or "off"
+    if not started:
+        state.context.messages.append(final)
+        state.emit(MessageStartEvent(_snapshot(final)))
+    state.emit(MessageEndEvent(final))
+    return final
+
+
+def _stream_response(state: _LoopState, signal: AbortSignal) -> tuple[AssistantMessage, bool]:
+    """Make the request under ``signal``; fold its stream into the transcript, emitting the
+    start and update events. Return the final message and whether it started (then it is in
+    the transcript already, in its partial's place)."""
+    config = state.config
     messages = state.context.messages
     if config.transform_context is not None:
         messages = config.transform_context(messages, signal)
@@ -491,7 +539,7 @@ def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
     if config.get_api_key is not None:
         api_key = config.get_api_key(config.model.provider)
     request_context = Context(messages=list(llm_messages))
-    options = _request_options(state, api_key)
+    options = _request_options(state, api_key, signal)
     if state.tracker.ends is None:
         # This thread reads the stream at once and to its end, so the request may be read on
         # it (an abort shuts the request's socket). A run deadline needs the waits below to
@@ -532,15 +580,9 @@ def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
             close()  # a request read on this thread and left early gives back its connection
     if final is None:  # the stream ignored the abort for the whole grace period
         final = _aborted_message(partial, config.model)
-
-    final.thinking_level = config.reasoning or "off"
     if partial is not None:
         context_messages[-1] = final
-    else:
-        context_messages.append(final)
-        state.emit(MessageStartEvent(_snapshot(final)))
-    state.emit(MessageEndEvent(final))
-    return final
+    return final, partial is not None
 
 
 def _snapshot(message: AssistantMessage) -> AssistantMessage:

@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,6 +25,10 @@ from .waits import get_item, wait_event
 
 if TYPE_CHECKING:
     import logging
+
+running_agent: ContextVar[Any] = ContextVar("agentkit_running_agent", default=None)
+"""The :class:`~agentkit.Agent` whose run's worker thread, or one of whose tool calls, runs in
+this context (``None`` elsewhere): how a sub-agent finds its parent (:mod:`agentkit.subagents`)."""
 
 Listener = Callable[[AgentEvent], Any]
 Subscribe = Callable[[Listener], Callable[[], None]]

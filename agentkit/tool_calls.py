@@ -41,6 +41,7 @@ from .hooks import (
     ToolCallOutcome,
     coerce_hook_result,
 )
+from .interrupts import interrupted_result
 from .results import RunUsage
 from .tools import (
     RunContext,
@@ -163,12 +164,31 @@ class _Update:
 
 
 class _Finished:
-    __slots__ = ("index", "result", "is_error", "duration_ms")
+    __slots__ = ("index", "result", "is_error", "duration_ms", "late")
 
     def __init__(
-        self, index: int, result: AgentToolResult, is_error: bool, duration: float | None
+        self,
+        index: int,
+        result: AgentToolResult,
+        is_error: bool,
+        duration: float | None,
+        late: bool = False,
     ) -> None:
         self.index, self.result, self.is_error, self.duration_ms = index, result, is_error, duration
+        self.late = late
+        """The batch's signal was aborted when the call ended: it ended because of it, or after
+        it (an interrupt then replaces its result)."""
+
+
+def _if_interrupted(outcome: ToolCallOutcome, signal: AbortSignal) -> ToolCallOutcome:
+    """``outcome``, or, when an interrupt aborted ``signal``, the interrupted result (keeping
+    the usage and details the call reported: what it spent was spent)."""
+    call = outcome.tool_call
+    replaced = interrupted_result(signal, call.name)
+    if replaced is None:
+        return outcome
+    replaced.usage, replaced.details = outcome.result.usage, outcome.result.details
+    return ToolCallOutcome(call, replaced, True, outcome.duration_ms)
 
 
 class _CallTimers:
@@ -614,6 +634,8 @@ class ToolBatch:
             runner.budget,
         )
         if isinstance(prepared, ToolCallOutcome):
+            if runner.signal.aborted:
+                prepared = _if_interrupted(prepared, runner.signal)
             runner.emit_end(prepared)
         return prepared
 
@@ -654,6 +676,8 @@ class ToolBatch:
             runner.signal,
             runner.after_tool_call,
         )
+        if item.late:
+            outcome = _if_interrupted(outcome, runner.signal)
         self._outcomes[item.index] = outcome
         runner.emit_end(outcome)
         self._remaining -= 1
@@ -686,7 +710,7 @@ class ToolBatch:
             )
         finally:
             self._timers.finished(index)
-        return _Finished(index, result, is_error, duration)
+        return _Finished(index, result, is_error, duration, signal.aborted)
 
     def _update(self, index: int, partial: Any) -> None:
         self._inbox.put(_Update(index, partial))
@@ -698,7 +722,7 @@ class ToolBatch:
             item = future.result()
         except BaseException:  # noqa: BLE001 - its thread failed: reported as not executed
             item = None
-        self._inbox.put(item or _Finished(index, error_result(ABORTED_TEXT), True, None))
+        self._inbox.put(item or _Finished(index, error_result(ABORTED_TEXT), True, None, True))
 
     def _emit_update(self, item: _Update) -> None:
         if self._outcomes[item.index] is None:
@@ -715,6 +739,7 @@ class ToolBatch:
             if self._outcomes[index] is None:
                 text = f"{ABORTED_TEXT}: tool {prepared.tool.name} did not stop within {grace:g} s"
                 outcome = ToolCallOutcome(prepared.tool_call, error_result(text), True, None)
+                outcome = _if_interrupted(outcome, self.runner.signal)
                 self._outcomes[index] = outcome
                 self.runner.emit_end(outcome)
 

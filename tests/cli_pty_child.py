@@ -21,6 +21,14 @@ PHASES = {
         ["run", "wait", "--yes"],
         [reply(tool_call("run_command", {"command": "echo started; sleep 60"})), "done"],
     ),
+    # A chat whose command runs for a long time: a line typed with "!" interrupts it.
+    "chat": (
+        ["chat", "--yes"],
+        [
+            reply(tool_call("run_command", {"command": "echo started; sleep 60"})),
+            lambda context, options: f"heard: {context.messages[-1].content[0].text}",
+        ],
+    ),
 }
 
 

@@ -1,6 +1,6 @@
 """``agentkit chat``: the REPL. The main thread reads standard input (a thread numbers the
 lines) while the agent's worker runs; a line typed during a run steers it or answers the
-approval question it shows."""
+approval question it shows, and a line starting with ``!`` interrupts it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,15 @@ from ..waits import get_item
 from .console import EXIT_INTERRUPTED, Console
 from .run import abort_quietly, note_budget
 
+INTERRUPT_PREFIX = "!"
+"""A line typed during a run that starts with it interrupts the run (the rest is the message)."""
+
 
 def chat(agent: Agent, io: Console, after_run: Callable[[], None] | None = None) -> int:
     """The REPL: a line starts a run; lines typed while it works steer it (or answer an approval
-    question shown before they were typed); Ctrl-C aborts the run, not the session; Ctrl-C when
+    question shown before they were typed), and a line starting with ``!`` interrupts it (the
+    request or tools going on stop and the run goes on with the rest of the line, see
+    :meth:`Agent.interrupt`); Ctrl-C aborts the run, not the session; Ctrl-C when
     idle, ``/exit`` or the end of input leaves. With ``--json`` stdout carries only JSON lines
     (the banner and the prompt go to stderr). ``after_run`` is called after each run."""
     inbox: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
@@ -28,8 +33,8 @@ def chat(agent: Agent, io: Console, after_run: Callable[[], None] | None = None)
     )
     reader.start()
     io.note(
-        "agentkit chat: type a task; lines typed while the agent works steer it; "
-        "Ctrl-C aborts a run; /exit quits."
+        "agentkit chat: type a task; lines typed while the agent works steer it, "
+        "!line interrupts it; Ctrl-C aborts a run; /exit quits."
     )
     run: Run | None = None
     prompt_shown = False
@@ -59,9 +64,13 @@ def chat(agent: Agent, io: Console, after_run: Callable[[], None] | None = None)
                 prompt_shown = False
                 if line in ("/exit", "/quit"):
                     return 0
+                line = line.removeprefix(INTERRUPT_PREFIX).strip()
                 if line:
                     run = agent.start(line)
                     run.add_done_callback(lambda finished: inbox.put(("done", 0, finished)))
+            elif line.startswith(INTERRUPT_PREFIX) and line[1:].strip():
+                agent.interrupt(line[1:].strip())
+                io.err(f"agentkit: interrupting: {line[1:].strip()}")
             elif line:
                 agent.steer(line)
                 io.err(f"agentkit: steering: {line}")

@@ -15,13 +15,22 @@ goes on, ``invoke_agent`` is the current span of the worker thread, ``chat`` whi
 made (so a provider's HTTP spans nest under it), and each call's ``execute_tool`` while that call
 executes on the tool pool (so spans a tool makes, an HTTP client's say, nest under its own
 call, even in a parallel batch). Prompt and response content is not recorded unless
-``capture_content=True``. Importing this module imports no OpenTelemetry code; ``enable_tracing``
-does.
+``capture_content=True``; with it off, no content reaches a span either through an error: a
+status description says what failed (a tool, HTTP 400), never the text a tool or a provider
+returned, which may quote the prompt. A run's span status follows how the run ended: ERROR for
+``error``, ``aborted`` and a budget (its deadline included), with ``error.type`` saying which.
+
+Metrics: the GenAI client histograms ``gen_ai.client.token.usage`` (per request, one point per
+token type) and ``gen_ai.client.operation.duration`` (per request and per run), on the meter
+provider given (the global one by default, which costs nothing until one is configured).
+Importing this module imports no OpenTelemetry code; ``enable_tracing`` does.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -36,22 +45,76 @@ run_logger = logging.getLogger("agentkit.run")
 _FINISH_REASONS = {"tool_use": "tool_call"}
 """agentkit stop reasons whose GenAI finish-reason spelling differs."""
 
+_HTTP_STATUS = re.compile(r"\(HTTP (\d{3})\)")
+"""The HTTP status a provider's error message carries (see ``RunResult.raise_for_error``)."""
+
+DURATION_BUCKETS = [round(0.01 * 2**i, 2) for i in range(14)]  # 0.01 s to 81.92 s
+"""The bucket boundaries (seconds) the GenAI conventions advise for operation durations."""
+TOKEN_BUCKETS = [4**i for i in range(14)]  # 1 to 67108864
+"""The bucket boundaries the GenAI conventions advise for token counts."""
+
 
 def _dump(value: Any) -> str:
     """Strict JSON text of messages or a tool's arguments/result, for content attributes."""
     return dumps(to_serialisable(value))
 
 
-def _usage(message: Any) -> tuple[int, int]:
+def _usage(message: Any) -> tuple[int, int, int, int]:
+    """The input tokens as the GenAI conventions count them (cached ones included: agentkit's
+    ``usage.input`` leaves out the cache reads and writes), the output tokens, the cache reads
+    and the cache writes."""
     usage = getattr(message, "usage", None)
-    return (usage.input, usage.output) if usage is not None else (0, 0)
+    if usage is None:
+        return 0, 0, 0, 0
+    cached, written = usage.cache_read, usage.cache_write
+    return usage.input + cached + written, usage.output, cached, written
+
+
+def _http_status(text: str | None) -> str | None:
+    match = _HTTP_STATUS.search(text or "")
+    return match.group(1) if match else None
+
+
+class _Metrics:
+    """The GenAI client histograms one traced agent records into."""
+
+    def __init__(self, meter: Any) -> None:
+        self.tokens = _histogram(
+            meter,
+            "gen_ai.client.token.usage",
+            "{token}",
+            "Number of input and output tokens used",
+            TOKEN_BUCKETS,
+        )
+        self.duration = _histogram(
+            meter,
+            "gen_ai.client.operation.duration",
+            "s",
+            "GenAI operation duration",
+            DURATION_BUCKETS,
+        )
+
+
+def _histogram(meter: Any, name: str, unit: str, description: str, buckets: list[Any]) -> Any:
+    try:
+        return meter.create_histogram(
+            name, unit=unit, description=description, explicit_bucket_boundaries_advisory=buckets
+        )
+    except TypeError:  # an OpenTelemetry API older than 1.23 takes no bucket advice
+        return meter.create_histogram(name, unit=unit, description=description)
 
 
 class _Tracer:
-    """The listener ``enable_tracing`` subscribes: events in, spans out (worker thread only)."""
+    """The listener ``enable_tracing`` subscribes: events in, spans and metrics out (worker
+    thread only)."""
 
     def __init__(
-        self, agent: Agent, tracer: Any, capture_content: bool, agent_name: str | None
+        self,
+        agent: Agent,
+        tracer: Any,
+        capture_content: bool,
+        agent_name: str | None,
+        metrics: _Metrics | None = None,
     ) -> None:
         from opentelemetry import context, trace
         from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -62,12 +125,16 @@ class _Tracer:
         self._tracer = tracer
         self._capture = capture_content
         self._name = agent_name
+        self._metrics = metrics
         self._run: Any = None  # the invoke_agent span of the active run
         self._run_token: Any = None
+        self._run_started = 0.0
         self._chat: Any = None
         self._chat_token: Any = None
+        self._chat_started = 0.0
         self._tools: dict[str, Any] = {}  # tool_call_id -> execute_tool span
-        self._tokens = [0, 0]
+        self._tokens = [0, 0, 0]  # the run's input, output and cache-read tokens
+        self._children: Any = None  # the token of the run's sub-agent setup
 
     def __call__(self, event: Any) -> None:
         try:
@@ -103,11 +170,21 @@ class _Tracer:
         model = self._agent.state.model
         return {"gen_ai.provider.name": model.provider, "gen_ai.request.model": model.id}
 
+    def _output_type(self) -> str:
+        """``gen_ai.output.type``: ``json`` when the agent asks for a typed output."""
+        return "json" if self._agent.output_type is not None else "text"
+
     def _start_run(self) -> None:
         name = self._name
-        attributes = {"gen_ai.operation.name": "invoke_agent", **self._model_attributes()}
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.output.type": self._output_type(),
+            **self._model_attributes(),
+        }
         if name:
             attributes["gen_ai.agent.name"] = name
+        if self._agent.description:
+            attributes["gen_ai.agent.description"] = self._agent.description
         if self._agent.session_id:
             attributes["gen_ai.conversation.id"] = self._agent.session_id
         self._run = self._tracer.start_span(
@@ -115,9 +192,18 @@ class _Tracer:
             kind=self._kind.INTERNAL,
             attributes=attributes,
         )
-        self._tokens = [0, 0]
+        self._run_started = time.monotonic()
+        self._tokens = [0, 0, 0]
+        from ..subagents import add_child_setup
+
+        # Sub-agents this run's tools start are traced alike (their spans nest under the call).
+        self._children = add_child_setup(self._trace_child)
         # The worker thread (and, through it, the tool pool) now runs inside the run's span.
         self._run_token = self._otel_context.attach(self._trace.set_span_in_context(self._run))
+
+    def _trace_child(self, child: Agent, name: str) -> None:
+        tracer = _Tracer(child, self._tracer, self._capture, name, self._metrics)
+        child.subscribe(tracer)
 
     def _parent(self) -> Any:
         return self._trace.set_span_in_context(self._run) if self._run is not None else None
@@ -125,12 +211,21 @@ class _Tracer:
     def _start_chat(self) -> None:
         self._finish_chat()  # a request that never answered (should not happen)
         model = self._agent.state.model
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.stream": True,  # every agentkit request streams
+            "gen_ai.output.type": self._output_type(),
+            **self._model_attributes(),
+        }
+        if self._agent.session_id:
+            attributes["gen_ai.conversation.id"] = self._agent.session_id
         self._chat = self._tracer.start_span(
             f"chat {model.id}",
             context=self._parent(),
             kind=self._kind.CLIENT,
-            attributes={"gen_ai.operation.name": "chat", **self._model_attributes()},
+            attributes=attributes,
         )
+        self._chat_started = time.monotonic()
         self._chat_token = self._otel_context.attach(self._trace.set_span_in_context(self._chat))
 
     def _end_chat(self, message: Any) -> None:
@@ -138,21 +233,49 @@ class _Tracer:
         if span is None:
             return
         reason = message.stop_reason
-        input_tokens, output_tokens = _usage(message)
+        input_tokens, output_tokens, cached, written = _usage(message)
         self._tokens[0] += input_tokens
         self._tokens[1] += output_tokens
+        self._tokens[2] += cached
         span.set_attribute("gen_ai.response.model", message.model)
         if message.provider not in ("unknown", self._agent.state.model.provider):
             span.set_attribute("gen_ai.provider.name", message.provider)  # a fallback answered
         span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+        span.set_attribute("gen_ai.usage.cache_read.input_tokens", cached)
+        span.set_attribute("gen_ai.usage.cache_creation.input_tokens", written)
         span.set_attribute("gen_ai.response.finish_reasons", [_FINISH_REASONS.get(reason, reason)])
+        error_type = None
         if reason in ("error", "aborted"):
-            span.set_attribute("error.type", "aborted" if reason == "aborted" else "error")
-            span.set_status(self._status(self._code.ERROR, message.error_message or reason))
+            status = _http_status(message.error_message)
+            error_type = "aborted" if reason == "aborted" else status or "error"
+            span.set_attribute("error.type", error_type)
+            # A provider's error body may quote the prompt: its text is content.
+            summary = f"provider error (HTTP {status})" if status else f"request {reason}"
+            text = message.error_message if self._capture and message.error_message else summary
+            span.set_status(self._status(self._code.ERROR, text))
         if self._capture:
             span.set_attribute("gen_ai.output.messages", _dump([message]))
+        self._record_request(message, input_tokens, output_tokens, error_type)
         self._finish_chat()
+
+    def _record_request(
+        self, message: Any, input_tokens: int, output_tokens: int, error_type: str | None
+    ) -> None:
+        metrics = self._metrics
+        if metrics is None:
+            return
+        attributes = {
+            "gen_ai.operation.name": "chat",
+            **self._model_attributes(),
+            "gen_ai.response.model": message.model,
+        }
+        if error_type is not None:
+            attributes["error.type"] = error_type
+        metrics.duration.record(time.monotonic() - self._chat_started, attributes)
+        if message.usage is not None and error_type is None:
+            metrics.tokens.record(input_tokens, {**attributes, "gen_ai.token.type": "input"})
+            metrics.tokens.record(output_tokens, {**attributes, "gen_ai.token.type": "output"})
 
     def _finish_chat(self) -> None:
         if self._chat_token is not None:
@@ -188,9 +311,14 @@ class _Tracer:
         if span is None:
             return
         if event.is_error:
-            text = event.result.text if hasattr(event.result, "text") else str(event.result)
             # an abort ends every unfinished call with an error result: the signal tells it apart
-            span.set_attribute("error.type", "aborted" if self._aborted() else "tool_error")
+            error_type = "aborted" if self._aborted() else "tool_error"
+            span.set_attribute("error.type", error_type)
+            # The result's text is content (it may quote the arguments, a file, the prompt).
+            text = f"tool {event.tool_name} failed"
+            if self._capture:
+                result = event.result
+                text = result.text if hasattr(result, "text") else str(result)
             span.set_status(self._status(self._code.ERROR, text[:200]))
         if self._capture:
             span.set_attribute("gen_ai.tool.call.result", _dump(event.result))
@@ -202,6 +330,30 @@ class _Tracer:
         signal = self._agent.signal
         return signal is not None and signal.aborted
 
+    def _run_outcome(self, messages: list[Any]) -> tuple[str, str] | None:
+        """``(error.type, status description)`` for a run that did not end well, from its
+        result's stop reason (``agent_end`` carries the :class:`~agentkit.RunResult`)."""
+        stop = getattr(messages, "stop_reason", None)
+        last = next(
+            (m for m in reversed(messages) if getattr(m, "role", None) == "assistant"), None
+        )
+        if stop is None:  # a plain list (a failure reported outside the loop)
+            stop = getattr(last, "stop_reason", "stop")
+        if stop == "aborted" or (stop != "budget" and self._aborted()):
+            return "aborted", "run aborted"
+        if stop == "budget":
+            limit = getattr(messages, "budget", None) or "budget"
+            return limit, f"run stopped: budget {limit} reached"
+        if stop == "error":
+            error = getattr(messages, "error", None)
+            text = getattr(messages, "error_message", None) or getattr(last, "error_message", None)
+            status = getattr(error, "status", None) or _http_status(text)
+            error_type = str(status) if status else type(error).__name__ if error else "error"
+            if self._capture and text:
+                return error_type, text
+            return error_type, f"run failed: {error_type}"
+        return None
+
     def _end_run(self, messages: list[Any]) -> None:
         self._finish_chat()
         for span in self._tools.values():  # calls that never reported an end
@@ -212,15 +364,23 @@ class _Tracer:
             return
         run.set_attribute("gen_ai.usage.input_tokens", self._tokens[0])
         run.set_attribute("gen_ai.usage.output_tokens", self._tokens[1])
-        last = next(
-            (m for m in reversed(messages) if getattr(m, "role", None) == "assistant"), None
-        )
-        if self._aborted():
-            run.set_attribute("error.type", "aborted")
-            run.set_status(self._status(self._code.ERROR, "aborted"))
-        elif last is not None and last.stop_reason == "error":
-            run.set_attribute("error.type", "error")
-            run.set_status(self._status(self._code.ERROR, last.error_message or "error"))
+        run.set_attribute("gen_ai.usage.cache_read.input_tokens", self._tokens[2])
+        if getattr(messages, "output", None) is not None:
+            run.set_attribute("gen_ai.output.type", "json")
+        outcome = self._run_outcome(messages)
+        if outcome is not None:
+            run.set_attribute("error.type", outcome[0])
+            run.set_status(self._status(self._code.ERROR, outcome[1]))
+        if self._metrics is not None:
+            attributes = {"gen_ai.operation.name": "invoke_agent", **self._model_attributes()}
+            if outcome is not None:
+                attributes["error.type"] = outcome[0]
+            self._metrics.duration.record(time.monotonic() - self._run_started, attributes)
+        if self._children is not None:
+            from ..subagents import remove_child_setup
+
+            remove_child_setup(self._children)
+            self._children = None
         if self._run_token is not None:
             self._otel_context.detach(self._run_token)
             self._run_token = None
@@ -232,23 +392,31 @@ def enable_tracing(
     agent: Agent,
     *,
     tracer_provider: Any = None,
+    meter_provider: Any = None,
     capture_content: bool = False,
     agent_name: str | None = None,
 ) -> Callable[[], None]:
-    """Emit OpenTelemetry spans for ``agent``'s runs; return a function that turns them off.
+    """Emit OpenTelemetry spans and GenAI metrics for ``agent``'s runs; return a function that
+    turns them off.
 
-    ``tracer_provider`` defaults to the global one. ``capture_content=True`` records prompts,
-    responses, tool arguments and results on the spans (off by default: they may be private).
-    Raises ``ImportError`` naming the extra when OpenTelemetry is not installed.
+    ``tracer_provider`` and ``meter_provider`` default to the global ones; ``agent_name``
+    defaults to the agent's ``name``. Sub-agents its tools run (:mod:`agentkit.subagents`) are
+    traced alike, under the call's ``execute_tool`` span.
+    ``capture_content=True`` records prompts, responses, tool arguments and results on the spans
+    (off by default: they may be private). Raises ``ImportError`` naming the extra when
+    OpenTelemetry is not installed.
     """
     try:
-        from opentelemetry import trace
+        from opentelemetry import metrics, trace
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "agentkit tracing needs OpenTelemetry: pip install 'agentkit[otel]'"
         ) from exc
     tracer = trace.get_tracer("agentkit", tracer_provider=tracer_provider)
-    return agent.subscribe(_Tracer(agent, tracer, capture_content, agent_name))
+    meter = metrics.get_meter("agentkit", meter_provider=meter_provider)
+    name = agent_name or agent.name
+    listener = _Tracer(agent, tracer, capture_content, name, _Metrics(meter))
+    return agent.subscribe(listener)
 
 
 class _Logger:

@@ -15,6 +15,7 @@ Run from the repository root::
     python benchmarks/bench_tasks.py --only read --repeat 7 --cold   # a cold run, six warm
     python benchmarks/bench_tasks.py --only read --repeat 6 --no-keep-server  # a server per run
     python benchmarks/bench_tasks.py --system-file prompt.txt  # try another system prompt
+    python benchmarks/bench_tasks.py --model local:qwen2.5-coder-1.5b  # the stronger model
     python benchmarks/bench_tasks.py --report results.jsonl   # summarise earlier results
 """
 
@@ -403,6 +404,9 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=1, help="run the chosen tasks N times")
     parser.add_argument(
+        "--model", help="the model to run (e.g. local:qwen2.5-coder-1.5b); default: the embedded one"
+    )
+    parser.add_argument(
         "--cold", action="store_true", help="stop the kept server first: the first run starts it"
     )
     parser.add_argument(
@@ -418,6 +422,8 @@ def main() -> None:
     chosen = [t for t in chosen if not args.only or t.name in args.only]
     chosen = chosen * max(1, args.repeat)
     extra: tuple[str, ...] = ("--no-keep-server",) if args.no_keep_server else ()
+    if args.model:
+        extra += ("--model", args.model)
     if args.system_file:
         extra += ("--system", Path(args.system_file).read_text(encoding="utf-8").strip())
     if args.cold:

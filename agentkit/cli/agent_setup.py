@@ -101,15 +101,20 @@ def _sandbox_warnings(tools: list[AgentTool]) -> dict[str, str]:
     }
 
 
-def _stream_fn_for(stream_fn: StreamFn | None, embedded: bool, small: bool) -> StreamFn | None:
+def _stream_fn_for(
+    stream_fn: StreamFn | None, embedded: bool, small: bool, workspace: Path
+) -> StreamFn | None:
     """``stream_fn`` with what the embedded (``embedded``) or a small model needs to call tools
     reliably."""
     if embedded:
         # The embedded server: tools declared in text, calls constrained by a grammar and
         # read back from the reply's text (the server's own parser fails on fenced calls).
         from ..local import with_constrained_tool_calls
+        from ..local.looking import with_look_first
 
         stream_fn = with_constrained_tool_calls(stream_fn)
+        # A task that names a workspace file or a command gets a tool call before an answer.
+        stream_fn = with_look_first(stream_fn, workspace)
     if small:  # a small model writes a call as text now and then, often in a code fence
         from ..local.repair import with_text_tool_calls
 
@@ -141,7 +146,9 @@ def build_agent(
         model=chosen,
         system_prompt=system,
         tools=tools,
-        stream_fn=_stream_fn_for(stream_fn, io.local_server is not None and model is None, small),
+        stream_fn=_stream_fn_for(
+            stream_fn, io.local_server is not None and model is None, small, workspace
+        ),
         after_tool_call=stop_repeated_failures(),  # a model that loops on a failure is stopped
         approvals=terminal_approvals(
             io, () if args.yes else MUTATING_TOOLS, _sandbox_warnings(tools)

@@ -115,8 +115,9 @@ a-q ::= ([^n] .*)? | "n" (([^a] .*)? | "a" (([^m] .*)? | "m" (([^e] .*)? | "e" (
 """
 
 
-def tool_call_grammar(tools: Sequence[dict[str, Any]]) -> str:
-    """A llama.cpp grammar (GBNF) for a reply that is either one tool call or an answer.
+def tool_call_grammar(tools: Sequence[dict[str, Any]], *, required: bool = False) -> str:
+    """A llama.cpp grammar (GBNF) for a reply that is either one tool call or an answer
+    (``required``: a tool call, nothing else).
 
     ``tools`` are Chat Completions declarations (``{"type": "function", "function": {...}}``).
     A reply whose first JSON key is ``"name"`` -- bare, or after a ```` ```json ```` fence --
@@ -137,7 +138,7 @@ def tool_call_grammar(tools: Sequence[dict[str, Any]]) -> str:
         label = _gbnf_literal(json.dumps(name, ensure_ascii=False))
         calls.append(f'{label} sp "," sp "\\"arguments\\"" sp ":" sp {arguments}')
     grammar.add("calls", " | ".join(calls) if calls else 'string sp "," sp "\\"arguments\\"" sp ":" sp object')
-    rules = ['root ::= call | answer | ""']
+    rules = ["root ::= call" if required else 'root ::= call | answer | ""']
     rules.extend(f"{name} ::= {body}" for name, body in grammar.rules.items())
     return "\n".join(rules) + _GBNF_REPLY + _GBNF_COMMON
 
@@ -148,7 +149,8 @@ def constrain_tool_calls(payload: dict[str, Any], *, grammar: bool = True) -> di
     llama.cpp's server refuses a grammar together with ``tools``, so the declarations move
     into the system message (worded as the shipped template words them) and the request
     carries :func:`tool_call_grammar` instead (``grammar=False``: no grammar, the declarations
-    still move); calls then come back as text, which
+    still move; ``tool_choice`` "required" makes the grammar admit a call only); calls then
+    come back as text, which
     :func:`agentkit.local.repair.with_text_tool_calls` turns into tool calls. A request without
     tools, with ``tool_choice`` "none", with a grammar or schema of its own, or whose system
     message is not plain text, is returned unchanged.
@@ -173,7 +175,8 @@ def constrain_tool_calls(payload: dict[str, Any], *, grammar: bool = True) -> di
     constrained = {k: v for k, v in payload.items() if k not in ("tools", "tool_choice")}
     constrained["messages"] = messages
     if grammar:
-        constrained["grammar"] = tool_call_grammar(tools)
+        required = payload.get("tool_choice") == "required"
+        constrained["grammar"] = tool_call_grammar(tools, required=required)
     return constrained
 
 

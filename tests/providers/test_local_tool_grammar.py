@@ -156,3 +156,39 @@ def test_an_open_schema_lets_any_key_through_and_a_keyless_one_only_braces() -> 
     grammar = tool_call_grammar([keyless])
     assert matches(grammar, '{"name": "now", "arguments": { }}')
     assert not matches(grammar, '{"name": "now", "arguments": {"at": 1}}')
+
+
+def test_a_required_call_admits_a_call_and_nothing_else() -> None:
+    declaration = _payload()["tools"]
+    optional, required = tool_call_grammar(declaration), tool_call_grammar(declaration, required=True)
+    call = '{"name": "read_file", "arguments": {"path": "a.txt"}}'
+    assert matches(optional, call) and matches(required, call)
+    for prose in ("The file says hello.", "To read it, call read_file with the path.", ""):
+        assert matches(optional, prose) and not matches(required, prose)
+    constrained = constrain_tool_calls(_payload(tool_choice="required"))
+    assert constrained["grammar"].startswith("root ::= call\n")
+    assert "tool_choice" not in constrained  # the server refuses it beside a grammar
+
+
+def test_a_task_that_names_a_file_gets_a_call_before_an_answer(
+    server: ReplayServer, tmp_path: Any
+) -> None:
+    """The look-first measure over real HTTP: while the latest user message names a workspace
+    file (or a command) and no tool result has come in, the grammar admits only a call."""
+    from agentkit.local.looking import with_look_first
+
+    (tmp_path / "notes.txt").write_text("The secret word is pelican.\n")
+    server.enqueue(
+        Reply(body=sse('{"name": "read_file", "arguments": {"path": "notes.txt"}}')),
+        Reply(body=sse("The secret word is pelican.")),
+        Reply(body=sse("You are welcome.")),
+    )
+    agent = Agent(
+        model=embedded_model(server.url),
+        tools=[read_file],
+        stream_fn=with_text_tool_calls(with_look_first(with_constrained_tool_calls(), tmp_path)),
+    )
+    agent.prompt("What is the secret word in notes.txt?")
+    agent.prompt("Thanks!")  # names nothing: the model may answer at once
+    grammars = [r.json["grammar"].split("\n", 1)[0] for r in server.requests]
+    assert grammars == ["root ::= call", 'root ::= call | answer | ""', 'root ::= call | answer | ""']

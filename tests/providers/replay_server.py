@@ -73,6 +73,8 @@ class ReplayServer:
         self.tls = tls
         self.requests: list[Recorded] = []
         self.release = threading.Event()
+        self.stall_seconds = 10.0
+        """How long a stalled reply waits for :attr:`release` before it gives up."""
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)  # notified whenever a request is recorded
         server = self
@@ -120,7 +122,7 @@ class ReplayServer:
 
             def _play(self, reply: Reply) -> None:
                 if reply.stall_before_headers:
-                    server.release.wait(10)
+                    server.release.wait(server.stall_seconds)
                     return
                 self.send_response(reply.status)
                 self.send_header("Content-Type", reply.content_type)
@@ -143,7 +145,7 @@ class ReplayServer:
                         limit = min(limit, cut)
                 self._send(reply, body[:limit])
                 if reply.stall_after is not None:
-                    server.release.wait(10)
+                    server.release.wait(server.stall_seconds)
                     if not reply.resume:
                         self.close_connection = True
                         return

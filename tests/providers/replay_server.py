@@ -44,6 +44,7 @@ class Reply:
     stall_after: int | None = None  # stop after this many body bytes until released
     stall_before_headers: bool = False
     resume: bool = False  # after a stall_after stall is released, send the rest of the body
+    trickle: bool = False  # after stall_after, send the rest one byte per trickle_gate release
     one_write: bool = False  # send all the pieces (framing included) in a single write
     framed: bytes | None = None  # the body exactly as sent, chunk framing included (chunked)
 
@@ -75,6 +76,8 @@ class ReplayServer:
         self.release = threading.Event()
         self.stall_seconds = 10.0
         """How long a stalled reply waits for :attr:`release` before it gives up."""
+        self.trickle_gate = threading.Semaphore(0)
+        """Each release lets a ``trickle`` reply send one more byte."""
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)  # notified whenever a request is recorded
         server = self
@@ -144,6 +147,14 @@ class ReplayServer:
                     if cut is not None:
                         limit = min(limit, cut)
                 self._send(reply, body[:limit])
+                if reply.trickle:
+                    for index in range(limit, len(body)):
+                        if not server.trickle_gate.acquire(timeout=server.stall_seconds):
+                            break
+                        self.wfile.write(body[index : index + 1])
+                        self.wfile.flush()
+                    self.close_connection = True
+                    return
                 if reply.stall_after is not None:
                     server.release.wait(server.stall_seconds)
                     if not reply.resume:

@@ -16,6 +16,7 @@ import pytest
 from replay_server import (
     ReplayServer,
     Reply,
+    chat_sse,
     check_protocol,
     fixture_bytes,
     make_model,
@@ -125,3 +126,73 @@ def test_an_abort_ends_a_body_read_stalled_right_after_the_headers(
         reader.join(WAIT)
         assert not reader.is_alive(), "the abort did not reach the stalled read"
     assert len(outcome) == 1 and isinstance(outcome[0], RequestAbortedError)
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_a_run_deadline_ends_a_stalled_stream_and_its_request_thread(
+    server: ReplayServer, framing: str
+) -> None:
+    from replay_server import API_KEY
+
+    from agentkit import Agent, Budgets
+    from agentkit.providers import stream_simple
+
+    body = fixture_bytes(BODIES["openai-completions"])
+    server.enqueue(stalled(body, framing, len(body) // 2))
+    agent = Agent(
+        model=make_model("openai-completions", server.url),
+        stream_fn=stream_simple,
+        api_key=API_KEY,
+        tool_abort_grace=6 * WAIT,  # a run that waited the grace out would outlast the test
+    )
+    results: list[Any] = []
+    ended = threading.Event()
+
+    def run() -> None:
+        results.append(agent.prompt("hi", budgets=Budgets(timeout=0.3)))
+        ended.set()
+
+    runner = threading.Thread(target=run, name="test-run")
+    runner.start()
+    assert ended.wait(WAIT), "the deadline did not end the run"
+    runner.join(WAIT)
+    result = results[0]
+    assert (result.stop_reason, result.budget) == ("budget", "timeout")
+    assert result[-1].stop_reason == "aborted"
+    assert wait_no_http_threads(WAIT)  # the request's own thread ended with it
+
+
+def test_an_abort_ends_a_trickling_close_delimited_stream_before_its_next_byte(
+    server: ReplayServer,
+) -> None:
+    body = chat_sse(*[{"content": f"w{i} "} for i in range(5)])
+    first = body.index(b"\n\n") + 2
+    second = body.index(b"\n\n", first) + 2
+    server.enqueue(Reply(body=body, chunked=False, stall_after=first, trickle=True))
+    controller = AbortController()
+    s = stream(
+        make_model("openai-completions", server.url),
+        CTX,
+        options(signal=controller.signal, timeout=(5, 60)),
+    )
+    deltas: list[str] = []
+    arrived = threading.Condition()
+
+    def consume() -> None:
+        for event in s:
+            if event.type == "text_delta":
+                with arrived:
+                    deltas.append(event.delta)
+                    arrived.notify_all()
+
+    reader = threading.Thread(target=consume, name="test-consumer")
+    reader.start()
+    for _ in range(second - first):  # the second event, one byte at a time
+        server.trickle_gate.release()
+    with arrived:  # every byte let out so far has been read
+        assert arrived.wait_for(lambda: len(deltas) == 2, WAIT), deltas
+    controller.abort()  # no further byte comes until the test is over
+    message = s.result(timeout=WAIT)
+    reader.join(WAIT)
+    assert message.stop_reason == "aborted"
+    assert message.content[0].text == "w0 w1 "  # type: ignore[union-attr]

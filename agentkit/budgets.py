@@ -136,6 +136,12 @@ class BudgetTracker:
             self._controller.abort(BudgetReached("timeout"))
         return True
 
+    @property
+    def timed_out(self) -> bool:
+        """Whether the deadline has aborted the run: its result is decided (``"timeout"``), so
+        the run's waits take what has already arrived and no longer wait out an abort grace."""
+        return self.limit == "timeout"
+
     def reached(self) -> str | None:
         """The first limit the run has reached (by its counts so far), or ``None``."""
         b, u = self.budgets, self.usage

@@ -145,8 +145,9 @@ def wait_or_give_up(
                     continue  # the abort wakes this wait and starts the grace period
                 return
             if item is WAKE:
-                if deadline is None:
-                    deadline = time.monotonic() + grace
+                if deadline is None:  # after the run's deadline, only what is already here
+                    timed_out = budget is not None and budget.timed_out
+                    deadline = time.monotonic() + (0.0 if timed_out else grace)
                 continue
             yield item
     finally:
@@ -734,10 +735,11 @@ class ToolBatch:
     def _give_up(self) -> None:
         """End the calls that did not stop within the grace period after an abort; their
         threads are left to finish on their own."""
-        grace = self.runner.grace
+        grace, budget = self.runner.grace, self.runner.budget
+        why = "before the run's deadline" if budget and budget.timed_out else f"within {grace:g} s"
         for index, prepared in enumerate(self._prepared):
             if self._outcomes[index] is None:
-                text = f"{ABORTED_TEXT}: tool {prepared.tool.name} did not stop within {grace:g} s"
+                text = f"{ABORTED_TEXT}: tool {prepared.tool.name} did not stop {why}"
                 outcome = ToolCallOutcome(prepared.tool_call, error_result(text), True, None)
                 outcome = _if_interrupted(outcome, self.runner.signal)
                 self._outcomes[index] = outcome

@@ -575,9 +575,7 @@ def _tool_from_function(
         if context_param is not None:
             kwargs[context_param] = current_run_context()
         if is_async:
-            import asyncio  # only async tools need it; each call runs its own event loop
-
-            value = asyncio.run(func(**kwargs))
+            value = _run_coroutine(func(**kwargs), signal)
         else:
             value = func(**kwargs)
         return to_tool_result(value)
@@ -590,6 +588,30 @@ def _tool_from_function(
         label=label or tool_name,
         execution_mode=execution_mode,
     )
+
+
+def _run_coroutine(coroutine: Any, signal: AbortSignal) -> Any:
+    """Run an async tool's ``coroutine`` in an event loop of its own on this tool thread; the
+    call's abort (the run's, or its ``timeout``) cancels it, as asyncio cancels a task."""
+    import asyncio  # only async tools need it
+
+    async def cancellable() -> Any:
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(coroutine)
+
+        def cancel() -> None:  # on the aborting thread
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the loop closed: the coroutine has ended already
+                pass
+
+        remove = signal.add_callback(cancel)
+        try:
+            return await task
+        finally:
+            remove()
+
+    return asyncio.run(cancellable())
 
 
 def _is_run_context(annotation: Any) -> bool:

@@ -241,6 +241,12 @@ class ModelCompat(BaseModel):
     """Responses: ask for ``reasoning.encrypted_content``."""
     sse: bool | None = None
     """Gemini: ``alt=sse`` (the default) or the streamed JSON array when ``False``."""
+    structured_output: Literal["response_format", "json_schema", "tool", "prompted"] | None = None
+    """How typed output is asked for. Chat Completions: ``response_format`` (OpenAI's
+    ``json_schema`` form, which vLLM, Ollama and LM Studio read), ``json_schema`` (llama.cpp's
+    top-level field, on every API), and for a server with no native form ``tool`` (a
+    ``final_result`` tool whose arguments are the answer) or ``prompted`` (the schema in the
+    instructions); the answer is validated the same way whichever form asked for it."""
 
     def merged(self, *others: "ModelCompat | None") -> "ModelCompat":
         """These settings with every later one's non-``None`` fields laid over them."""

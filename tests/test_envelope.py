@@ -561,3 +561,65 @@ def test_a_deadline_ends_an_approval_wait() -> None:
     result = agent.prompt("go")  # nobody decides: the deadline ends the wait
     assert (result.stop_reason, result.budget) == ("budget", "timeout")
     assert result[2].is_error and approvals.pending() == []
+
+
+def test_a_deadline_does_not_wait_out_the_abort_grace_of_a_tool_that_ignores_it() -> None:
+    release = threading.Event()
+    returned = threading.Event()
+
+    @tool
+    def deaf() -> str:
+        """Ignore the abort."""
+        release.wait(WAIT * 12)
+        returned.set()
+        return "late"
+
+    # a grace far longer than the test waits: a run that waited it out could not pass
+    agent, _ = make_agent([reply(tool_call("deaf", {})), "never"], tools=[deaf],
+                          budgets=Budgets(timeout=0.2), tool_abort_grace=WAIT * 12)
+    results: list[Any] = []
+    ended = threading.Event()
+
+    def run() -> None:
+        results.append(agent.prompt("go"))
+        ended.set()
+
+    runner = threading.Thread(target=run, name="test-run")
+    runner.start()
+    try:
+        assert ended.wait(WAIT), "the run waited for the abort grace after its deadline"
+    finally:
+        release.set()
+    runner.join(WAIT)
+    assert returned.wait(WAIT)
+    result = results[0]
+    assert (result.stop_reason, result.budget) == ("budget", "timeout")
+    calls, result_ids = call_results(result)
+    assert calls == result_ids  # the call still has its result, right after its message
+    assert result[2].is_error and "deadline" in result[2].content[0].text
+
+
+def test_an_async_tools_timeout_cancels_its_coroutine() -> None:
+    import asyncio
+
+    cancelled = threading.Event()
+    finished = threading.Event()
+
+    @tool(timeout=0.2)
+    async def slow() -> str:
+        """Sleep long."""
+        try:
+            await asyncio.sleep(WAIT * 4)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        finished.set()
+        return "done"
+
+    agent, _ = make_agent([reply(tool_call("slow", {})), "recovered"], tools=[slow])
+    result = agent.prompt("go")
+    assert result.text == "recovered"
+    timed_out = [m for m in result if isinstance(m, ToolResultMessage)][0]
+    assert timed_out.content[0].text == "Tool slow timed out after 0.2 s"
+    assert cancelled.wait(WAIT), "the coroutine ran on after its timeout"
+    assert not finished.is_set()

@@ -143,6 +143,7 @@ class MessageBuilder:
         self._open: dict[int, str] = {}  # index -> "text" | "thinking" | "tool_call"
         self._held: dict[int, str] = {}  # index -> a high surrogate waiting for its low half
         self._unsent: dict[int, list[str]] = {}  # index -> argument deltas not yet pushed
+        self._cut_off_calls = False  # a call's arguments ended before their JSON did
 
     @property
     def ended(self) -> bool:
@@ -335,8 +336,14 @@ class MessageBuilder:
         text = buffer.text if buffer is not None else ""
         return text + "".join(self._unsent.get(index, ()))
 
-    def end_tool_call(self, index: int, arguments: dict[str, Any] | None = None) -> None:
-        """Close the tool call at ``index``; ``arguments`` (if given) replace the streamed text."""
+    def end_tool_call(
+        self, index: int, arguments: dict[str, Any] | None = None, cut_off: bool = False
+    ) -> None:
+        """Close the tool call at ``index``; ``arguments`` (if given) replace the streamed text,
+        ``cut_off`` saying they were completed from a truncated text.
+
+        Arguments whose text ended before its JSON did (``{"path": "/srv/da``) keep the
+        partial parse for display, and the message ends as truncated (see :meth:`finish`)."""
         if index not in self._open:
             return
         self.flush()
@@ -348,6 +355,9 @@ class MessageBuilder:
             block.arguments = arguments
         elif buffer is not None:
             block.arguments = buffer.final()
+            cut_off = buffer.cut_off
+        if cut_off:
+            self._cut_off_calls = True
         self.stream.push(
             ToolCallEndEvent(content_index=index, tool_call=block, partial=self.message)
         )
@@ -374,6 +384,10 @@ class MessageBuilder:
 
         Everything that can raise runs before the end is claimed, so a failure here leaves the
         stream open for the runner's :meth:`fail`.
+
+        A message with a tool call whose arguments were cut off ends with ``length`` whatever
+        the vendor's reason (``tool_calls`` included): the response is truncated, and the loop
+        runs no call of a truncated response, it sends each one back as an error result.
         """
         if stop_reason == "error" or stop_reason == "aborted":
             self.end_open_blocks()
@@ -382,6 +396,8 @@ class MessageBuilder:
         if self._ended:
             return
         self.end_open_blocks()
+        if self._cut_off_calls:
+            stop_reason = "length"
         compute_cost(self.model, self.message.usage)
         with self._end_lock:
             if self._ended:

@@ -11,7 +11,10 @@ Connections come from one process-wide urllib3 pool manager (thread-safe), so th
 and TLS session of one turn are reused by the next turn and the next run. A response read to its
 end gives its connection back to the pool; one left early is closed. While a request lives, an
 abort callback shuts down the socket of that request's own connection only (other requests on
-the same pool are untouched), so a read stalled on the network returns at once. A new connection
+the same pool are untouched), so a read stalled on the network returns at once. The request keeps
+each socket it used, not only the connection: a response that says ``Connection: close`` takes
+the socket over from its connection (``http.client`` sets ``connection.sock`` to ``None`` and the
+response reads on), and the abort must reach that read too. A new connection
 (name resolution and ``connect()``, which nothing can interrupt) is made on a short-lived thread
 that the request waits for or, on abort, gives up on at once. A chunked body is read as it
 arrives, each read taking everything that is there (:mod:`.chunked`), never one chunk at a time.
@@ -122,6 +125,10 @@ class _ConnectionTracker:
         # so that a connection given back to the pool is never shut down by a late abort.
         self._lock = threading.Lock()
         self._connections: list[Any] = []
+        # The sockets those connections held, kept here because a response that says
+        # "Connection: close" takes its socket from the connection (http.client then sets
+        # connection.sock to None) and goes on reading from it: an abort must still reach it.
+        self._sockets: list[Any] = []
         self._aborted = False
         self._detached = False
         self._connecting: threading.Event | None = None  # set when a connect ends or is aborted
@@ -133,14 +140,25 @@ class _ConnectionTracker:
             if self._detached:
                 return
             self._connections.append(connection)
+            self._remember(connection)
             if self._aborted:
                 _shutdown_socket(getattr(connection, "sock", None))
 
     def after_connect(self, connection: Any) -> None:
-        """A tracked connection just connected: shut it if the request was aborted meanwhile."""
+        """A tracked connection just connected: remember its socket, and shut it if the
+        request was aborted meanwhile."""
         with self._lock:
-            if self._aborted and not self._detached:
+            if self._detached:
+                return
+            self._remember(connection)
+            if self._aborted:
                 _shutdown_socket(getattr(connection, "sock", None))
+
+    def _remember(self, connection: Any) -> None:
+        """Keep ``connection``'s current socket for :meth:`abort` (the lock is held)."""
+        sock = getattr(connection, "sock", None)
+        if sock is not None and not any(known is sock for known in self._sockets):
+            self._sockets.append(sock)
 
     def connect(self, connection: Any, connect: Callable[[], None]) -> None:
         """Run ``connect()`` (name resolution, TCP, TLS) on a short-lived thread and wait for
@@ -184,6 +202,8 @@ class _ConnectionTracker:
                 self._connecting.set()
             for connection in self._connections:
                 _shutdown_socket(getattr(connection, "sock", None))
+            for sock in self._sockets:  # the same ones, and any a response took over
+                _shutdown_socket(sock)
 
     def detach(self) -> None:
         """The request is over: its connections belong to the pool again."""
@@ -193,6 +213,7 @@ class _ConnectionTracker:
                 if getattr(connection, "_agentkit_tracker", None) is self:
                     connection._agentkit_tracker = None
             self._connections = []
+            self._sockets = []
 
 
 def _shutdown_socket(sock: Any) -> None:
@@ -478,7 +499,11 @@ class StreamingRequest:
                     if not chunk:
                         break
                     yield chunk
+                if self.aborted:  # the abort's shutdown ended the body: that is not its end
+                    raise _RequestAborted()
                 complete = True
+        except _RequestAborted:
+            raise
         except Exception as exc:
             if self.aborted:
                 raise _RequestAborted() from None

@@ -12,7 +12,9 @@ Parsing is ``pydantic_core.from_json`` (a Rust parser, with ``allow_partial`` fo
 mid-value). :func:`parse_streaming_json` never raises, at any nesting depth: strict parse, then a
 repaired parse (raw control characters in strings escaped, invalid backslash escapes doubled),
 then, for text that was cut off, a partial parse (unterminated strings kept, dangling keys and
-literals dropped), then ``{}``. What it returns is always JSON-serialisable: a lone UTF-16
+literals dropped), then ``{}``. :func:`parse_json_arguments` also says whether the text was cut
+off: final tool arguments completed that way are not run (the builder ends such a message as
+truncated, ``stop_reason`` ``"length"``). What it returns is always JSON-serialisable: a lone UTF-16
 surrogate becomes U+FFFD and a number beyond float range (``1e400``) is kept as its text.
 """
 
@@ -105,34 +107,42 @@ def parse_streaming_json(text: str | None) -> Any:
 
     The result is always serialisable as strict JSON (see the module docstring).
     """
+    return parse_json_arguments(text)[0]
+
+
+def parse_json_arguments(text: str | None) -> tuple[Any, bool]:
+    """:func:`parse_streaming_json`'s value, and whether ``text`` was cut off: ``True`` when
+    the value had to be completed from a truncated text (an unterminated string, a missing
+    closing brace), which final tool arguments must never be."""
     if text is None or not text.strip():
-        return {}
+        return {}, False
     try:
-        return _serialisable(_parse(text), text)
+        value, cut = _parse(text)
+        return _serialisable(value, text), cut
     except Exception:  # RecursionError from the fallbacks, or anything unforeseen: never raise
-        return {}
+        return {}, False
 
 
-def _parse(text: str) -> Any:
+def _parse(text: str) -> tuple[Any, bool]:
     try:
-        return from_json(text)
+        return from_json(text), False
     except ValueError as error:
         if _cut_off(error):
             try:
-                return parse_partial_json(text)
+                return parse_partial_json(text), True
             except ValueError:
                 pass
     repaired = repair_json(text)
     for candidate in (repaired, text) if repaired != text else (text,):
         try:
-            return _strict_lenient(candidate)
+            return _strict_lenient(candidate), False
         except (ValueError, RecursionError):
             pass
         try:
-            return parse_partial_json(candidate)
+            return parse_partial_json(candidate), True
         except ValueError:
             pass
-    return {}
+    return {}, False
 
 
 def _serialisable(value: Any, text: str) -> Any:
@@ -184,7 +194,7 @@ class ToolArgsBuffer:
     once.
     """
 
-    __slots__ = ("_pieces", "_length", "_joined", "_parsed_length", "_parsed")
+    __slots__ = ("_pieces", "_length", "_joined", "_parsed_length", "_parsed", "_cut_off")
 
     def __init__(self, initial: str = "") -> None:
         self._pieces: list[str] = [initial] if initial else []
@@ -192,6 +202,7 @@ class ToolArgsBuffer:
         self._joined: str | None = None
         self._parsed_length = -1
         self._parsed: dict[str, Any] = {}
+        self._cut_off = False
 
     def __len__(self) -> int:
         return self._length
@@ -221,16 +232,26 @@ class ToolArgsBuffer:
         """Fresh partial arguments if a parse is due, else ``None`` (keep the previous ones)."""
         if not self.due():
             return None
-        self._parsed = as_arguments(parse_streaming_json(self.text))
-        self._parsed_length = self._length
+        self._parse()
         return self._parsed
 
     def final(self) -> dict[str, Any]:
-        """The complete arguments, parsed once (best effort, never raises)."""
+        """The complete arguments, parsed once (best effort, never raises); whether the text
+        was cut off is then :attr:`cut_off`."""
         if self._length != self._parsed_length:
-            self._parsed = as_arguments(parse_streaming_json(self.text))
-            self._parsed_length = self._length
+            self._parse()
         return self._parsed
+
+    @property
+    def cut_off(self) -> bool:
+        """Whether the text, as last parsed, ended before its JSON did (the arguments were
+        completed by the partial parser, so they are not what the model meant)."""
+        return self._cut_off
+
+    def _parse(self) -> None:
+        value, self._cut_off = parse_json_arguments(self.text)
+        self._parsed = as_arguments(value)
+        self._parsed_length = self._length
 
 
 class JsonArrayStream:

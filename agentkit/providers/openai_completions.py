@@ -24,6 +24,7 @@ import functools
 import json
 from typing import Any
 
+from .._serialize import dumps
 from ..errors import ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..types import (
@@ -47,7 +48,14 @@ from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import own_compat, provider_compat, provider_label
 from .transform import call_part, images_of, prepare_context, safe_id, text_of
-from .wire import closed_schema, llama_cpp_schema, named_tool, portable_mode
+from .wire import (
+    OUTPUT_TOOL,
+    OUTPUT_TOOL_DESCRIPTION,
+    PROMPTED_OUTPUT_TEXT,
+    closed_schema,
+    named_tool,
+    portable_mode,
+)
 
 API = "openai-completions"
 
@@ -247,8 +255,8 @@ def prepare(
         elif compat.get("supports_reasoning_effort"):
             payload["reasoning_effort"] = effort
     schema = options.output_schema
-    if schema is not None and not llama_cpp_schema(payload, model, schema):
-        payload["response_format"] = response_format(schema)
+    if schema is not None:
+        ask_for_output(payload, compat.get("structured_output"), schema, options.tool_choice)
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -265,6 +273,42 @@ def wire_tool_choice(choice: ToolChoice) -> Any:
     if name is not None:
         return {"type": "function", "function": {"name": name}}
     return portable_mode(choice)
+
+
+def ask_for_output(
+    payload: dict[str, Any], form: str | None, schema: OutputSchema, tool_choice: Any
+) -> None:
+    """Ask for ``schema`` in the ``form`` the server reads (``ModelCompat.structured_output``):
+    ``response_format`` (the default), llama.cpp's ``json_schema``, a ``final_result`` tool
+    whose arguments are the answer (:data:`~.wire.OUTPUT_TOOL`; its call comes back as text),
+    or the schema in the instructions."""
+    if form == "json_schema":
+        payload["json_schema"] = schema.json_schema
+    elif form == "tool":
+        tools = payload.setdefault("tools", [])
+        if any(t.get("function", {}).get("name") == OUTPUT_TOOL for t in tools):
+            raise ProviderError(
+                f"A tool is named {OUTPUT_TOOL!r}, the name typed output asks the model to "
+                f"call on this server (structured_output='tool'): rename the tool",
+                retryable=False,
+            )
+        output_tool = {"name": OUTPUT_TOOL, "description": OUTPUT_TOOL_DESCRIPTION}
+        tools.append(
+            {"type": "function", "function": {**output_tool, "parameters": schema.json_schema}}
+        )
+        if tool_choice is None:  # some tool, the answer's included, must be called
+            payload["tool_choice"] = "required"
+    elif form == "prompted":
+        text = PROMPTED_OUTPUT_TEXT.format(schema=dumps(schema.json_schema))
+        messages = payload["messages"]
+        first = messages[0] if messages else None
+        if first is not None and first.get("role") in ("system", "developer"):
+            # a new entry: the one in the messages is shared with later requests (memo)
+            messages[0] = {**first, "content": f"{first['content']}\n\n{text}"}
+        else:
+            messages.insert(0, {"role": "system", "content": text})
+    else:
+        payload["response_format"] = response_format(schema)
 
 
 def response_format(schema: OutputSchema) -> dict[str, Any]:
@@ -303,6 +347,10 @@ class ChatCompletionsParser:
         self.thinking_index: int | None = None
         self.tools: dict[int, int] = {}  # the chunk's tool_calls[].index -> content index
         self.tool_ids: dict[int, str] = {}
+        # With structured_output="tool": the slots of the final_result call, whose arguments
+        # are the answer's text.
+        self.output_tool = self.compat.get("structured_output") == "tool"
+        self.output_slots: set[int] = set()
         self.finish_reason: str | None = None
         self.saw_done = False
 
@@ -386,6 +434,11 @@ class ChatCompletionsParser:
             slot = call.get("index")
             slot = len(self.tools) if slot is None else int(slot)
             function = call.get("function") or {}
+            if self.output_tool and (
+                slot in self.output_slots or function.get("name") == OUTPUT_TOOL
+            ):
+                self._output_text(slot, function.get("arguments"))
+                continue
             call_id = call.get("id")
             index = self.tools.get(slot)
             if index is None or (call_id and self.tool_ids.get(slot) not in (None, call_id)):
@@ -406,11 +459,25 @@ class ChatCompletionsParser:
             elif isinstance(arguments, dict):  # a few servers send parsed objects
                 self.b.add_tool_args(index, json.dumps(arguments))
 
+    def _output_text(self, slot: int, arguments: Any) -> None:
+        """The arguments of the ``final_result`` call, as the answer's text."""
+        self.output_slots.add(slot)
+        if isinstance(arguments, dict):
+            arguments = json.dumps(arguments)
+        if isinstance(arguments, str) and arguments:
+            if self.text_index is None:
+                self._close_text_and_thinking()
+                self.text_index = self.b.begin_text()
+            self.b.add_text(self.text_index, arguments)
+
     def finish(self) -> None:
         """End the message; a body that stopped before any finish reason is an error."""
         if self.finish_reason is None and not self.saw_done:
             raise ProviderError(f"{self.label} stream ended before the response was complete")
-        self.b.finish_from(self.finish_reason or "stop", _FINISH_REASONS, self.label, "stop")
+        reason = self.finish_reason or "stop"
+        if self.output_slots and reason == "tool_calls" and not self.b.has_tool_calls():
+            reason = "stop"  # the only call was the answer
+        self.b.finish_from(reason, _FINISH_REASONS, self.label, "stop")
 
 
 SPEC = ApiSpec(api=API, prepare=prepare, parser=ChatCompletionsParser)

@@ -36,7 +36,7 @@ from ..types import (
     ToolResultMessage,
 )
 from .builder import MessageBuilder, set_usage, tokens
-from .json_stream import as_arguments, parse_streaming_json
+from .json_stream import as_arguments, parse_json_arguments
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import is_local_url, own_compat, provider_label
 from .transform import images_of, prepare_context, safe_id, same_source, text_of
@@ -354,7 +354,8 @@ class ResponsesParser:
         elif content_kind == "tool_call":
             arguments = item.get("arguments")
             if not self.b.tool_args_text(index) and isinstance(arguments, str):
-                self.b.end_tool_call(index, as_arguments(parse_streaming_json(arguments)))
+                value, cut_off = parse_json_arguments(arguments)
+                self.b.end_tool_call(index, as_arguments(value), cut_off)
             else:
                 self.b.end_tool_call(index)
 

@@ -15,6 +15,10 @@ its first event is tried again up to ``max_retries`` times, after ``Retry-After`
 backoff with jitter (:func:`backoff`). Once an event reached the consumer, a failure is final.
 With ``options.rate_limiter`` (:mod:`agentkit.limits`) each attempt first takes a permit from
 it, and a 429 that names its wait pauses the model's bucket for every agent sharing it.
+An HTTP 5xx saying the server could not parse its own model's tool call (llama.cpp's "Failed to
+parse tool call arguments", :data:`MALFORMED_CALL`) is the model's mistake: the request is asked
+again at once with a note saying what went wrong (:data:`REASK_TEXT`), up to
+:data:`MALFORMED_CALL_REASKS` times, before the retries above.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import email.utils
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +38,7 @@ from pydantic_core import from_json
 from .._serialize import encode_body
 from ..errors import AbortError, ProviderError
 from ..event_stream import AssistantMessageEventStream
+from ..transcript import user_message
 from ..types import Context, Model, StreamOptions, apply_on_payload, as_stream_options
 from .builder import ABORTED_MESSAGE, MessageBuilder
 from .http import StreamingRequest, _RequestAborted, scrub
@@ -46,6 +52,21 @@ _MAX_MESSAGE = 2000  # characters of an error message, cut after keys are redact
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 """HTTP statuses retried besides every 5xx."""
+
+MALFORMED_CALL = re.compile(r"failed to parse (the )?(tool call|arguments)", re.IGNORECASE)
+"""How a server says, in an HTTP 5xx, that it could not parse a tool call its model wrote
+(llama.cpp: "Failed to parse tool call arguments as JSON: ...")."""
+
+MALFORMED_CALL_REASKS = 2
+"""How many times such a request is asked again with :data:`REASK_TEXT` appended (apart from
+``max_retries``: the model made the mistake, the server is fine)."""
+
+REASK_TEXT = (
+    "Your last reply could not be read: the server could not parse a tool call in it ({detail})."
+    " Call the tool again with arguments that are one complete JSON object, or answer in plain"
+    " text."
+)
+"""The note a re-asked request ends with."""
 
 
 def resolve_api_key(model: Model, options: StreamOptions) -> str | None:
@@ -156,7 +177,8 @@ def _run_request(
         )
         payload = apply_on_payload(options, prepared.payload, model)
         body = encode_body(payload)
-        yield from _with_retries(_Call(spec, prepared, body, options, builder, label, secrets))
+        call = _Call(spec, prepared, body, options, builder, label, secrets, model, context, api_key)
+        yield from _with_retries(call)
     except _RequestAborted:
         builder.fail("aborted", ABORTED_MESSAGE)
     except ProviderError as exc:
@@ -190,6 +212,21 @@ class _Call:
     builder: MessageBuilder
     label: str
     secrets: list[str | None]
+    model: Model
+    context: Context
+    api_key: str | None
+
+    def reasked(self, detail: str) -> _Call:
+        """This request again, its context ending with :data:`REASK_TEXT` (a note for this
+        request only: the transcript keeps the answer, not the note)."""
+        note = user_message(REASK_TEXT.format(detail=detail))
+        context = self.context.model_copy(update={"messages": [*self.context.messages, note]})
+        prepared = self.spec.prepare(self.model, context, self.options, self.api_key)
+        body = encode_body(apply_on_payload(self.options, prepared.payload, self.model))
+        return _Call(
+            self.spec, prepared, body, self.options, self.builder, self.label, self.secrets,
+            self.model, context, self.api_key,
+        )  # fmt: skip
 
 
 def _with_retries(call: _Call) -> Iterator[None]:
@@ -198,7 +235,7 @@ def _with_retries(call: _Call) -> Iterator[None]:
     signal = options.signal
     max_retries = max(int(options.max_retries or 0), 0)
     max_delay = max(float(options.max_retry_delay_ms), 0.0) / 1000.0
-    attempt = 0
+    first, attempt, reasks = call, 0, 0
     while True:
         try:
             yield from _limited(call)
@@ -210,6 +247,15 @@ def _with_retries(call: _Call) -> Iterator[None]:
                 raise
             if signal is not None and signal.aborted:
                 raise _RequestAborted() from None
+            found = MALFORMED_CALL.search(str(exc)) if (exc.status or 0) >= 500 else None
+            if found is not None and reasks < MALFORMED_CALL_REASKS:
+                # The server rejected its own model's output: ask the model again, telling it
+                # why, as for a malformed call written in text (sending the same again would
+                # mostly repeat the same mistake).
+                reasks += 1
+                detail = str(exc).split(": ", 1)[-1]
+                call = first.reasked(detail[:_MAX_SNIPPET])
+                continue
             if attempt >= max_retries:
                 raise
             asked = exc.retry_after

@@ -40,7 +40,12 @@ _LOCAL_COMPAT = ModelCompat(
     supports_reasoning_effort=False,
     supports_usage_in_streaming=True,
     reasoning_field="reasoning_content",
+    structured_output="json_schema",  # llama.cpp's own field (the embedded server is llama.cpp)
 )
+
+_OPENAI_FORM = ModelCompat(structured_output="response_format")
+"""Typed output as OpenAI's ``response_format``: the form vLLM, Ollama and LM Studio document
+(none of them reads llama.cpp's ``json_schema``)."""
 
 PROVIDERS: dict[str, ProviderInfo] = {
     info.name: info
@@ -119,7 +124,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             "Ollama",
             keyless=True,
             local_url="http://127.0.0.1:11434/v1",
-            compat=_LOCAL_COMPAT.merged(ModelCompat(reasoning_field="reasoning")),
+            compat=_LOCAL_COMPAT.merged(ModelCompat(reasoning_field="reasoning"), _OPENAI_FORM),
         ),
         ProviderInfo(
             "llamacpp",
@@ -133,14 +138,14 @@ PROVIDERS: dict[str, ProviderInfo] = {
             "vLLM",
             keyless=True,
             local_url="http://127.0.0.1:8000/v1",
-            compat=_LOCAL_COMPAT,
+            compat=_LOCAL_COMPAT.merged(_OPENAI_FORM),
         ),
         ProviderInfo(
             "lmstudio",
             "LM Studio",
             keyless=True,
             local_url="http://127.0.0.1:1234/v1",
-            compat=_LOCAL_COMPAT,
+            compat=_LOCAL_COMPAT.merged(_OPENAI_FORM),
         ),
     )
 }

@@ -44,6 +44,7 @@ class Reply:
     stall_after: int | None = None  # stop after this many body bytes until released
     stall_before_headers: bool = False
     resume: bool = False  # after a stall_after stall is released, send the rest of the body
+    trickle: bool = False  # after stall_after, send the rest one byte per trickle_gate release
     one_write: bool = False  # send all the pieces (framing included) in a single write
     framed: bytes | None = None  # the body exactly as sent, chunk framing included (chunked)
 
@@ -73,6 +74,10 @@ class ReplayServer:
         self.tls = tls
         self.requests: list[Recorded] = []
         self.release = threading.Event()
+        self.stall_seconds = 10.0
+        """How long a stalled reply waits for :attr:`release` before it gives up."""
+        self.trickle_gate = threading.Semaphore(0)
+        """Each release lets a ``trickle`` reply send one more byte."""
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)  # notified whenever a request is recorded
         server = self
@@ -120,7 +125,7 @@ class ReplayServer:
 
             def _play(self, reply: Reply) -> None:
                 if reply.stall_before_headers:
-                    server.release.wait(10)
+                    server.release.wait(server.stall_seconds)
                     return
                 self.send_response(reply.status)
                 self.send_header("Content-Type", reply.content_type)
@@ -142,8 +147,16 @@ class ReplayServer:
                     if cut is not None:
                         limit = min(limit, cut)
                 self._send(reply, body[:limit])
+                if reply.trickle:
+                    for index in range(limit, len(body)):
+                        if not server.trickle_gate.acquire(timeout=server.stall_seconds):
+                            break
+                        self.wfile.write(body[index : index + 1])
+                        self.wfile.flush()
+                    self.close_connection = True
+                    return
                 if reply.stall_after is not None:
-                    server.release.wait(10)
+                    server.release.wait(server.stall_seconds)
                     if not reply.resume:
                         self.close_connection = True
                         return

@@ -79,13 +79,13 @@ def test_split_escape_sequences_across_deltas() -> None:
 
 def test_args_buffer_parses_on_a_geometric_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    original = json_stream.parse_streaming_json
+    original = json_stream.parse_json_arguments
 
     def counting(text: str | None) -> Any:
         calls.append(len(text or ""))
         return original(text)
 
-    monkeypatch.setattr(json_stream, "parse_streaming_json", counting)
+    monkeypatch.setattr(json_stream, "parse_json_arguments", counting)
     buffer = ToolArgsBuffer()
     buffer.append('{"data": "')
     for _ in range(200_000 // 16):
@@ -95,6 +95,7 @@ def test_args_buffer_parses_on_a_geometric_schedule(monkeypatch: pytest.MonkeyPa
     final = buffer.final()
     assert len(final["data"]) == 200_000
     big = [n for n in calls if n > json_stream.EAGER_PARSE_LIMIT]
+    assert big and big[-1] == len(buffer.text)  # the counted parser is the one the buffer uses
     # total characters parsed beyond the eager zone stay within a small multiple of the length
     assert sum(big) < 4 * len(buffer.text)
     assert len(big) < 20

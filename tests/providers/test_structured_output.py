@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from replay_server import API_KEY, ReplayServer, Reply, fixture_bytes, make_model
+from replay_server import API_KEY, ReplayServer, Reply, chat_sse, fixture_bytes, make_model
 
 from agentkit import Agent, MessageUpdateEvent
 from agentkit.providers import stream_simple
@@ -233,3 +233,114 @@ def test_the_structured_outputs_beta_joins_the_callers_own() -> None:
     )
     assert prepared.headers["anthropic-beta"] == f"context-1m-2025-08-07,{STRUCTURED_OUTPUTS_BETA}"
     assert "anthropic-beta" not in _prepared("anthropic-messages").headers
+
+
+# --- local servers: the request form each documents, and the fallbacks ---------------------------
+
+CITY_JSON = '{"city": "London", "country": "UK", "population_millions": 8.9}'
+
+
+def local_agent(
+    server: ReplayServer, name: str | None, system_prompt: str = "", **compat: Any
+) -> Agent:
+    from agentkit.providers import local_model
+
+    model = local_model(f"{server.url}/v1", "some-model", server=name, compat=compat or None)
+    return Agent(
+        model=model, stream_fn=stream_simple, output_type=City, system_prompt=system_prompt
+    )
+
+
+@pytest.mark.parametrize("name", ["vllm", "ollama", "lmstudio"])
+def test_vllm_ollama_and_lm_studio_are_asked_with_response_format(
+    server: ReplayServer, name: str
+) -> None:
+    server.enqueue(Reply(body=fixture_bytes(FIXTURES["openai-completions"])))
+    result = local_agent(server, name).prompt("Capital of the UK, as JSON.")
+    assert result.output == EXPECTED, result.error_message
+    body = server.requests[0].json
+    assert "json_schema" not in body  # llama.cpp's field: these servers do not read it
+    schema = schema_sent("openai-completions", body)  # response_format, as each documents
+    assert schema["required"] == ["city", "country", "population_millions"]
+
+
+@pytest.mark.parametrize("name", ["llamacpp", None])
+def test_llama_cpp_is_asked_with_its_json_schema_field(
+    server: ReplayServer, name: str | None
+) -> None:
+    server.enqueue(Reply(body=fixture_bytes(FIXTURES["openai-completions"])))
+    result = local_agent(server, name).prompt("Capital of the UK, as JSON.")
+    assert result.output == EXPECTED, result.error_message
+    body = server.requests[0].json
+    assert body["json_schema"]["required"] == ["city", "country", "population_millions"]
+    assert "response_format" not in body
+
+
+def output_tool_call(arguments: str) -> bytes:
+    first = {"index": 0, "id": "call_1", "type": "function"}
+    pieces = [arguments[i : i + 7] for i in range(0, len(arguments), 7)]
+    deltas = [{"tool_calls": [{**first, "function": {"name": "final_result", "arguments": ""}}]}]
+    deltas += [{"tool_calls": [{"index": 0, "function": {"arguments": p}}]} for p in pieces]
+    return chat_sse(*deltas, finish="tool_calls")
+
+
+def test_a_server_without_native_output_is_asked_through_a_tool(server: ReplayServer) -> None:
+    server.enqueue(Reply(body=output_tool_call(CITY_JSON), chunk=11))
+    agent = local_agent(server, "ollama", structured_output="tool")
+    partials: list[Any] = []
+    with agent.stream("Capital of the UK?") as events:
+        for event in events:
+            if isinstance(event, MessageUpdateEvent) and events.partial_output is not None:
+                partials.append(events.partial_output)
+    result = events.result()
+    assert result.output == EXPECTED, result.error_message
+    assert partials and partials[-1] == EXPECTED.model_dump()  # the answer streamed as it came
+    body = server.requests[0].json
+    assert "response_format" not in body and "json_schema" not in body
+    (declared,) = body["tools"]
+    assert declared["function"]["name"] == "final_result"
+    assert declared["function"]["parameters"]["required"] == ["city", "country", "population_millions"]
+    assert body["tool_choice"] == "required"
+    assert result.stop_reason == "stop" and len(server.requests) == 1  # no tool ran
+
+
+def test_the_output_tool_sits_beside_the_agents_own_tools(server: ReplayServer) -> None:
+    lookup_call = {
+        "tool_calls": [
+            {
+                "index": 0,
+                "id": "call_0",
+                "type": "function",
+                "function": {"name": "lookup", "arguments": '{"q": "UK"}'},
+            }
+        ]
+    }
+    server.enqueue(
+        Reply(body=chat_sse(lookup_call, finish="tool_calls")),
+        Reply(body=output_tool_call(CITY_JSON)),
+    )
+    from tests.support import make_tool
+
+    lookup = make_tool("lookup", lambda *_: "London, 8.9 million")
+    agent = local_agent(server, "vllm", structured_output="tool")
+    agent.state.tools = [lookup]
+    result = agent.prompt("Capital of the UK?")
+    assert result.output == EXPECTED, result.error_message
+    assert len(lookup.calls) == 1
+    names = [t["function"]["name"] for t in server.requests[0].json["tools"]]
+    assert names == ["lookup", "final_result"]
+
+
+def test_a_server_without_native_output_is_asked_in_the_instructions(
+    server: ReplayServer,
+) -> None:
+    server.enqueue(Reply(body=chat_sse({"content": CITY_JSON})))
+    agent = local_agent(server, "lmstudio", "Be brief.", structured_output="prompted")
+    result = agent.prompt("Capital of the UK?")
+    assert result.output == EXPECTED, result.error_message
+    body = server.requests[0].json
+    assert "response_format" not in body and "json_schema" not in body and "tools" not in body
+    system = body["messages"][0]
+    assert system["role"] == "system" and system["content"].startswith("Be brief.\n\n")
+    assert "population_millions" in system["content"]
+    assert agent.state.system_prompt == "Be brief."  # the instructions were for the request

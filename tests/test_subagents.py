@@ -218,7 +218,6 @@ def test_the_parents_deadline_ends_the_childs_tool() -> None:
     # The deadline decided the run's result: it does not wait for the child to report, so the
     # call is either the child's own aborted run or given up on at the deadline.
     (outcome,) = [m for m in result if m.role == "tool_result"]
-    assert outcome.is_error
     runs = child_runs(result)
     assert runs == [] or [r.stop_reason for r in runs] in (["budget"], ["aborted"])
     if not runs:

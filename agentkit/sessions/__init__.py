@@ -7,6 +7,7 @@ appends each message as it ends, before listeners hear of it. See docs/sessions.
 
 from .base import (
     SessionConflictError,
+    SessionCorruptError,
     SessionError,
     SessionImportError,
     SessionInfo,
@@ -31,6 +32,7 @@ __all__ = [
     "INTERRUPTED_TEXT",
     "Session",
     "SessionConflictError",
+    "SessionCorruptError",
     "SessionError",
     "SessionImportError",
     "SessionInfo",

@@ -97,7 +97,8 @@ def check_complete(
         if position != expected:
             raise SessionCorruptError(store.display_url, name, expected, "is missing")
     if len(positions) < version:
-        raise SessionCorruptError(store.display_url, name, len(positions), "is missing")
+        reason = f"is missing (the store holds {len(positions)} of its {version} messages)"
+        raise SessionCorruptError(store.display_url, name, len(positions), reason)
     if len(positions) > version:
         raise SessionCorruptError(
             store.display_url, name, version, "is past the session's version (stored outside it)"

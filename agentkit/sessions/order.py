@@ -39,6 +39,13 @@ def deferral_marker(count: int) -> dict[str, Any]:
     return {"role": DEFERRED_ROLE, "count": count, "timestamp": now_ms()}
 
 
+def release_marker() -> dict[str, Any]:
+    """The marker record that places every message still waiting for a turn right here: a
+    writer that reads the session (an agent attaching, a run ending) stores it when the run
+    that deferred them ended before its turn did, so a later run's turn does not take them."""
+    return {"role": DEFERRED_ROLE, "count": 0, "release": True, "timestamp": now_ms()}
+
+
 def _call_ids(message: Any) -> list[str]:
     if not isinstance(message, AssistantMessage) or message.stop_reason in ("error", "aborted"):
         return []  # a failed response's calls never run
@@ -105,23 +112,39 @@ class _Reader:
         else:
             self.next_turn.extend(taken)
 
-    def end(self) -> list[Any]:
+    def release(self) -> None:
+        if self.open():
+            self.held.extend(self.next_turn)
+        else:
+            self.out.extend(self.next_turn)
+        self.next_turn = []
+
+    def end(self) -> tuple[list[Any], bool]:
+        waiting = bool(self.next_turn)
         if self.open():
             self.close_turn()
         self.out.extend(self.next_turn)
-        return self.out
+        return self.out, waiting
 
 
 def in_turn_order(messages: list[Any]) -> list[Any]:
     """``messages`` as stored (markers included) in the order a run reads them: results right
     after their calls, in call order; deferred messages after the turn they arrived in; no
     markers. A session written by one run at a time comes out unchanged."""
+    return read_in_turn_order(messages)[0]
+
+
+def read_in_turn_order(messages: list[Any]) -> tuple[list[Any], bool]:
+    """:func:`in_turn_order`, and whether deferred messages are still waiting for a turn (they
+    are read last for now; a :func:`release_marker` keeps them there)."""
     if not any(role_of(m) == DEFERRED_ROLE for m in messages) and _in_order(messages):
-        return list(messages)
+        return list(messages), False
     reader = _Reader()
     for index, message in enumerate(messages):
         role = role_of(message)
-        if role == DEFERRED_ROLE:
+        if role == DEFERRED_ROLE and isinstance(message, dict) and message.get("release"):
+            reader.release()
+        elif role == DEFERRED_ROLE:
             count = message.get("count") if isinstance(message, dict) else 0
             reader.marker(count if isinstance(count, int) else 0, messages[:index])
         elif role == "assistant":

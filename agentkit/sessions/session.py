@@ -27,7 +27,7 @@ from .base import (
     encode_message,
 )
 from .jsonl import read_jsonl, write_jsonl
-from .order import MOVABLE, deferral_marker, in_turn_order
+from .order import MOVABLE, deferral_marker, read_in_turn_order, release_marker
 
 INTERRUPTED_TEXT = (
     "Tool call {name} ({id}) was interrupted: the process running it stopped before it "
@@ -98,11 +98,15 @@ class Session:
         """The session's messages in the order a run reads them (see
         :mod:`agentkit.sessions.order`): oldest first, each tool result right after its call.
         A record that is not a message raises :class:`SessionCorruptError` naming it."""
+        return self._read()[0]
+
+    def _read(self) -> tuple[list[Any], bool]:
+        """:meth:`load`, and whether deferred messages wait for a turn (see ``order``)."""
         records, version = self.store.load(self.name)
         messages = decode_records(self.store, self.name, records)
         with self._lock:
             self._version = version
-        return in_turn_order(messages)
+        return read_in_turn_order(messages)
 
     def append(self, *messages: Any) -> int:
         """Append ``messages`` atomically; return the new version."""
@@ -152,7 +156,7 @@ class Session:
                     "agent; give each agent its own Session(name, store), or close the first "
                     "agent"
                 )
-        messages = self.load()
+        messages, waiting = self._read()
         if not messages:
             if initial:
                 self.append(*initial)
@@ -161,7 +165,9 @@ class Session:
             settled = settle_interrupted(messages, tools, deps)
             if settled:
                 self.append(*settled)
-                messages = self.load()  # read back in turn order, as any other reader would
+                messages, waiting = self._read()  # in turn order, as any other reader's
+            if waiting:  # the run that deferred them is gone: they stay where they are read
+                self.append(release_marker())
             lead = [m for m in initial[:1] if role_of(m) == "system" != role_of(messages[0])]
             writer = SessionWriter(self, lead + messages, lead)
         with self._lock:
@@ -265,12 +271,15 @@ class SessionWriter:
             try:
                 records, version = self.session.store.load(self.session.name)
                 messages = decode_records(self.session.store, self.session.name, records)
+                self._version = version
+                ordered, waiting = read_in_turn_order(messages)
+                if waiting:  # the run ended before the turn they wait for: place them here
+                    self._append([release_marker()])
             except SessionError:
                 return None
-            self._version = version
             self._results, self._deferred, self._delivered = {}, [], []
             self._diverged = False
-            return self._lead + in_turn_order(messages)
+            return self._lead + ordered
 
     def detach(self) -> None:
         """The agent is done with the session: another agent may attach to its object."""

@@ -25,13 +25,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._serialize import dumps, to_serialisable
-from ..abort import ABORTED_TEXT
 from ..agent import Agent
 from ..errors import AgentRunFailedError, SessionConflictError
 from ..events import AgentEvent, event_to_dict, to_jsonable
-from ..sessions import Session, SessionStore, interrupted_tool_calls, open_store
+from ..sessions import Session, SessionStore, open_store, settle_aborted
 from ..transcript import user_message
-from ..types import TextContent, ToolResultMessage, role_of
+from ..types import TextContent, role_of
 
 logger = logging.getLogger("agentkit.celery")
 
@@ -446,14 +445,7 @@ def _end_aborted(session: Session, channel: RunChannel, attempt: int) -> None:
     """A redelivered attempt at a run an earlier attempt aborted (its worker died inside the
     abort grace): the calls left without a result end as aborted, nothing runs, and the run
     fails as aborted, as the client asked."""
-    messages = session.load()
-    _assistant, calls = interrupted_tool_calls(messages)
-    if calls:
-        session.append(*[
-            ToolResultMessage(tool_call_id=call.id, tool_name=call.name, is_error=True,
-                              content=[TextContent(text=ABORTED_TEXT)])
-            for call in calls
-        ])  # fmt: skip
+    settle_aborted(session)
     error = "aborted: a client aborted the run (applied by an earlier attempt)"
     channel.publish({"type": "run_start", "session": session.name, "attempt": attempt})
     channel.publish({"type": "run_end", "ok": False, "error": error})

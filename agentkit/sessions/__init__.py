@@ -24,6 +24,7 @@ from .session import (
     import_jsonl,
     interrupted_tool_calls,
     open_store,
+    settle_aborted,
     settle_interrupted,
 )
 from .sqlite import SqliteStore
@@ -46,5 +47,6 @@ __all__ = [
     "interrupted_tool_calls",
     "open_store",
     "read_jsonl",
+    "settle_aborted",
     "settle_interrupted",
 ]

@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Sequence
 from typing import IO, Any
 
+from ..abort import ABORTED_TEXT
 from ..events import ToolExecutionEndEvent
 from ..tools import AgentTool, error_result
 from ..types import AssistantMessage, ToolCall, ToolResultMessage, role_of
@@ -88,6 +89,7 @@ class Session:
         self._lock = threading.Lock()
         self._version = 0
         self._writer: weakref.ref[SessionWriter] | None = None
+        self._attaching = False  # an agent is being attached (its writer not made yet)
 
     @property
     def version(self) -> int:
@@ -150,29 +152,65 @@ class Session:
         """
         with self._lock:
             current = self._writer() if self._writer is not None else None
-            if current is not None and not current.detached:
+            if self._attaching or (current is not None and not current.detached):
                 raise SessionError(
                     f"session {self.name!r}: this Session object is already attached to an "
                     "agent; give each agent its own Session(name, store), or close the first "
                     "agent"
                 )
-        messages, waiting = self._read()
-        if not messages:
-            if initial:
-                self.append(*initial)
-            writer = SessionWriter(self, list(initial), [])
-        else:
-            settled = settle_interrupted(messages, tools, deps)
-            if settled:
-                self.append(*settled)
-                messages, waiting = self._read()  # in turn order, as any other reader's
-            if waiting:  # the run that deferred them is gone: they stay where they are read
-                self.append(release_marker())
-            lead = [m for m in initial[:1] if role_of(m) == "system" != role_of(messages[0])]
-            writer = SessionWriter(self, lead + messages, lead)
-        with self._lock:
-            self._writer = weakref.ref(writer)
-        return writer
+            self._attaching = True
+        try:
+            writer = self._attach(initial, tools, deps)
+            with self._lock:
+                self._writer = weakref.ref(writer)
+            return writer
+        finally:
+            with self._lock:
+                self._attaching = False
+
+    def _attach(
+        self, initial: Sequence[Any], tools: Sequence[AgentTool], deps: Any
+    ) -> SessionWriter:
+        for _ in range(CONFLICT_RETRIES):
+            messages, waiting = self._read()
+            if messages:
+                break
+            try:
+                if initial:
+                    self.append(*initial)
+                return SessionWriter(self, list(initial), [])
+            except SessionConflictError:
+                continue  # another writer started the session meanwhile: read it again
+        settled = settle_interrupted(messages, tools, deps)
+        if settled:
+            self._append_past_inputs(settled)
+        if waiting:  # the run that deferred them is gone: they stay where they are read
+            self._append_past_inputs([release_marker()])
+        if settled or waiting:
+            messages, _ = self._read()  # in turn order, as any other reader's
+        lead = [m for m in initial[:1] if role_of(m) == "system" != role_of(messages[0])]
+        return SessionWriter(self, lead + messages, lead)
+
+    def _append_past_inputs(self, messages: list[Any]) -> None:
+        """Append ``messages`` (an open turn's settled results, or a release marker). Messages
+        another writer stored since this object last read are inputs that reading places after
+        the open turn anyway, so the append goes past them; another run's records (an assistant
+        message, a tool result) raise :class:`SessionConflictError`."""
+        records = [encode_message(m) for m in messages]
+        start = self._version
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                with self._lock:
+                    self._version = self.store.append(self.name, records, self._version)
+                return
+            except SessionConflictError as conflict:
+                stored, version = self.store.load(self.name)
+                foreign = decode_records(self.store, self.name, stored)[start:version]
+                if not foreign or any(role_of(m) in MOVABLE for m in foreign):
+                    raise conflict from None
+                with self._lock:
+                    self._version = version
+        raise SessionConflictError(self.name, start, self._version)
 
     def _seen(self, version: int) -> None:
         """An attached writer wrote up to ``version``: what this object last saw."""
@@ -375,6 +413,19 @@ def settle_interrupted(
             )
         )
     return results
+
+
+def settle_aborted(session: Session) -> None:
+    """Settle the tool calls an aborted run left open when its process died (its worker was
+    killed inside the abort grace): each gets an "Operation aborted" error result, and nothing
+    runs again. Messages another writer stored meanwhile are read after them."""
+    _assistant, calls = interrupted_tool_calls(session.load())
+    if calls:
+        session._append_past_inputs([
+            ToolResultMessage(tool_call_id=call.id, tool_name=call.name, is_error=True,
+                              content=list(error_result(ABORTED_TEXT).content))
+            for call in calls
+        ])  # fmt: skip
 
 
 def import_jsonl(store: SessionStore, file: IO[str], name: str | None = None) -> Session:

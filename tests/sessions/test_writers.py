@@ -233,3 +233,32 @@ def test_settling_reruns_an_idempotent_tool_with_the_agents_deps(
     assert seen == [deps]
     result = agent.state.messages[-1]
     assert not result.is_error and result.content[0].text == "from the database"
+
+
+def test_a_message_stored_while_settling_waits_for_the_settled_results(
+    store: SessionStore, name: str
+) -> None:
+    """A user's message stored while an idempotent call is re-run on load (submit() racing a
+    redelivered task): the settled result still goes right after its call."""
+    other = Session(name, store)
+
+    @tool(idempotent=True)
+    def lookup(key: str) -> str:
+        """Read a value; meanwhile the user writes again."""
+        other.load()
+        other.append(UserMessage(content="are you there?"))
+        return "value"
+
+    crashed = Session(name, store)
+    crashed.append(UserMessage(content="go"), AssistantMessage(
+        content=[ToolCall(id="c1", name="lookup", arguments={"key": "k"})],
+        stop_reason="tool_use"))  # fmt: skip
+    model = ScriptedModel(["Here it is."])
+    agent = Agent(model=model.model, stream_fn=model, tools=[lookup],
+                  session=Session(name, store))  # fmt: skip
+    stored = Session(name, store).load()
+    assert roles(stored) == ["user", "assistant", "tool_result", "user"]
+    assert stored == agent.state.messages[1:]  # after the agent's own system message, unstored
+    assert_well_formed(stored)
+    agent.continue_()
+    assert roles(Session(name, store).load())[-1] == "assistant"

@@ -137,7 +137,7 @@ def in_turn_order(messages: list[Any]) -> list[Any]:
 def read_in_turn_order(messages: list[Any]) -> tuple[list[Any], bool]:
     """:func:`in_turn_order`, and whether deferred messages are still waiting for a turn (they
     are read last for now; a :func:`release_marker` keeps them there)."""
-    if not any(role_of(m) == DEFERRED_ROLE for m in messages) and _in_order(messages):
+    if _in_order(messages):
         return list(messages), False
     reader = _Reader()
     for index, message in enumerate(messages):
@@ -157,11 +157,13 @@ def read_in_turn_order(messages: list[Any]) -> tuple[list[Any], bool]:
 
 
 def _in_order(messages: list[Any]) -> bool:
-    """Whether every assistant message's results follow it at once, in call order (the
-    common case, checked without copying)."""
+    """Whether there is no marker and every assistant message's results follow it at once, in
+    call order (the common case, checked in one pass)."""
     expected: list[str] = []
     for message in messages:
         role = role_of(message)
+        if role == DEFERRED_ROLE:
+            return False
         if role == "tool_result":
             if expected and getattr(message, "tool_call_id", None) != expected.pop(0):
                 return False

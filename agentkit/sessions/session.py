@@ -242,11 +242,12 @@ class SessionWriter:
 
     It keeps its own version of the session (what it last wrote or read). When another writer
     stored messages since (a user's second message sent with ``agentkit.celery.submit()`` while
-    this run was under way), they are inputs, not a conflict: the writer takes them like
-    steering messages, delivered after the current turn (:meth:`take_deferred`), and stores a
-    :data:`~agentkit.sessions.order.DEFERRED_ROLE` marker so every reader places them there
-    too. Only an assistant message or tool result from another writer (another run on the
-    session) raises :class:`SessionConflictError`.
+    this run was under way), they are inputs, not a conflict: the writer stores a
+    :data:`~agentkit.sessions.order.DEFERRED_ROLE` marker so every reader places them after the
+    current turn, and hands the user messages among them to the run like steering messages,
+    delivered there (:meth:`take_deferred`); the agent's memory takes the rest when the run
+    ends (:meth:`sync`). Only an assistant message or tool result from another writer
+    (another run on the session) raises :class:`SessionConflictError`.
     """
 
     def __init__(self, session: Session, messages: list[Any], lead: list[Any]) -> None:
@@ -339,7 +340,10 @@ class SessionWriter:
                 foreign = decode_records(store, name, stored)[start:version]
                 if not foreign or any(role_of(m) in MOVABLE for m in foreign):
                     raise conflict from None  # another run writes this session
-                self._deferred.extend(foreign[known:])
+                # A user's message is for the run to answer: it gets it like a steer. Other
+                # inputs (an application's own records) are only placed; the agent's memory
+                # takes them when the run ends (sync), with no extra turn.
+                self._deferred.extend(m for m in foreign[known:] if role_of(m) == "user")
                 known = len(foreign)
                 records = [encode_message(deferral_marker(len(foreign))), *own]
                 self._version = version

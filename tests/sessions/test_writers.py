@@ -262,3 +262,28 @@ def test_a_message_stored_while_settling_waits_for_the_settled_results(
     assert_well_formed(stored)
     agent.continue_()
     assert roles(Session(name, store).load())[-1] == "assistant"
+
+
+def test_an_application_record_stored_mid_run_is_placed_without_an_extra_turn(
+    store: SessionStore, name: str
+) -> None:
+    """Another writer's own record (a custom role) is not for the model to answer: it is read
+    after the turn, in the store and (once the run ends) in the agent's memory, and costs no
+    request."""
+    other = Session(name, store)
+
+    @tool
+    def slow() -> str:
+        """Meanwhile an application stores a note of its own."""
+        other.load()
+        other.append({"role": "note", "text": "audited"})
+        return "done"
+
+    model = ScriptedModel([reply(tool_call("slow")), "Finished."])
+    agent = Agent(model=model.model, stream_fn=model, tools=[slow], system_prompt="s",
+                  session=Session(name, store))  # fmt: skip
+    agent.prompt("go")
+    assert len(model.requests) == 2
+    stored = Session(name, store).load()
+    assert roles(stored) == ["system", "user", "assistant", "tool_result", "note", "assistant"]
+    assert stored == agent.state.messages

@@ -8,6 +8,8 @@ what the session holds, re-running only idempotent tools (see docs/sessions.md).
 
 Tasks made by :func:`agent_task` use ``acks_late`` and ``reject_on_worker_lost``: the message is
 acknowledged when the run ends, and a pool process that dies mid-run puts it back in the queue.
+One run per session at a time (:class:`SessionLease`); a user's message stored while a run goes
+is taken by that run after its turn (see :class:`~agentkit.sessions.SessionWriter`).
 
 A run's events go to a Redis stream (:class:`RunChannel`), which any process can follow, relay
 as server-sent events (:func:`sse_events`), or write steering and abort commands to.
@@ -491,7 +493,8 @@ def agent_task(
     ``store`` is the session store's URL (each worker process opens it once); ``events_url``
     the Redis for run events and commands (default: the app's broker). ``options`` go to
     ``app.task`` and may override the defaults: ``acks_late``, ``reject_on_worker_lost`` and
-    ``track_started`` on.
+    ``track_started`` on. A task holds its session's :class:`SessionLease` while it runs, so
+    a second task for the same session runs after it.
     """
     settings: dict[str, Any] = {
         "bind": True,

@@ -152,3 +152,38 @@ def test_an_abort_applied_before_the_worker_died_is_not_lost(
     assert [m.role for m in stored] == ["user", "assistant", "tool_result"]
     assert stored[-1].is_error and stored[-1].content[0].text == "Operation aborted"
     assert_well_formed(stored)
+
+
+def test_one_run_per_session_holds_its_lease(redis_server: RedisServer, name: str) -> None:
+    """A second run waits until the first releases the session; the same run delivered again
+    (its worker died) takes its own lease over at once."""
+    import redis
+
+    from agentkit.integrations.celery import SessionLease
+
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        first = SessionLease(client, name, "run-1")
+        first.acquire()
+        again = SessionLease(client, name, "run-1")
+        again.acquire()  # the redelivery: at once
+        second = SessionLease(client, name, "run-2")
+        holding = threading.Event()
+
+        def take() -> None:
+            second.acquire()
+            holding.set()
+
+        waiter = threading.Thread(target=take)
+        waiter.start()
+        assert not holding.wait(0.5)  # still the first run's
+        again.release()
+        assert holding.wait(30)
+        waiter.join(30)
+        assert client.get(second.key) == b"run-2"
+        first.release()  # a stale holder's release leaves another run's lease alone
+        assert client.get(second.key) == b"run-2"
+        second.release()
+        assert client.get(second.key) is None
+    finally:
+        client.close()

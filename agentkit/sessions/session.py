@@ -271,7 +271,7 @@ class SessionWriter:
                 message.timestamp = stored.timestamp  # in memory as in the store
                 return
             for index, delivered in enumerate(self._delivered):
-                if delivered is message or delivered == message:
+                if _same_input(delivered, message):
                     del self._delivered[index]  # stored already, by its own writer
                     return
             self._append([message])
@@ -349,6 +349,19 @@ class SessionWriter:
                 self._version = version
                 self._diverged = True
         raise SessionConflictError(name, start, self._version)
+
+def _same_input(delivered: Any, message: Any) -> bool:
+    """Whether ``message`` is the deferred input ``delivered`` coming back from the loop (the
+    same object, or the copy the loop made cleaning it: same role and timestamp)."""
+    if delivered is message or delivered == message:
+        return True
+    stamp = getattr(delivered, "timestamp", None)
+    return (
+        stamp is not None
+        and role_of(delivered) == role_of(message)
+        and stamp == getattr(message, "timestamp", None)
+    )
+
 
 def _create(session: Session, records: Sequence[str]) -> None:
     try:

@@ -350,6 +350,7 @@ class SessionWriter:
                 self._diverged = True
         raise SessionConflictError(name, start, self._version)
 
+
 def _same_input(delivered: Any, message: Any) -> bool:
     """Whether ``message`` is the deferred input ``delivered`` coming back from the loop (the
     same object, or the copy the loop made cleaning it: same role and timestamp)."""

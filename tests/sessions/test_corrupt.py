@@ -17,6 +17,7 @@ from agentkit.sessions.redis import RedisStore
 from agentkit.sessions.sqlite import SqliteStore
 from agentkit.testing import ScriptedModel
 from agentkit.types import AssistantMessage, TextContent, UserMessage
+from tests.servers import RedisServer
 
 
 def edit_record(store: SessionStore, name: str, position: int, record: str) -> None:
@@ -137,3 +138,21 @@ def test_display_url_never_shows_a_password() -> None:
     assert fake.display_url == "postgresql://app@db.internal:5432/chat"
     fake.url = "redis://:s3cret@127.0.0.1:6379/0"
     assert fake.display_url == "redis://127.0.0.1:6379/0"
+
+
+def test_a_redis_session_stored_before_versions_were_kept_still_loads(
+    redis_server: RedisServer, name: str
+) -> None:
+    store = RedisStore(redis_server.url)
+    try:
+        three_messages(store, name)
+        store._client.hdel(store._versions, name)  # as an older agentkit left it
+        assert len(Session(name, store).load()) == 3
+        session = Session(name, store)
+        session.load()
+        session.append(UserMessage(content="four"))  # the version is kept from now on
+        delete_record(store, name, 0)
+        with pytest.raises(SessionCorruptError, match="is missing"):
+            Session(name, store).load()
+    finally:
+        store.close()

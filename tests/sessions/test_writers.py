@@ -4,6 +4,7 @@ from its result), one agent per Session object, and settling with the agent's de
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
@@ -196,6 +197,9 @@ def test_one_session_object_serves_one_agent_at_a_time(store: SessionStore, name
     second.prompt("again")
     assert roles(Session(name, store).load()) == ["system", "user", "assistant"] * 1 + [
         "user", "assistant"]  # fmt: skip
+    del second  # an agent dropped without close() lets the next one attach too
+    gc.collect()
+    Agent(model=model.model, stream_fn=model, session=session)
 
 
 def test_two_agents_on_two_objects_conflict_instead_of_interleaving(

@@ -257,7 +257,8 @@ class SessionWriter:
         # Guards _version and the lists below: the run's thread writes, others may detach.
         self._lock = threading.Lock()
         self._version = session.version
-        self._results: dict[str, ToolResultMessage] = {}  # stored at their call's end event
+        # Results stored at their call's end event, by call id (a list: ids may repeat).
+        self._results: dict[str, list[ToolResultMessage]] = {}
         self._deferred: list[Any] = []  # other writers' messages, not yet given to the run
         self._delivered: list[Any] = []  # given to the run: their message_end stores nothing
         self._diverged = False  # memory and store may differ in order until sync()
@@ -267,8 +268,10 @@ class SessionWriter:
         """Make ``message`` durable; raises :class:`SessionError` (the run then fails)."""
         with self._lock:
             if isinstance(message, ToolResultMessage) and message.tool_call_id in self._results:
-                stored = self._results.pop(message.tool_call_id)
-                message.timestamp = stored.timestamp  # in memory as in the store
+                waiting = self._results[message.tool_call_id]
+                message.timestamp = waiting.pop(0).timestamp  # in memory as in the store
+                if not waiting:
+                    del self._results[message.tool_call_id]
                 return
             for index, delivered in enumerate(self._delivered):
                 if _same_input(delivered, message):
@@ -291,7 +294,7 @@ class SessionWriter:
         )
         with self._lock:
             self._append([message])
-            self._results[event.tool_call_id] = message
+            self._results.setdefault(event.tool_call_id, []).append(message)
 
     def take_deferred(self) -> list[Any]:
         """Other writers' messages to inject now, like steering (all at once, in order)."""

@@ -81,3 +81,32 @@ def test_a_run_whose_tool_outlasts_the_idle_timeout_finishes(
         assert_well_formed(stored)
     finally:
         store.close()
+
+
+def test_a_celery_task_after_a_quiet_period_succeeds(
+    idle_closing_url: str, postgres_server: PostgresServer, name: str
+) -> None:
+    """A worker process keeps its store between tasks; the first task after a quiet period
+    used to fail on the connection the server had closed meanwhile."""
+    from agentkit.integrations.celery import run_session, submit
+
+    store = PostgresStore(idle_closing_url)  # what agent_task keeps per worker process
+    client = PostgresStore(idle_closing_url)  # the web process that submits
+    model = ScriptedModel(["First answer.", "Second answer."])
+
+    def build(session: Session) -> Agent:
+        return Agent(model=model.model, stream_fn=model, system_prompt="s", session=session)
+
+    class Task:  # stands in for the Celery task: submit() stores the prompt, then sends it
+        def apply_async(self, args: tuple[str], **options: object) -> None:
+            return None
+
+    try:
+        submit(Task(), Session(name, client), "one")
+        assert run_session(Session(name, store), build)["answer"] == "First answer."
+        wait_until_closed_by_server(store, postgres_server.url)  # the quiet period
+        submit(Task(), Session(name, client), "two")
+        assert run_session(Session(name, store), build)["answer"] == "Second answer."
+    finally:
+        store.close()
+        client.close()

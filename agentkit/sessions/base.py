@@ -19,6 +19,7 @@ from pydantic import BaseModel, TypeAdapter
 from .._serialize import LLM_ROLES, dumps, to_jsonable
 from ..errors import (  # noqa: F401 - the session errors stay importable from here
     SessionConflictError,
+    SessionCorruptError,
     SessionError,
     SessionImportError,
     SessionStoreError,
@@ -46,6 +47,20 @@ class SessionStore(ABC):
 
     url: str = ""
 
+    @property
+    def display_url(self) -> str:
+        """The store's URL without a password (nor a query, which may hold one), for
+        messages and logs."""
+        scheme, sep, rest = self.url.partition("://")
+        if not sep:
+            return self.url
+        authority, slash, path = rest.partition("/")
+        credentials, at, host = authority.rpartition("@")
+        if at:
+            user = credentials.split(":", 1)[0]
+            authority = f"{user}@{host}" if user else host
+        return f"{scheme}://{authority}{slash}{path.split('?', 1)[0]}"
+
     @abstractmethod
     def load(self, name: str) -> tuple[list[str], int]:
         """The session's records and its version (``([], 0)`` for a session never written)."""
@@ -71,6 +86,23 @@ class SessionStore(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_complete(
+    store: SessionStore, name: str, positions: Sequence[int], version: int
+) -> None:
+    """Raise :class:`SessionCorruptError` unless the loaded records' ``positions`` are exactly
+    ``0 .. version - 1``: a record deleted (or added) outside agentkit is named, not loaded."""
+    for expected, position in enumerate(positions):
+        if position != expected:
+            raise SessionCorruptError(store.display_url, name, expected, "is missing")
+    if len(positions) < version:
+        reason = f"is missing (the store holds {len(positions)} of its {version} messages)"
+        raise SessionCorruptError(store.display_url, name, len(positions), reason)
+    if len(positions) > version:
+        raise SessionCorruptError(
+            store.display_url, name, version, "is past the session's version (stored outside it)"
+        )
 
 
 def check_name(name: str) -> str:

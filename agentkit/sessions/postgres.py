@@ -5,17 +5,30 @@ An append is one transaction that locks the session's row (``SELECT ... FOR UPDA
 the version, inserts the records and bumps the version; a concurrent writer waits for the lock,
 then sees the new version and gets :class:`SessionConflictError`. A committed append is durable
 (PostgreSQL's WAL).
+
+A connection the server closed while it sat idle (``idle_session_timeout``, PgBouncer, a cloud
+load balancer) is only found dead when next used; the store then runs that call once more on a
+new connection. Repeating is safe: reads change nothing, and an append checks its version, and
+on the retry recognises its own records if the first attempt had committed after all.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
-from .base import SessionConflictError, SessionInfo, SessionStore, SessionStoreError, check_name
+from .base import (
+    SessionConflictError,
+    SessionInfo,
+    SessionStore,
+    SessionStoreError,
+    check_complete,
+    check_name,
+)
+
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentkit_sessions (
@@ -35,9 +48,9 @@ CREATE TABLE IF NOT EXISTS agentkit_messages (
 class PostgresStore(SessionStore):
     """Sessions in the PostgreSQL database at ``url`` (``postgresql://user@host:port/db``).
 
-    One connection per store, shared by its threads under a lock; a connection that broke (the
-    server restarted) is replaced on the next call, after that call raised
-    :class:`SessionStoreError`.
+    One connection per store, shared by its threads under a lock. A connection found dead when
+    a call uses it is replaced and the call run again once (see the module's docstring); a
+    server that is down gives :class:`SessionStoreError`, and the next call reconnects.
     """
 
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
@@ -53,45 +66,62 @@ class PostgresStore(SessionStore):
         # Guards _conn: psycopg connections are not to be used by two threads at once.
         self._lock = threading.Lock()
         self._conn: Any = None
-        with self._lock, self._transaction() as cur:
+
+        def create(cur: Any, _retry: bool) -> None:
             cur.execute("SELECT pg_advisory_xact_lock(726611)")  # two creators of the schema
             cur.execute(SCHEMA)
 
-    def _safe_url(self) -> str:
-        return "postgresql://" + self.url.rsplit("@", 1)[-1].split("://")[-1]
+        self._transact(create)
 
-    @contextmanager
-    def _transaction(self) -> Iterator[Any]:
-        """A cursor in one transaction on a live connection (caller holds the lock)."""
-        try:
-            if self._conn is None or self._conn.closed or self._conn.broken:
-                self._conn = self._psycopg.connect(
-                    self.url, autocommit=True, connect_timeout=int(self._timeout)
-                )
-            with self._conn.transaction(), self._conn.cursor() as cur:
-                yield cur
-        except self._psycopg.Error as exc:
-            if self._conn is not None and (self._conn.closed or self._conn.broken):
-                self._conn = None
-            raise SessionStoreError(
-                f"PostgreSQL session store {self._safe_url()}: {exc}".strip()
-            ) from exc
+    def _safe_url(self) -> str:
+        return self.display_url
+
+    def _transact(self, operation: Callable[[Any, bool], T]) -> T:
+        """``operation(cursor, retry)`` in one transaction on a live connection; ``retry`` is
+        true on the second attempt, made once when a reused connection turned out dead."""
+        with self._lock:
+            for retry in (False, True):
+                conn = self._conn
+                reused = conn is not None and not conn.closed and not conn.broken
+                try:
+                    if not reused:
+                        self._conn = conn = self._psycopg.connect(
+                            self.url, autocommit=True, connect_timeout=int(self._timeout)
+                        )
+                    with conn.transaction(), conn.cursor() as cur:
+                        return operation(cur, retry)
+                except self._psycopg.Error as exc:
+                    dead = conn is not None and (conn.closed or conn.broken)
+                    if dead:
+                        self._conn = None
+                    if dead and reused and not retry:
+                        continue  # closed while idle: once more on a new connection
+                    raise SessionStoreError(
+                        f"PostgreSQL session store {self._safe_url()}: {exc}".strip()
+                    ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def load(self, name: str) -> tuple[list[str], int]:
-        with self._lock, self._transaction() as cur:
+        def read(cur: Any, _retry: bool) -> tuple[Any, list[Any]]:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             cur.execute("SELECT version FROM agentkit_sessions WHERE name = %s", (name,))
             row = cur.fetchone()
             cur.execute(
-                "SELECT record FROM agentkit_messages WHERE session = %s ORDER BY seq", (name,)
+                "SELECT seq, record FROM agentkit_messages WHERE session = %s ORDER BY seq",
+                (name,),
             )
-            records = [r[0] for r in cur.fetchall()]
-        return records, (row[0] if row else 0)
+            return row, cur.fetchall()
+
+        row, rows = self._transact(read)
+        version = int(row[0]) if row else 0
+        check_complete(self, name, [int(seq) for seq, _ in rows], version)
+        return [record for _, record in rows], version
 
     def append(self, name: str, records: Sequence[str], expected_version: int) -> int:
         check_name(name)
         now = int(time.time() * 1000)
-        with self._lock, self._transaction() as cur:
+
+        def write(cur: Any, retry: bool) -> int:
             cur.execute(
                 "INSERT INTO agentkit_sessions (name, version, updated_ms) VALUES (%s, 0, %s) "
                 "ON CONFLICT (name) DO NOTHING",
@@ -100,6 +130,14 @@ class PostgresStore(SessionStore):
             cur.execute("SELECT version FROM agentkit_sessions WHERE name = %s FOR UPDATE", (name,))
             (version,) = cur.fetchone()
             if version != expected_version:
+                if retry and version == expected_version + len(records):
+                    cur.execute(
+                        "SELECT record FROM agentkit_messages WHERE session = %s AND seq >= %s "
+                        "ORDER BY seq",
+                        (name, expected_version),
+                    )
+                    if [r[0] for r in cur.fetchall()] == list(records):
+                        return int(version)  # the first attempt committed before the link died
                 raise SessionConflictError(name, expected_version, version)
             cur.executemany(
                 "INSERT INTO agentkit_messages (session, seq, record) VALUES (%s, %s, %s)",
@@ -110,22 +148,28 @@ class PostgresStore(SessionStore):
                 "UPDATE agentkit_sessions SET version = %s, updated_ms = %s WHERE name = %s",
                 (new_version, now, name),
             )
-        return int(new_version)
+            return int(new_version)
+
+        return self._transact(write)
 
     def list(self) -> list[SessionInfo]:
-        with self._lock, self._transaction() as cur:
+        def read(cur: Any, _retry: bool) -> list[Any]:
             cur.execute(
                 "SELECT name, version, updated_ms FROM agentkit_sessions WHERE version > 0 "
                 "ORDER BY name"
             )
-            rows = cur.fetchall()
+            return list(cur.fetchall())
+
+        rows = self._transact(read)
         return [SessionInfo(name, int(version), int(updated)) for name, version, updated in rows]
 
     def delete(self, name: str) -> bool:
-        with self._lock, self._transaction() as cur:
+        def remove(cur: Any, _retry: bool) -> bool:
             cur.execute("DELETE FROM agentkit_messages WHERE session = %s", (name,))
             cur.execute("DELETE FROM agentkit_sessions WHERE name = %s", (name,))
             return bool(cur.rowcount)
+
+        return self._transact(remove)
 
     def close(self) -> None:
         with self._lock:

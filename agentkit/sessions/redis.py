@@ -1,8 +1,10 @@
 """Sessions in Redis (``pip install 'agentkit[redis]'``): what Celery deployments already run.
 
 A session is a Redis list of records under ``<prefix>session:<name>``; its version is the list's
-length. An append is one Lua script (check the length, push the records, touch the index), which
-Redis runs atomically, so writers never interleave. Durability is the server's: run Redis with
+length, also kept in the hash ``<prefix>versions`` so that a record removed outside agentkit is
+detected when the session loads. An append is one Lua script (check the length, push the
+records, touch the index and the version), which Redis runs atomically, so writers never
+interleave. Durability is the server's: run Redis with
 ``appendonly yes`` and ``appendfsync always`` for an acknowledged append to survive a crash.
 """
 
@@ -13,13 +15,21 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .base import SessionConflictError, SessionInfo, SessionStore, SessionStoreError, check_name
+from .base import (
+    SessionConflictError,
+    SessionInfo,
+    SessionStore,
+    SessionStoreError,
+    check_complete,
+    check_name,
+)
 
 _APPEND = """
 local n = redis.call('LLEN', KEYS[1])
 if n ~= tonumber(ARGV[1]) then return {0, n} end
 for i = 4, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[2], n + #ARGV - 3)
 return {1, n + #ARGV - 3}
 """
 
@@ -40,6 +50,7 @@ class RedisStore(SessionStore):
         )
         self._append = self._client.register_script(_APPEND)
         self._index = f"{prefix}sessions"
+        self._versions = f"{prefix}versions"
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}session:{name}"
@@ -52,13 +63,17 @@ class RedisStore(SessionStore):
             raise SessionStoreError(f"Redis session store {self._safe_url()}: {exc}") from exc
 
     def _safe_url(self) -> str:
-        host = self.url.rsplit("@", 1)[-1]  # never show a password
-        return host if host.startswith("redis") else "redis://" + host
+        return self.display_url
 
     def load(self, name: str) -> tuple[list[str], int]:
         with self._errors():
-            raw = self._client.lrange(self._key(name), 0, -1)
+            pipe = self._client.pipeline(transaction=True)  # one snapshot of both
+            pipe.lrange(self._key(name), 0, -1)
+            pipe.hget(self._versions, name)
+            raw, version = pipe.execute()
         records = [r.decode("utf-8") for r in raw]
+        if version is not None:  # sessions written before the version was kept have none
+            check_complete(self, name, range(len(records)), int(version))
         return records, len(records)
 
     def append(self, name: str, records: Sequence[str], expected_version: int) -> int:
@@ -66,7 +81,7 @@ class RedisStore(SessionStore):
         now = str(int(time.time() * 1000))
         with self._errors():
             ok, version = self._append(
-                keys=[self._key(name), self._index],
+                keys=[self._key(name), self._index, self._versions],
                 args=[expected_version, name, now, *records],
             )
         if not ok:
@@ -92,7 +107,8 @@ class RedisStore(SessionStore):
             pipe = self._client.pipeline(transaction=True)
             pipe.delete(self._key(name))
             pipe.hdel(self._index, name)
-            deleted, _ = pipe.execute()
+            pipe.hdel(self._versions, name)
+            deleted, _, _ = pipe.execute()
         return bool(deleted)
 
     def close(self) -> None:

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import IO, Any
 
+from ..abort import ABORTED_TEXT
+from ..events import ToolExecutionEndEvent
 from ..tools import AgentTool, error_result
 from ..types import AssistantMessage, ToolCall, ToolResultMessage, role_of
 from .base import (
     SessionConflictError,
+    SessionCorruptError,
     SessionError,
     SessionStore,
     check_name,
@@ -24,6 +28,7 @@ from .base import (
     encode_message,
 )
 from .jsonl import read_jsonl, write_jsonl
+from .order import MOVABLE, deferral_marker, read_in_turn_order, release_marker
 
 INTERRUPTED_TEXT = (
     "Tool call {name} ({id}) was interrupted: the process running it stopped before it "
@@ -33,6 +38,10 @@ INTERRUPTED_TEXT = (
 """The error result a non-idempotent tool call interrupted by a crash gets instead of a re-run."""
 
 DEFAULT_PATH = "~/.agentkit/sessions.db"
+
+CONFLICT_RETRIES = 20
+"""How many times one append defers other writers' new messages and tries again before it
+gives up with :class:`SessionConflictError` (only a flood of writers gets there)."""
 
 
 def open_store(url: str | os.PathLike[str] | None = None) -> SessionStore:
@@ -66,7 +75,9 @@ class Session:
     default store). Messages are appended, never changed; ``fork`` copies, ``delete`` removes.
 
     The object remembers the version it last read or wrote: an append made after another writer
-    changed the session raises :class:`SessionConflictError` and writes nothing.
+    changed the session raises :class:`SessionConflictError` and writes nothing. One agent at a
+    time may be attached to a ``Session`` object (``Agent(session=...)``); give each agent its
+    own object (they then conflict, rather than interleave, if both write).
     """
 
     def __init__(
@@ -74,21 +85,30 @@ class Session:
     ) -> None:
         self.name = check_name(name)
         self.store = store if isinstance(store, SessionStore) else open_store(store)
-        # Guards _version: appends may come from several threads of one process.
+        # Guards _version and _writer: appends and attaches may come from several threads.
         self._lock = threading.Lock()
         self._version = 0
+        self._writer: weakref.ref[SessionWriter] | None = None
+        self._attaching = False  # an agent is being attached (its writer not made yet)
 
     @property
     def version(self) -> int:
-        """How many messages the session had when this object last read or wrote it."""
+        """How many records the session had when this object last read or wrote it."""
         return self._version
 
     def load(self) -> list[Any]:
-        """The session's messages, oldest first (empty for a new session)."""
+        """The session's messages in the order a run reads them (see
+        :mod:`agentkit.sessions.order`): oldest first, each tool result right after its call.
+        A record that is not a message raises :class:`SessionCorruptError` naming it."""
+        return self._read()[0]
+
+    def _read(self) -> tuple[list[Any], bool]:
+        """:meth:`load`, and whether deferred messages wait for a turn (see ``order``)."""
         records, version = self.store.load(self.name)
+        messages = decode_records(self.store, self.name, records)
         with self._lock:
             self._version = version
-        return [decode_message(r) for r in records]
+        return read_in_turn_order(messages)
 
     def append(self, *messages: Any) -> int:
         """Append ``messages`` atomically; return the new version."""
@@ -98,7 +118,8 @@ class Session:
             return self._version
 
     def fork(self, new_name: str, upto: int | None = None) -> Session:
-        """Copy the first ``upto`` messages (all by default) into a new session ``new_name``."""
+        """Copy the first ``upto`` stored records (all by default) into a new session
+        ``new_name``."""
         records, _ = self.store.load(self.name)
         copy = Session(new_name, self.store)
         _create(copy, records[:upto])
@@ -111,44 +132,239 @@ class Session:
         return self.store.delete(self.name)
 
     def export_jsonl(self, file: IO[str]) -> int:
-        """Write the session as JSONL to ``file``; return the number of messages written."""
+        """Write the session as JSONL to ``file``; return the number of records written."""
         records, _ = self.store.load(self.name)
         return write_jsonl(self.name, records, file)
 
-    def attach(self, initial: Sequence[Any], tools: Sequence[AgentTool]) -> SessionWriter:
+    def attach(
+        self, initial: Sequence[Any], tools: Sequence[AgentTool], deps: Any = None
+    ) -> SessionWriter:
         """Bind an agent to this session (what ``Agent(session=...)`` calls).
 
         A new session starts with ``initial`` (the agent's system message), stored. An existing
-        one keeps its own history, and tool calls a crash interrupted are settled first. If its
-        history has no leading system message (:func:`agentkit.integrations.celery.submit` makes such
-        sessions), the agent's own system message leads the transcript in memory, unstored.
+        one keeps its own history, and tool calls a crash interrupted are settled first
+        (idempotent tools re-run with ``deps``, the agent's). If its history has no leading
+        system message (:func:`agentkit.integrations.celery.submit` makes such sessions), the
+        agent's own system message leads the transcript in memory, unstored.
+
+        Raises :class:`SessionError` if another live agent is attached to this object: two
+        agents sharing one remembered version would interleave their turns unnoticed.
         """
-        messages = self.load()
-        if not messages:
-            if initial:
-                self.append(*initial)
-            return SessionWriter(self, list(initial))
-        settled = settle_interrupted(messages, tools)
+        with self._lock:
+            current = self._writer() if self._writer is not None else None
+            if self._attaching or (current is not None and not current.detached):
+                raise SessionError(
+                    f"session {self.name!r}: this Session object is already attached to an "
+                    "agent; give each agent its own Session(name, store), or close the first "
+                    "agent"
+                )
+            self._attaching = True
+        try:
+            writer = self._attach(initial, tools, deps)
+            with self._lock:
+                self._writer = weakref.ref(writer)
+            return writer
+        finally:
+            with self._lock:
+                self._attaching = False
+
+    def _attach(
+        self, initial: Sequence[Any], tools: Sequence[AgentTool], deps: Any
+    ) -> SessionWriter:
+        for _ in range(CONFLICT_RETRIES):
+            messages, waiting = self._read()
+            if messages:
+                break
+            try:
+                if initial:
+                    self.append(*initial)
+                return SessionWriter(self, list(initial), [])
+            except SessionConflictError:
+                continue  # another writer started the session meanwhile: read it again
+        settled = settle_interrupted(messages, tools, deps)
         if settled:
-            self.append(*settled)
+            self._append_past_inputs(settled)
+        if waiting:  # the run that deferred them is gone: they stay where they are read
+            self._append_past_inputs([release_marker()])
+        if settled or waiting:
+            messages, _ = self._read()  # in turn order, as any other reader's
         lead = [m for m in initial[:1] if role_of(m) == "system" != role_of(messages[0])]
-        return SessionWriter(self, lead + messages + settled)
+        return SessionWriter(self, lead + messages, lead)
+
+    def _append_past_inputs(self, messages: list[Any]) -> None:
+        """Append ``messages`` (an open turn's settled results, or a release marker). Messages
+        another writer stored since this object last read are inputs that reading places after
+        the open turn anyway, so the append goes past them; another run's records (an assistant
+        message, a tool result) raise :class:`SessionConflictError`."""
+        records = [encode_message(m) for m in messages]
+        start = self._version
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                with self._lock:
+                    self._version = self.store.append(self.name, records, self._version)
+                return
+            except SessionConflictError as conflict:
+                stored, version = self.store.load(self.name)
+                foreign = decode_records(self.store, self.name, stored)[start:version]
+                if not foreign or any(role_of(m) in MOVABLE for m in foreign):
+                    raise conflict from None
+                with self._lock:
+                    self._version = version
+        raise SessionConflictError(self.name, start, self._version)
+
+    def _seen(self, version: int) -> None:
+        """An attached writer wrote up to ``version``: what this object last saw."""
+        with self._lock:
+            self._version = version
 
     def __repr__(self) -> str:
-        return f"Session({self.name!r}, store={self.store.url!r})"
+        return f"Session({self.name!r}, store={self.store.display_url!r})"
+
+
+def decode_records(store: SessionStore, name: str, records: Sequence[str]) -> list[Any]:
+    """The stored ``records`` of session ``name`` as messages; a record that is not one raises
+    :class:`SessionCorruptError` naming the store, the session and the position."""
+    messages = []
+    for position, record in enumerate(records):
+        try:
+            messages.append(decode_message(record))
+        except Exception as exc:  # JSON, shape or field errors: all one corrupt record
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise SessionCorruptError(
+                store.display_url, name, position, f"is not a valid message ({reason})"
+            ) from None
+    return messages
 
 
 class SessionWriter:
     """What an :class:`~agentkit.Agent` holds for its session: the messages it starts from,
-    and :meth:`message_end`, called for each message before listeners see it end."""
+    and what makes each of the run's messages durable before listeners hear of it.
 
-    def __init__(self, session: Session, messages: list[Any]) -> None:
+    It keeps its own version of the session (what it last wrote or read). When another writer
+    stored messages since (a user's second message sent with ``agentkit.celery.submit()`` while
+    this run was under way), they are inputs, not a conflict: the writer stores a
+    :data:`~agentkit.sessions.order.DEFERRED_ROLE` marker so every reader places them after the
+    current turn, and hands the user messages among them to the run like steering messages,
+    delivered there (:meth:`take_deferred`); the agent's memory takes the rest when the run
+    ends (:meth:`sync`). Only an assistant message or tool result from another writer
+    (another run on the session) raises :class:`SessionConflictError`.
+    """
+
+    def __init__(self, session: Session, messages: list[Any], lead: list[Any]) -> None:
         self.session = session
         self.messages = messages
+        self._lead = lead  # the unstored system message that leads the transcript, if any
+        # Guards _version and the lists below: the run's thread writes, others may detach.
+        self._lock = threading.Lock()
+        self._version = session.version
+        # Results stored at their call's end event, by call id (a list: ids may repeat).
+        self._results: dict[str, list[ToolResultMessage]] = {}
+        self._deferred: list[Any] = []  # other writers' messages, not yet given to the run
+        self._delivered: list[Any] = []  # given to the run: their message_end stores nothing
+        self._diverged = False  # memory and store may differ in order until sync()
+        self.detached = False
 
     def message_end(self, message: Any) -> None:
         """Make ``message`` durable; raises :class:`SessionError` (the run then fails)."""
-        self.session.append(message)
+        with self._lock:
+            if isinstance(message, ToolResultMessage) and message.tool_call_id in self._results:
+                waiting = self._results[message.tool_call_id]
+                message.timestamp = waiting.pop(0).timestamp  # in memory as in the store
+                if not waiting:
+                    del self._results[message.tool_call_id]
+                return
+            for index, delivered in enumerate(self._delivered):
+                if _same_input(delivered, message):
+                    del self._delivered[index]  # stored already, by its own writer
+                    return
+            self._append([message])
+
+    def tool_end(self, event: ToolExecutionEndEvent) -> None:
+        """A call ended and is about to be announced: store its result now, so it is durable
+        even if the run dies before the batch's result messages (which follow in call order)."""
+        result = event.result
+        message = ToolResultMessage(
+            tool_call_id=event.tool_call_id,
+            tool_name=event.tool_name,
+            content=list(result.content or []),
+            details=result.details,
+            usage=result.usage,
+            is_error=event.is_error,
+            duration_ms=event.duration_ms,
+        )
+        with self._lock:
+            self._append([message])
+            self._results.setdefault(event.tool_call_id, []).append(message)
+
+    def take_deferred(self) -> list[Any]:
+        """Other writers' messages to inject now, like steering (all at once, in order)."""
+        with self._lock:
+            taken, self._deferred = self._deferred, []
+            self._delivered.extend(taken)
+            return taken
+
+    def sync(self) -> list[Any] | None:
+        """At a run's end: the transcript as stored (lead included) if the run's memory may
+        differ from it (messages were deferred, or a failed batch's results were stored
+        unannounced), else ``None``. A store that fails now is left for the next run."""
+        with self._lock:
+            if not (self._diverged or self._results or self._deferred):
+                return None
+            try:
+                records, version = self.session.store.load(self.session.name)
+                messages = decode_records(self.session.store, self.session.name, records)
+                self._version = version
+                ordered, waiting = read_in_turn_order(messages)
+                if waiting:  # the run ended before the turn they wait for: place them here
+                    self._append([release_marker()])
+            except SessionError:
+                return None
+            self._results, self._deferred, self._delivered = {}, [], []
+            self._diverged = False
+            return self._lead + ordered
+
+    def detach(self) -> None:
+        """The agent is done with the session: another agent may attach to its object."""
+        self.detached = True
+
+    def _append(self, messages: list[Any]) -> None:
+        """Append ``messages`` at this writer's version (caller holds the lock); defer other
+        writers' messages found in between, or raise the conflict."""
+        own = [encode_message(m) for m in messages]
+        store, name, start = self.session.store, self.session.name, self._version
+        records, known = own, 0  # known: foreign messages already deferred by this append
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                self._version = store.append(name, records, self._version)
+                self.session._seen(self._version)
+                return
+            except SessionConflictError as conflict:
+                stored, version = store.load(name)
+                foreign = decode_records(store, name, stored)[start:version]
+                if not foreign or any(role_of(m) in MOVABLE for m in foreign):
+                    raise conflict from None  # another run writes this session
+                # A user's message is for the run to answer: it gets it like a steer. Other
+                # inputs (an application's own records) are only placed; the agent's memory
+                # takes them when the run ends (sync), with no extra turn.
+                self._deferred.extend(m for m in foreign[known:] if role_of(m) == "user")
+                known = len(foreign)
+                records = [encode_message(deferral_marker(len(foreign))), *own]
+                self._version = version
+                self._diverged = True
+        raise SessionConflictError(name, start, self._version)
+
+
+def _same_input(delivered: Any, message: Any) -> bool:
+    """Whether ``message`` is the deferred input ``delivered`` coming back from the loop (the
+    same object, or the copy the loop made cleaning it: same role and timestamp)."""
+    if delivered is message or delivered == message:
+        return True
+    stamp = getattr(delivered, "timestamp", None)
+    return (
+        stamp is not None
+        and role_of(delivered) == role_of(message)
+        and stamp == getattr(message, "timestamp", None)
+    )
 
 
 def _create(session: Session, records: Sequence[str]) -> None:
@@ -179,13 +395,13 @@ def interrupted_tool_calls(
 
 
 def settle_interrupted(
-    messages: Sequence[Any], tools: Sequence[AgentTool]
+    messages: Sequence[Any], tools: Sequence[AgentTool], deps: Any = None
 ) -> list[ToolResultMessage]:
     """Results for the tool calls a crash interrupted, in call order.
 
-    A tool marked ``idempotent`` runs again (on this thread, without the agent's hooks); any
-    other gets an :data:`INTERRUPTED_TEXT` error result that the model reads. Nothing that was
-    not marked idempotent runs twice.
+    A tool marked ``idempotent`` runs again (on this thread, with ``deps`` as its
+    ``ctx.deps``, without the agent's hooks); any other gets an :data:`INTERRUPTED_TEXT` error
+    result that the model reads. Nothing that was not marked idempotent runs twice.
     """
     from ..loop import AgentContext, run_tool_call
 
@@ -200,6 +416,7 @@ def settle_interrupted(
                 tools=tools,
                 assistant_message=assistant,
                 context=AgentContext(messages=list(messages), tools=list(tools)),
+                deps=deps,
             )
             result, is_error, duration = outcome.result, outcome.is_error, outcome.duration_ms
         else:
@@ -217,6 +434,19 @@ def settle_interrupted(
             )
         )
     return results
+
+
+def settle_aborted(session: Session) -> None:
+    """Settle the tool calls an aborted run left open when its process died (its worker was
+    killed inside the abort grace): each gets an "Operation aborted" error result, and nothing
+    runs again. Messages another writer stored meanwhile are read after them."""
+    _assistant, calls = interrupted_tool_calls(session.load())
+    if calls:
+        session._append_past_inputs([
+            ToolResultMessage(tool_call_id=call.id, tool_name=call.name, is_error=True,
+                              content=list(error_result(ABORTED_TEXT).content))
+            for call in calls
+        ])  # fmt: skip
 
 
 def import_jsonl(store: SessionStore, file: IO[str], name: str | None = None) -> Session:

@@ -15,7 +15,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .base import SessionConflictError, SessionInfo, SessionStore, SessionStoreError, check_name
+from .base import (
+    SessionConflictError,
+    SessionInfo,
+    SessionStore,
+    SessionStoreError,
+    check_complete,
+    check_name,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentkit_sessions (
@@ -58,16 +65,15 @@ class SqliteStore(SessionStore):
                 row = self._db.execute(
                     "SELECT version FROM agentkit_sessions WHERE name = ?", (name,)
                 ).fetchone()
-                records = [
-                    r[0]
-                    for r in self._db.execute(
-                        "SELECT record FROM agentkit_messages WHERE session = ? ORDER BY seq",
-                        (name,),
-                    )
-                ]
+                rows = self._db.execute(
+                    "SELECT seq, record FROM agentkit_messages WHERE session = ? ORDER BY seq",
+                    (name,),
+                ).fetchall()
             finally:
                 self._db.execute("COMMIT")
-        return records, (row[0] if row else 0)
+        version = row[0] if row else 0
+        check_complete(self, name, [seq for seq, _ in rows], version)
+        return [record for _, record in rows], version
 
     def append(self, name: str, records: Sequence[str], expected_version: int) -> int:
         check_name(name)

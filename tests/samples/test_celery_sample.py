@@ -20,6 +20,7 @@ import pytest
 from sample_helpers import SAMPLES, wait_until
 
 from tests.servers import RedisServer
+from tests.sessions.invariants import assert_well_formed
 
 READ_SECONDS = "1.5"  # read_report's simulated I/O: long enough to act while it runs
 VISIBILITY_TIMEOUT = "8"  # a dead worker's task goes to another one after this many seconds
@@ -191,6 +192,31 @@ def test_a_client_steers_the_run(sample: ModuleType, workers: list[Worker]) -> N
         "user", "assistant", "tool_result",  # the steer arrives after the first tool batch
         "user", "assistant", "tool_result", "assistant",
     ]  # fmt: skip
+
+
+def test_a_second_message_while_the_run_is_in_its_tools(
+    sample: ModuleType, workers: list[Worker]
+) -> None:
+    """A user sends a second message while the first run reads the report: the running run
+    takes it after its tool batch (like a steer), the second task runs after the first (one run
+    per session) and finds it answered; the session stays well formed."""
+    first = sample.submit(sample.run_agent, sample.Session("two-messages", sample.SESSIONS),
+                          "Summarise the incident report")  # fmt: skip
+    for _event in follow(sample, first.id, until="tool_execution_start"):
+        pass
+    second = sample.submit(sample.run_agent, sample.Session("two-messages", sample.SESSIONS),
+                           "Also say when it started")  # fmt: skip
+    answer = first.get(timeout=60)["answer"]
+    assert second.get(timeout=60)["answer"] == answer
+    assert first.state == second.state == "SUCCESS"
+    stored = sample.Session("two-messages", sample.SESSIONS).load()
+    assert_well_formed(stored)
+    assert [m.role for m in stored] == [
+        "user", "assistant", "tool_result",  # the second message waits for the batch
+        "user", "assistant", "tool_result", "assistant",
+    ]  # fmt: skip
+    assert [m.content[0].text for m in stored if m.role == "user"] == [
+        "Summarise the incident report", "Also say when it started"]  # fmt: skip
 
 
 def test_failed_run_is_a_failed_task(sample: ModuleType, workers: list[Worker]) -> None:

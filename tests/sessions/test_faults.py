@@ -4,11 +4,14 @@ the run can finish."""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,9 +20,12 @@ import pytest
 
 from agentkit import Agent, AgentTool, tool
 from agentkit.abort import AbortSignal
-from agentkit.sessions import INTERRUPTED_TEXT, Session, SessionStore
+from agentkit.sessions import INTERRUPTED_TEXT, Session, SessionConflictError, SessionStore
 from agentkit.testing import ScriptedModel, reply, tool_call
+from agentkit.types import UserMessage
 from tests.servers import PostgresServer, RedisServer
+from tests.sessions.crash_child import random_tools
+from tests.sessions.invariants import assert_well_formed
 
 CHILD = Path(__file__).with_name("crash_child.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,3 +178,82 @@ def test_store_restarted_mid_run(kind: str, request: pytest.FixtureRequest, name
         assert stored[3].is_error  # slow() is not idempotent: it was not run again
     finally:
         store.close()
+
+
+def test_killed_while_a_parallel_batch_runs_keeps_the_result_announced(
+    store_url: str, open_stores: Callable[[], SessionStore], name: str
+) -> None:
+    """``charge`` ended and was announced while the slow ``lookup`` ran: the kill loses
+    neither its result nor its effect, and only ``lookup`` (idempotent) runs again."""
+    kill_when_ready(start_child(store_url, name, "parallel"))
+    stored = Session(name, open_stores()).load()
+    assert [getattr(m, "tool_name", m.role) for m in stored][-1] == "charge"
+    assert stored[-1].content[0].text == "charged" and not stored[-1].is_error
+    runs, stored = resume(name, open_stores, "Both done.")
+    assert runs == {"charge": 0, "lookup": 1}
+    assert [getattr(m, "tool_name", m.role) for m in stored] == [
+        "system", "user", "assistant", "lookup", "charge", "assistant"]  # fmt: skip
+    assert stored[4].content[0].text == "charged"  # what was announced, not "interrupted"
+    assert_well_formed(stored)
+
+
+KILLS_PER_STORE = 4
+
+
+def test_random_kills_with_another_writer_keep_every_invariant(
+    store_url: str, open_stores: Callable[[], SessionStore], name: str, tmp_path: Path
+) -> None:
+    """A run of parallel batches SIGKILLed at random moments, resumed each time by a new
+    process, while another writer stores user messages (as ``celery.submit()`` does). After
+    each kill the session loads; after each resume every call has exactly one result right
+    after its message; every result announced before the kill is stored as announced; no user
+    message is lost or doubled; ``charge`` (not idempotent) never ran twice for one call."""
+    rng = random.Random(0x5E55)
+    ledger = tmp_path / "charges"
+    ledger.touch()
+    sent: list[str] = []
+    for kill in range(KILLS_PER_STORE):
+        child = start_child(store_url, name, f"random:{ledger}:3:kill{kill}")
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "started"
+        other = Session(name, open_stores())
+        time.sleep(rng.uniform(0.0, 0.2))  # the fault's moment: random, by design
+        sent.append(f"also {kill}")
+        submit_like(other, sent[-1])
+        time.sleep(rng.uniform(0.0, 0.2))
+        child.send_signal(signal.SIGKILL)
+        out, err = child.communicate(timeout=WAIT)
+        announced = dict(json.loads(line.split(" ", 1)[1]) for line in out.splitlines()
+                         if line.startswith("announced "))  # fmt: skip
+        stored = Session(name, open_stores()).load()  # loads, whatever the moment
+        results = {m.tool_call_id: m for m in stored if m.role == "tool_result"}
+        for call_id, text in announced.items():
+            assert call_id in results, f"announced {call_id} is not stored\n{err}"
+            assert results[call_id].content[0].text == text
+        resumed = Agent(model=ScriptedModel(["Noted."] * 20).model,
+                        stream_fn=ScriptedModel(["Noted."] * 20), tools=random_tools(str(ledger)),
+                        session=Session(name, open_stores()))  # fmt: skip
+        if resumed.state.messages[-1].role != "assistant":
+            resumed.continue_()
+        stored = Session(name, open_stores()).load()
+        assert stored == resumed.state.messages
+        assert_well_formed(stored)
+        assert [t for t in user_texts(stored) if t.startswith("also")] == sent
+    charges = ledger.read_text().split()
+    assert len(charges) == len(set(charges))  # no charge ran twice
+
+
+def submit_like(session: Session, text: str) -> None:
+    """Store a user message the way ``agentkit.celery.submit()`` does."""
+    while True:
+        session.load()
+        try:
+            session.append(UserMessage(content=text))
+            return
+        except SessionConflictError:
+            continue
+
+
+def user_texts(messages: list[Any]) -> list[str]:
+    return [m.content if isinstance(m.content, str) else m.content[0].text
+            for m in messages if m.role == "user"]  # fmt: skip

@@ -8,12 +8,15 @@ import uuid
 
 import pytest
 
-from agentkit import Agent
+from agentkit import Agent, tool
+from agentkit.abort import AbortSignal
 from agentkit.integrations.celery import AgentRunFailedError, RunChannel, run_session, submit
 from agentkit.sessions import Session
 from agentkit.testing import ScriptedModel
 from agentkit.types import UserMessage
 from tests.servers import RedisServer
+from tests.sessions.invariants import assert_well_formed
+from tests.sessions.test_faults import kill_when_ready, start_child
 
 
 def builder(model: ScriptedModel):  # noqa: ANN201 - a BuildAgent
@@ -108,3 +111,79 @@ def test_submit_stores_the_prompt_before_sending(redis_server: RedisServer, name
 
     assert submit(Task(), Session(name, redis_server.url), "hello") == "result"
     assert sent == [(name,)]
+
+
+def test_an_abort_applied_before_the_worker_died_is_not_lost(
+    redis_server: RedisServer, name: str
+) -> None:
+    """The worker applies a client's abort to a tool that ignores it and is SIGKILLed inside
+    the abort grace (an OOM kill, an operator): the redelivered attempt ends aborted, without
+    re-running the tool or calling the model."""
+    session = Session(name, redis_server.url)
+    session.append(UserMessage(content="export everything"))
+    run_id = uuid.uuid4().hex
+    child = start_child(redis_server.url, name, f"celery-abort:{run_id}")
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "in-tool"
+    channel = RunChannel(redis_server.url, run_id)
+    try:
+        channel.abort()
+        kill_when_ready(child)  # the abort reached the tool, which carries on regardless
+        exports: list[str] = []
+
+        @tool(idempotent=True)
+        def export(signal: AbortSignal) -> str:
+            """A long export that ignores an abort."""
+            exports.append("again")
+            return "exported"
+
+        model = ScriptedModel(["Exported."])
+
+        def build(session: Session) -> Agent:
+            return Agent(model=model.model, stream_fn=model, tools=[export], system_prompt="s",
+                         session=session)  # fmt: skip
+
+        with pytest.raises(AgentRunFailedError, match="aborted"):
+            run_session(Session(name, redis_server.url), build, channel, attempt=2)
+    finally:
+        channel.close()
+    assert exports == [] and model.requests == []
+    stored = Session(name, redis_server.url).load()
+    assert [m.role for m in stored] == ["user", "assistant", "tool_result"]
+    assert stored[-1].is_error and stored[-1].content[0].text == "Operation aborted"
+    assert_well_formed(stored)
+
+
+def test_one_run_per_session_holds_its_lease(redis_server: RedisServer, name: str) -> None:
+    """A second run waits until the first releases the session; the same run delivered again
+    (its worker died) takes its own lease over at once."""
+    import redis
+
+    from agentkit.integrations.celery import SessionLease
+
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        first = SessionLease(client, name, "run-1")
+        first.acquire()
+        again = SessionLease(client, name, "run-1")
+        again.acquire()  # the redelivery: at once
+        second = SessionLease(client, name, "run-2")
+        holding = threading.Event()
+
+        def take() -> None:
+            second.acquire()
+            holding.set()
+
+        waiter = threading.Thread(target=take)
+        waiter.start()
+        assert not holding.wait(0.5)  # still the first run's
+        again.release()
+        assert holding.wait(30)
+        waiter.join(30)
+        assert client.get(second.key) == b"run-2"
+        first.release()  # a stale holder's release leaves another run's lease alone
+        assert client.get(second.key) == b"run-2"
+        second.release()
+        assert client.get(second.key) is None
+    finally:
+        client.close()

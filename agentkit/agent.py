@@ -373,10 +373,6 @@ class Agent(AgentOptions):
         """
         self._interrupts.interrupt(_as_message(message))
 
-    def _poll_steering(self) -> list[Any]:
-        """The run's steering poll: interrupt messages first, then the steering queue."""
-        return self._interrupts.take() or self._steering.drain()
-
     def clear_steering_queue(self) -> None:
         """Drop every queued steering message."""
         self._steering.clear()
@@ -671,8 +667,12 @@ class Agent(AgentOptions):
                 self._state.messages = stored
 
     def _poll_steering(self) -> list[Any]:
-        """The steering poll: messages other writers stored in the session during the turn
-        (all of them), then the steering queue."""
+        """The run's steering poll: interrupt messages first (the rest waits for the next
+        poll); else the messages other writers stored in the session during the turn (all of
+        them), then the steering queue."""
+        interrupts = self._interrupts.take()
+        if interrupts:
+            return interrupts
         deferred = [] if self._session_writer is None else self._session_writer.take_deferred()
         return deferred + self._steering.drain()
 

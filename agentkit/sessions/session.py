@@ -401,16 +401,23 @@ def settle_interrupted(
 
     A tool marked ``idempotent`` runs again (on this thread, with ``deps`` as its
     ``ctx.deps``, without the agent's hooks); any other gets an :data:`INTERRUPTED_TEXT` error
-    result that the model reads. Nothing that was not marked idempotent runs twice.
+    result that the model reads. Nothing that was not marked idempotent runs twice, and no call
+    of a reply cut off by its token limit runs at all (its arguments may be cut too): it gets
+    the result the loop gives such calls.
     """
     from ..loop import AgentContext, run_tool_call
+    from ..tool_calls import TRUNCATED_TEXT
 
     assistant, calls = interrupted_tool_calls(messages)
     results: list[ToolResultMessage] = []
     by_name = {t.name: t for t in tools}
+    cut_off = assistant is not None and assistant.stop_reason == "length"
     for call in calls:
         tool = by_name.get(call.name)
-        if tool is not None and tool.idempotent and assistant is not None:
+        if cut_off:
+            result = error_result(TRUNCATED_TEXT.format(name=call.name))
+            is_error, duration = True, None
+        elif tool is not None and tool.idempotent and assistant is not None:
             outcome = run_tool_call(
                 call,
                 tools=tools,

@@ -356,3 +356,31 @@ def test_a_history_without_a_system_message_is_led_by_the_agents(
     sent = model.requests[0].messages
     assert [m.role for m in sent] == ["system", "user"] and sent[0].content == "be brief"
     assert [m.role for m in Session(name, open_stores()).load()] == ["user", "assistant"]
+
+
+def test_resume_never_runs_a_call_of_a_reply_cut_off_by_its_token_limit(
+    open_stores: Callable[[], SessionStore], name: str
+) -> None:
+    """A crash between storing a reply that hit its token limit and the error results of its
+    calls: on resume even an idempotent call of it does not run (its arguments may be cut)."""
+    from agentkit.tool_calls import TRUNCATED_TEXT
+
+    runs: list[str] = []
+
+    @tool(idempotent=True)
+    def remove_tree(path: str) -> str:
+        """Delete a folder (idempotent: deleting twice is deleting once)."""
+        runs.append(path)
+        return "deleted"
+
+    cut = AssistantMessage(
+        content=[ToolCall(id="c1", name="remove_tree", arguments={"path": "/srv/data/cache/tmp"})],
+        stop_reason="length",
+    )
+    Session(name, open_stores()).append(UserMessage(content="clean up"), cut)
+    model = ScriptedModel(["Done."])
+    agent = Agent(model=model.model, stream_fn=model, tools=[remove_tree],
+                  session=Session(name, open_stores()))  # fmt: skip
+    assert runs == []
+    (result,) = [m for m in agent.state.messages if m.role == "tool_result"]
+    assert result.is_error and result.content[0].text == TRUNCATED_TEXT.format(name="remove_tree")

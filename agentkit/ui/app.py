@@ -40,6 +40,7 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = 1 << 20
     live = LiveRuns(build_agent, store)
     app.extensions["agentkit_live"] = live
+    leases = _Leases(redis_url) if redis_url is not None else None
 
     @app.before_request
     def check() -> Any:
@@ -124,6 +125,7 @@ def create_app(
             totals=totals,
             live=run is not None and not run.done,
             events_url=f"/s/{quote(name, safe='')}/events",
+            celery_run=leases.holder(name) if leases is not None else None,
         )
 
     @app.get("/s/<path:name>/events")
@@ -234,6 +236,29 @@ def create_app(
         return RunChannel(redis_url, run_id)
 
     return app
+
+
+class _Leases:
+    """Which Celery run holds a session now: the lease ``agentkit.integrations.celery`` keeps in
+    Redis while a run of the session goes (none: no run on a worker)."""
+
+    def __init__(self, redis_url: str) -> None:
+        import redis
+
+        self._errors = (redis.RedisError,)
+        self._client: Any = redis.Redis.from_url(redis_url, socket_timeout=5)
+
+    def holder(self, session: str) -> str | None:
+        """The run id of the session's running Celery run, or ``None`` (also when Redis does
+        not answer: the page still shows the stored transcript)."""
+        from ..integrations.celery import SessionLease
+
+        key = SessionLease(self._client, session, "").key
+        try:
+            value = self._client.get(key)
+        except self._errors:
+            return None
+        return value.decode() if value is not None else None
 
 
 def _int(text: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..tools import AgentTool, error_result
 from ..types import AssistantMessage, ToolCall, ToolResultMessage, role_of
@@ -24,6 +24,9 @@ from .base import (
     encode_message,
 )
 from .jsonl import read_jsonl, write_jsonl
+
+if TYPE_CHECKING:
+    from ..approvals import ApprovalRequest
 
 INTERRUPTED_TEXT = (
     "Tool call {name} ({id}) was interrupted: the process running it stopped before it "
@@ -97,6 +100,35 @@ class Session:
             self._version = self.store.append(self.name, records, self._version)
             return self._version
 
+    def pending_approvals(self) -> list[ApprovalRequest]:
+        """The tool calls that wait in this session for a decision (see docs/approvals.md),
+        read from the store: any process may list them."""
+        from ..deferred import pending_approvals
+
+        return pending_approvals(self)
+
+    def approve(
+        self,
+        tool_call_id: str,
+        reason: str | None = None,
+        *,
+        arguments: dict[str, Any] | None = None,
+        expires_in: float | None = None,
+    ) -> None:
+        """Record the approval of a waiting call, durably, from any process; ``arguments``
+        runs it with these instead, ``expires_in`` (seconds) denies it if it resumes later.
+        A call is decided once: a second decision raises :class:`~agentkit.errors.ApprovalError`."""
+        from ..deferred import decide
+
+        decide(self, tool_call_id, approved=True, reason=reason, arguments=arguments,
+               expires_in=expires_in)  # fmt: skip
+
+    def deny(self, tool_call_id: str, reason: str | None = None) -> None:
+        """Record the denial of a waiting call (the model reads ``reason``), as :meth:`approve`."""
+        from ..deferred import decide
+
+        decide(self, tool_call_id, approved=False, reason=reason)
+
     def fork(self, new_name: str, upto: int | None = None) -> Session:
         """Copy the first ``upto`` messages (all by default) into a new session ``new_name``."""
         records, _ = self.store.load(self.name)
@@ -145,10 +177,18 @@ class SessionWriter:
     def __init__(self, session: Session, messages: list[Any]) -> None:
         self.session = session
         self.messages = messages
+        self._seen = session.version  # the stored messages the agent's transcript holds
 
     def message_end(self, message: Any) -> None:
         """Make ``message`` durable; raises :class:`SessionError` (the run then fails)."""
-        self.session.append(message)
+        self._seen = self.session.append(message)
+
+    def catch_up(self, messages: list[Any]) -> None:
+        """Add to ``messages`` (the agent's transcript) what other writers appended to the
+        session since (a decision recorded from another process, say)."""
+        stored = self.session.load()
+        messages.extend(stored[self._seen :])
+        self._seen = len(stored)
 
 
 def _create(session: Session, records: Sequence[str]) -> None:
@@ -190,6 +230,11 @@ def settle_interrupted(
     from ..loop import AgentContext, run_tool_call
 
     assistant, calls = interrupted_tool_calls(messages)
+    if calls and any(role_of(m) == "approval_request" for m in messages):
+        from ..deferred import waiting_call_ids
+
+        waiting = waiting_call_ids(messages)  # durably waiting for a decision: not interrupted
+        calls = [call for call in calls if call.id not in waiting]
     results: list[ToolResultMessage] = []
     by_name = {t.name: t for t in tools}
     for call in calls:

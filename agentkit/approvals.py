@@ -100,7 +100,8 @@ class Approvals:
                 raise ValueError(f"the approval {name} must be above zero, got {value!r}")
         self.timeout = timeout
         self.on_request = on_request
-        self.defer = defer
+        self.defer_all = defer
+        """Defer every request nobody decided in ``on_request`` (``Approvals(defer=True)``)."""
         self.revalidate = revalidate
         self.decision_ttl = decision_ttl
         self._policy = tools
@@ -230,7 +231,7 @@ class Approvals:
         """How the batch's undecided requests end now, or ``None`` while they keep waiting."""
         if signal.aborted:
             return lambda request: ApprovalDecision(False, ABORTED_TEXT)
-        if self.defer:
+        if self.defer_all:
             return lambda request: DEFERRED
         now = time.monotonic()
         if until is not None and now >= until:

@@ -340,11 +340,12 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
             raise AgentRunFailedError(f"session {session.name!r} is empty: there is nothing to run")
         if channel is not None and channel.abort_requested:
             raise AgentRunFailedError("aborted: a client aborted the run before it started")
+        waiting: list[Any] = []
         if role_of(history[-1]) != "assistant":
-            agent.continue_()
+            waiting = agent.continue_().pending_approvals
         if aborted.is_set():
             raise AgentRunFailedError("aborted: the run was aborted")
-        result = _outcome(session, agent.state.messages)
+        result = _waiting(session, waiting) if waiting else _outcome(session, agent.state.messages)
     except BaseException as exc:
         if channel is not None:
             channel.stop_publishing()
@@ -359,6 +360,18 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
     if channel is not None:  # after every event of the run: the publisher has stopped
         channel.publish({"type": "run_end", "ok": True, "answer": result["answer"]})
     return result
+
+
+def _waiting(session: Session, pending: list[Any]) -> dict[str, Any]:
+    """The task's value for a run that ended waiting for approval (docs/approvals.md): no
+    answer yet, and the calls to decide before the session is submitted again."""
+    calls = [
+        {"id": r.id, "tool_name": r.tool_name, "arguments": r.arguments,
+         "requested_at": r.requested_at}
+        for r in pending
+    ]  # fmt: skip
+    return {"session": session.name, "answer": "", "messages": session.version,
+            "pending_approvals": calls}  # fmt: skip
 
 
 def _outcome(session: Session, messages: list[Any]) -> dict[str, Any]:
@@ -427,9 +440,15 @@ def submit(task: Any, session: Session, prompt: str | Any, **apply_options: Any)
     """Append ``prompt`` (a string or a message) to ``session``, then send ``task`` for it.
 
     The message is durable before the task exists, so the task never needs it as an argument.
-    Returns the Celery ``AsyncResult``; its id is the run's id for :class:`RunChannel`.
+    Returns the Celery ``AsyncResult``; its id is the run's id for :class:`RunChannel`. A
+    session whose tool calls wait for approval takes no new message
+    (:class:`~agentkit.errors.ApprovalError`): decide them and send the task again to resume.
     """
     message = user_message(prompt) if isinstance(prompt, str) else prompt
-    session.load()
+    messages = session.load()
+    if messages and role_of(messages[-1]) not in ("user", "assistant", "system"):
+        from ..deferred import refuse_while_waiting
+
+        refuse_while_waiting(messages)  # a message between calls and their results: refused
     session.append(message)
     return task.apply_async((session.name,), **apply_options)

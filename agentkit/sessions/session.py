@@ -184,11 +184,21 @@ class SessionWriter:
         self._seen = self.session.append(message)
 
     def catch_up(self, messages: list[Any]) -> None:
-        """Add to ``messages`` (the agent's transcript) what other writers appended to the
-        session since (a decision recorded from another process, say)."""
-        stored = self.session.load()
-        messages.extend(stored[self._seen :])
-        self._seen = len(stored)
+        """Add to ``messages`` (the agent's transcript) the approval decisions recorded in the
+        session since this agent last wrote (from another process, say).
+
+        Only when decisions are all that was added: anything else (another resumer's claim,
+        say) is left for this agent's next append to meet as a conflict, which is what keeps
+        a resumed call from running twice."""
+        session = self.session
+        records, version = session.store.load(session.name)
+        added = [decode_message(r) for r in records[self._seen :]]
+        if not added or any(role_of(m) != "approval_decision" for m in added):
+            return
+        with session._lock:
+            session._version = version
+        messages.extend(added)
+        self._seen = version
 
 
 def _create(session: Session, records: Sequence[str]) -> None:

@@ -113,6 +113,12 @@ def test_an_end_of_input_at_the_question_answers_no(workspace: Path) -> None:
     assert result.is_error and "did not approve write_file" in result.content[0].text
     assert code == 0
 
+    write = reply(tool_call("write_file", {"path": "new.txt", "content": "x"}))
+    code, out, err, model = run_cli(["run", "write it", "--workspace", str(workspace)],
+                                    [write] * 50, stdin=Terminal(""))  # fmt: skip
+    assert len(model.requests) == 2  # asked again after the "no": nobody is left to answer
+    assert code == 1 and "the input has ended" in err and not (workspace / "new.txt").exists()
+
 
 def test_an_unknown_tool_in_an_approval_rule_is_refused(workspace: Path) -> None:
     code, _, err, _ = run_cli(["run", "x", "--allow", "write_fiel", "--workspace", str(workspace)],

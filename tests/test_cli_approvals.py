@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from .terminal import Terminal
+
 HERE = Path(__file__).resolve().parent
 WAIT = 120  # seconds: generous, the child needs about one
 
@@ -108,3 +110,16 @@ def test_an_approval_rule_lets_the_run_write_without_a_terminal(tmp_path: Path) 
     result = agentkit("run", tmp_path, "--allow", "write_file", "--max-turns", "2")
     assert (tmp_path / "hi.txt").read_text() == "hello"
     assert "Allow write_file" not in result.stdout
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pty")
+def test_ctrl_d_at_the_question_on_a_terminal_answers_no_and_ends_the_asking(tmp_path: Path
+                                                                             ) -> None:  # fmt: skip
+    term = Terminal([str(HERE / "cli_approval_child.py"), "run", str(tmp_path)], tmp_path)
+    term.read_until(b"[y/N]")
+    os.write(term.fd, b"\x04")  # Ctrl-D: the end of input, at the start of a line
+    code = term.wait(WAIT)  # the old command asked again, and waited on the terminal for good
+    assert code == 1, term.output
+    assert b"did not approve write_file" in term.output and b"the input has ended" in term.output
+    assert b"model requests: 2" in term.output
+    assert not (tmp_path / "hi.txt").exists()

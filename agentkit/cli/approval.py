@@ -46,11 +46,13 @@ def terminal_approvals(
 
 
 def can_ask(io: Console) -> bool:
-    """Whether someone can answer a question: in chat, until its input ends; else on a
-    terminal whose input was not used for the task."""
+    """Whether someone can answer a question: until the input ends (Ctrl-D, a closed pipe),
+    in chat, or on a terminal whose input was not used for the task."""
+    with io.lock:
+        if io.input_ended:
+            return False
     if io.chat:
-        with io.lock:
-            return not io.input_ended
+        return True
     interactive = getattr(io.stdin, "isatty", lambda: False)()
     return bool(interactive) and not io.stdin_used
 
@@ -68,7 +70,7 @@ def note_unanswered(io: Console, pending: Sequence[ApprovalRequest]) -> None:
 
 def nobody(io: Console) -> str:
     """Why nobody can answer a question."""
-    if io.chat:
+    if io.chat or io.input_ended:
         return "the input has ended"
     return "the task was read from standard input" if io.stdin_used else "there is no terminal"
 
@@ -97,7 +99,10 @@ def ask_user(io: Console, question: str, signal: AbortSignal) -> str | None:
     if not can_ask(io):
         return None
     io.note(question, end="")
-    return _read_line(io.stdin, signal)
+    answer = _read_line(io.stdin, signal)
+    if answer is None and not signal.aborted:
+        io.end_input()  # Ctrl-D answers "no", and nobody is asked again
+    return answer
 
 
 def _read_line(stdin: TextIO, signal: AbortSignal) -> str | None:

@@ -35,7 +35,7 @@ class Console:
         self.chat = False
         self.question: Question | None = None
         self.lines_read = 0
-        self.input_ended = False  # chat: standard input ended; no question can be answered
+        self.input_ended = False  # standard input ended: no question can be answered
         self.stdin_used = False
         self.json = False
         self.local_server: Any = None
@@ -60,8 +60,8 @@ class Console:
             stream.flush()
 
     def end_input(self) -> None:
-        """Standard input ended (chat): the pending question, and any asked later, is answered
-        with nothing, which means "no"."""
+        """Standard input ended: the pending question (chat), and any asked later, is
+        answered with nothing, which means "no"."""
         with self.lock:
             self.input_ended = True
             question, self.question = self.question, None

@@ -571,6 +571,7 @@ class ToolRunner:
         batch runs (see :mod:`agentkit.deferred`)."""
         from .deferred import request_entry
 
+        self.usage.tool_calls -= len(calls)  # counted when they run, at the resume
         for call in calls:
             entry = request_entry(call, held)
             self.emit(MessageStartEvent(entry))
@@ -860,6 +861,10 @@ def run_tool_call(
         deps=deps,
     )
     try:
-        return ToolBatch(runner, tools, context, assistant_message).run([tool_call])[0]
+        outcomes = ToolBatch(runner, tools, context, assistant_message).run([tool_call])
     finally:
         runner.close()
+    if not outcomes:  # deferred: a single call has no session to wait in
+        text = f"Tool call {tool_call.name} waits for approval, which run_tool_call cannot defer"
+        return _refused(tool_call, text)
+    return outcomes[0]

@@ -154,3 +154,17 @@ def test_the_model_never_sees_the_approval_entries() -> None:
     assert result.stop_reason == "stop" and results(result) == ["deleted a"]
     sent = [m.role for m in model.requests[-1].messages]
     assert sent == ["system", "user", "assistant", "tool_result"]
+
+
+
+def test_a_single_call_cannot_be_deferred_and_is_refused_clearly() -> None:
+    from agentkit.loop import run_tool_call
+    from agentkit.transcript import failure_message
+    from agentkit.types import AgentContext, ToolCall, placeholder_model
+
+    call = ToolCall(id="c1", name="delete", arguments={"path": "x"})
+    assistant = failure_message("stop", "", placeholder_model())  # the message the call is from
+    outcome = run_tool_call(call, tools=[delete], assistant_message=assistant,
+                            context=AgentContext(messages=[], tools=[delete]),
+                            approvals=Approvals(defer=True))  # fmt: skip
+    assert outcome.is_error and "waits for approval" in outcome.result.content[0].text

@@ -140,6 +140,13 @@ def test_a_sequential_batch_holds_the_calls_after_a_deferred_one() -> None:
     assert [r.arguments for r in result.pending_approvals] == [{"path": "2"}]
     held = [m for m in agent.state.messages if isinstance(m, ApprovalRequestEntry) and m.held]
     assert [m.arguments for m in held] == [{"path": "3"}]
+    (waiting,) = result.pending_approvals
+    agent.state.messages.append(
+        {"role": "approval_decision", "tool_call_id": waiting.id, "approved": True})
+    resumed = agent.continue_()
+    assert results(resumed) == ["deleted 2", "saw 3"]  # in order, the held call after
+    assert [r.tool_call_id for r in resumed if isinstance(r, ToolResultMessage)] == [
+        waiting.id, held[0].tool_call_id]  # fmt: skip
 
 
 def test_the_model_never_sees_the_approval_entries() -> None:

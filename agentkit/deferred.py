@@ -184,22 +184,26 @@ def waiting_batch(messages: Sequence[Any]) -> WaitingBatch | None:
         index -= 1
     if index < 0 or not isinstance(messages[index], AssistantMessage):
         return None
-    tail = [_entry(m) for m in messages[index + 1 :]]
-    requests = {e.tool_call_id: e for e in tail if isinstance(e, ApprovalRequestEntry)}
-    if not requests:
-        return None
-    answered = {m.tool_call_id for m in tail if isinstance(m, ToolResultMessage)}
-    claimed = {i for e in tail if isinstance(e, ApprovalResumeEntry) for i in e.tool_call_ids}
+    # In order: a request opens a call's wait, a claim or a result closes it, and a call held
+    # in a sequential batch may be asked again after its batch resumed (a request re-opens it).
+    requests: dict[str, ApprovalRequestEntry] = {}
     decisions: dict[str, ApprovalDecisionEntry] = {}
-    for e in tail:
-        if isinstance(e, ApprovalDecisionEntry):
-            decisions.setdefault(e.tool_call_id, e)  # the first is the decision; see decide()
+    for entry in (_entry(m) for m in messages[index + 1 :]):
+        if isinstance(entry, ApprovalRequestEntry):
+            requests[entry.tool_call_id] = entry
+        elif isinstance(entry, ApprovalDecisionEntry):
+            if entry.tool_call_id in requests:  # the first is the decision; see decide()
+                decisions.setdefault(entry.tool_call_id, entry)
+        elif isinstance(entry, ApprovalResumeEntry | ToolResultMessage):
+            if isinstance(entry, ApprovalResumeEntry):
+                closed = entry.tool_call_ids
+            else:
+                closed = [entry.tool_call_id]
+            for call_id in closed:
+                requests.pop(call_id, None)
+                decisions.pop(call_id, None)
     message = messages[index]
-    calls = [
-        c
-        for c in message.content
-        if isinstance(c, ToolCall) and c.id in requests and c.id not in claimed | answered
-    ]
+    calls = [c for c in message.content if isinstance(c, ToolCall) and c.id in requests]
     if not calls:
         return None
     return WaitingBatch(message, calls, requests, decisions)
@@ -340,12 +344,25 @@ class RecordedDecisions(Approvals):
         self.policy = policy
 
     def needs_approval(self, call: ToolCall, marked: bool) -> bool:
-        return call.id in self.batch.decisions
+        if call.id in self.batch.decisions:
+            return True
+        # A held call was never asked: the agent's own broker decides whether it must be.
+        return marked if self.policy is None else self.policy.needs_approval(call, marked)
 
     def request_batch(
         self, calls: Sequence[ToolCall], signal: AbortSignal, until: float | None = None
     ) -> list[ApprovalDecision]:
-        return [self._verdict(call) for call in calls]
+        unasked = [call for call in calls if call.id not in self.batch.decisions]
+        asked: list[ApprovalDecision] = []
+        if unasked and self.policy is not None:  # held calls: asked now, perhaps deferred again
+            asked = self.policy.request_batch(unasked, signal, until)
+        elif unasked:
+            asked = [ApprovalDecision(False, "the agent has no approvals broker")] * len(unasked)
+        verdicts = iter(asked)
+        return [
+            self._verdict(call) if call.id in self.batch.decisions else next(verdicts)
+            for call in calls
+        ]
 
     def _verdict(self, call: ToolCall) -> ApprovalDecision:
         entry = self.batch.decisions[call.id]

@@ -428,9 +428,13 @@ def _resume_approvals(state: _LoopState) -> bool:
         return True
     _append_messages(state, [batch.claim()])
     results, terminate = run_decided(state.tools, state.context, batch)
-    state.context.messages.extend(results)
-    state.new_messages.extend(results)
+    entries = state.tools.take_entries()  # a held call asked now may wait again
+    state.context.messages.extend([*entries, *results])
+    state.new_messages.extend([*entries, *results])
     state.emit(TurnEndEvent(batch.message, results))
+    if state.tools.waiting:
+        _wait_for_approval(state, state.tools.waiting)
+        return True
     if terminate or state.signal.aborted:
         return True
     state.emit(TurnStartEvent())

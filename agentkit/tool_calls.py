@@ -348,8 +348,6 @@ def _ask_approvals(
 ) -> list[ApprovalDecision | ToolCallOutcome]:
     """Ask for the approvals of a batch's calls at once; per call its decision, or its refusal
     when the asking failed or the run's deadline passed meanwhile."""
-    from .approvals import ApprovalDecision
-
     asked = []
     for prepared in asking:
         call, args = prepared.tool_call, prepared.args
@@ -360,14 +358,12 @@ def _ask_approvals(
     assert approvals is not None  # only a call with a broker asks
     try:
         until = None if budget is None else budget.ends
-        verdicts: list[ApprovalDecision | ToolCallOutcome] = list(
-            approvals.request_batch(asked, runner.signal, until)
-        )
+        decisions = approvals.request_batch(asked, runner.signal, until)
     except Exception as exc:
         return [_refused(p.tool_call, _error_text(exc)) for p in asking]
     if budget is not None and budget.expire():
         return [_refused(p.tool_call, ABORTED_TEXT) for p in asking]
-    assert all(isinstance(v, ApprovalDecision) for v in verdicts)
+    verdicts: list[ApprovalDecision | ToolCallOutcome] = [*decisions]
     return verdicts
 
 
@@ -384,7 +380,8 @@ def _approved(prepared: _Prepared, verdict: ApprovalDecision) -> _Prepared | Too
         edited = call.model_copy(update={"arguments": dict(verdict.arguments)})
         args = prepared.scope.run(_arguments, prepared.tool, edited)
     except Exception as exc:
-        return _refused(call, f"The edited arguments of {call.name} are invalid: {_error_text(exc)}")
+        text = f"The edited arguments of {call.name} are invalid: {_error_text(exc)}"
+        return _refused(call, text)
     return _Prepared(edited, prepared.tool, args, prepared.scope)
 
 

@@ -149,6 +149,28 @@ def test_a_sequential_batch_holds_the_calls_after_a_deferred_one() -> None:
         waiting.id, held[0].tool_call_id]  # fmt: skip
 
 
+def test_a_held_call_that_needs_approval_is_asked_when_its_batch_resumes() -> None:
+    approvals = Approvals(defer=True)
+    agent, model = make_agent([batch("1", "2"), "done"], tools=[delete], approvals=approvals,
+                              tool_execution="sequential")  # fmt: skip
+    first = agent.prompt("go")
+    assert [r.arguments for r in first.pending_approvals] == [{"path": "1"}]  # 2 is held
+    decide = {"role": "approval_decision", "tool_call_id": first.pending_approvals[0].id,
+              "approved": True}  # fmt: skip
+    agent.state.messages.append(decide)
+    second = agent.continue_()
+    assert results(second) == ["deleted 1"]
+    assert second.stop_reason == "approval"  # the held call needs approval too: asked now
+    assert [r.arguments for r in second.pending_approvals] == [{"path": "2"}]
+    assert waiting_batch(agent.state.messages) is not None
+    agent.state.messages.append({**decide, "tool_call_id": second.pending_approvals[0].id,
+                                 "approved": False, "reason": "no"})  # fmt: skip
+    third = agent.continue_()
+    assert results(third) == ["Tool call delete was rejected: no"] and third.text == "done"
+    sent = [m.role for m in model.requests[-1].messages]
+    assert sent == ["system", "user", "assistant", "tool_result", "tool_result"]
+
+
 def test_the_model_never_sees_the_approval_entries() -> None:
     approvals = Approvals(defer=True)
     agent, model = make_agent([batch("a"), "done"], tools=[delete], approvals=approvals)

@@ -189,19 +189,19 @@ def waiting_batch(messages: Sequence[Any]) -> WaitingBatch | None:
     requests: dict[str, ApprovalRequestEntry] = {}
     decisions: dict[str, ApprovalDecisionEntry] = {}
     for entry in (_entry(m) for m in messages[index + 1 :]):
+        closed: list[str] = []
         if isinstance(entry, ApprovalRequestEntry):
             requests[entry.tool_call_id] = entry
         elif isinstance(entry, ApprovalDecisionEntry):
             if entry.tool_call_id in requests:  # the first is the decision; see decide()
                 decisions.setdefault(entry.tool_call_id, entry)
-        elif isinstance(entry, ApprovalResumeEntry | ToolResultMessage):
-            if isinstance(entry, ApprovalResumeEntry):
-                closed = entry.tool_call_ids
-            else:
-                closed = [entry.tool_call_id]
-            for call_id in closed:
-                requests.pop(call_id, None)
-                decisions.pop(call_id, None)
+        elif isinstance(entry, ApprovalResumeEntry):
+            closed = entry.tool_call_ids
+        elif isinstance(entry, ToolResultMessage):
+            closed = [entry.tool_call_id]
+        for call_id in closed:
+            requests.pop(call_id, None)
+            decisions.pop(call_id, None)
     message = messages[index]
     calls = [c for c in message.content if isinstance(c, ToolCall) and c.id in requests]
     if not calls:

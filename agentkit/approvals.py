@@ -150,7 +150,8 @@ class Approvals:
         always: bool = False,
         arguments: dict[str, Any] | None = None,
     ) -> bool:
-        """Approve a waiting request; ``always`` approves every later call of that tool too;
+        """Approve a waiting request; ``always`` approves every later call of that tool too
+        (and the calls of it waiting now);
         ``arguments`` runs the call with these arguments instead (validated again). Return
         whether the request was waiting (``False`` if it was decided already)."""
         decision = ApprovalDecision(True, reason, dict(arguments) if arguments else None)
@@ -172,8 +173,11 @@ class Approvals:
             request = self._waiting.get(request_id)
             if request is None or request_id in self._decisions:
                 return False
-            if always:
+            if always:  # every later call of the tool, and those of its batch waiting now
                 self._always.add(request.tool_name)
+                for other in self._undecided():
+                    if other.tool_name == request.tool_name:
+                        self._decisions[other.id] = decision
             self._decisions[request_id] = decision
             self._cond.notify_all()
             return True

@@ -81,6 +81,15 @@ def test_one_timeout_covers_the_whole_batch() -> None:
     assert all("Nobody approved delete within 0.05 s" in text for text in results(result))
 
 
+def test_approve_always_covers_the_rest_of_the_batch() -> None:
+    asked: list[str] = []
+    approvals = Approvals(timeout=WAIT)
+    approvals.on_request = lambda r: (asked.append(r.id), approvals.approve(r.id, always=True))
+    agent, _ = make_agent([batch("a", "b"), "done"], tools=[delete], approvals=approvals)
+    assert results(agent.prompt("go")) == ["deleted a", "deleted b"]
+    assert len(asked) == 1  # the second call of the tool was approved with the first
+
+
 def test_an_approval_with_edited_arguments_runs_them_validated() -> None:
     approvals = Approvals(on_request=lambda r: approvals.approve(r.id, arguments={"path": "b"}))
     agent, _ = make_agent([batch("a"), "done"], tools=[delete], approvals=approvals)

@@ -241,6 +241,42 @@ def test_wrong_decisions_are_refused_clearly(tmp_path: Path) -> None:
     assert code.returncode == 2 and "expected a JSON object" in code.stderr
 
 
+def test_kills_during_the_batch_and_during_the_resume_lose_nothing_and_run_nothing_twice(
+    store_url: str, name: str
+) -> None:
+    from tests.sessions.test_faults import kill_when_ready
+
+    child = HERE / "approvals_child.py"
+    # Killed while charge runs: transfer's request is durable already, charge settles.
+    kill_when_ready(start_child_script(child, store_url, name, "batch"))
+    (request,) = Session(name, store_url).pending_approvals()
+    assert (request.tool_name, request.arguments) == ("transfer", {"to": "ann", "amount": 50})
+    agent, _ = make_agent(Session(name, store_url))
+    settled = [m for m in agent.state.messages if isinstance(m, ToolResultMessage)]
+    assert [m.tool_name for m in settled] == ["charge"] and "interrupted" in settled[0].content[0].text
+    assert [r.id for r in Session(name, store_url).pending_approvals()] == [request.id]
+
+    Session(name, store_url).approve(request.id)
+    # Killed while the approved transfer runs: it is settled as interrupted, never run again.
+    kill_when_ready(start_child_script(child, store_url, name, "resume"))
+    agent, _ = make_agent(Session(name, store_url))
+    results = [m for m in agent.state.messages if isinstance(m, ToolResultMessage)]
+    assert [m.tool_name for m in results] == ["charge", "transfer"]
+    assert results[1].content[0].text == INTERRUPTED_TEXT.format(name="transfer", id=request.id)
+    assert ran == []
+    with pytest.raises(ApprovalError, match="has been resumed"):
+        Session(name, store_url).approve(request.id)
+    assert_paired(Session(name, store_url).load())
+
+
+def start_child_script(script: Path, store_url: str, name: str, mode: str
+                       ) -> subprocess.Popen[str]:  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, str(script), store_url, name, mode],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)  # fmt: skip
+
+
 # --- a real Celery worker resumes ---------------------------------------------------------------
 
 

@@ -442,7 +442,20 @@ class Agent(AgentOptions):
     def _prompt_body(
         self, prompts: list[Any], overrides: dict[str, Any]
     ) -> Callable[[], Callable[[Run], list[Any]]]:
-        return lambda: lambda run: self._run_prompt(run, prompts, False, overrides)
+        def choose() -> Callable[[Run], list[Any]]:
+            self._refuse_while_waiting()
+            return lambda run: self._run_prompt(run, prompts, False, overrides)
+
+        return choose
+
+    def _refuse_while_waiting(self) -> None:
+        """A prompt would land between calls waiting for approval and their results: refuse
+        it (:class:`~agentkit.errors.ApprovalError`) until they are decided and resumed."""
+        messages = self._state.messages
+        if messages and role_of(messages[-1]) not in ("user", "assistant", "system"):
+            from .deferred import refuse_while_waiting
+
+            refuse_while_waiting(messages)
 
     def _continue_body(self, overrides: dict[str, Any]) -> Callable[[], Callable[[Run], list[Any]]]:
         return lambda: self._choose_continue(overrides)
@@ -451,6 +464,10 @@ class Agent(AgentOptions):
         """What a continue run does; called once the run has claimed the agent, so a busy agent
         never loses queued messages to it."""
         messages = self._state.messages
+        if self._session_writer is not None and messages and role_of(messages[-1]) not in (
+            "user", "assistant", "system"
+        ):  # calls may wait for approval: read the decisions recorded since (any process)
+            self._session_writer.catch_up(messages)
         if not any(role_of(m) != "system" for m in messages):
             raise CannotContinueError("No messages to continue from")
         if role_of(messages[-1]) == "assistant":

@@ -25,6 +25,7 @@ time ran out; both say what they are for and never reach the caller of a run as 
     ├── OutputValidationError         no valid typed output within the retry budget
     ├── BudgetExceededError           raise_for_error() of a run a budget ended
     ├── AgentRunFailedError           a Celery run ended in an error or was aborted
+    ├── ApprovalError                 a decision on a call that does not wait (decided twice)
     ├── SessionError
     │   ├── SessionConflictError      another writer appended first; nothing written
     │   ├── SessionStoreError         the store failed or could not be reached
@@ -140,6 +141,11 @@ class BudgetExceededError(AgentError):
 class AgentRunFailedError(AgentError):
     """A Celery run (:func:`agentkit.integrations.celery.run_session`) ended in an error or was
     aborted; the session holds what happened."""
+
+
+class ApprovalError(AgentError):
+    """A decision that cannot be recorded: the call was decided already (a decision is
+    recorded once), resumed, or never waited; or a prompt while calls wait for approval."""
 
 
 # --- sessions -----------------------------------------------------------------------------------

@@ -272,6 +272,8 @@ def _turns(state: _LoopState) -> None:
     config = state.config
     last_turn: TurnContext | None = None
     explicit_continuation = False
+    if _resume_approvals(state):
+        return
     pending = _poll(config.get_steering_messages)
     while True:
         has_more_tool_calls = True
@@ -293,6 +295,9 @@ def _turns(state: _LoopState) -> None:
             decision = _finish_turn(state, last_turn)
             if failed or decision == "end" or (calls and state.signal.aborted):
                 return  # a run aborted during tools ends after that batch
+            if state.tools.waiting:  # calls deferred to a decision recorded later
+                _wait_for_approval(state, state.tools.waiting)
+                return
             explicit_continuation = decision == "continue"
             pending = _poll(config.get_steering_messages)
             if has_more_tool_calls or pending:
@@ -413,9 +418,48 @@ def _run_tools(
                 results, terminate = state.tools.run_batch(state.context, message, calls)
             finally:
                 state.tools.signal = state.signal
-    state.context.messages.extend(results)
-    state.new_messages.extend(results)
+    entries = state.tools.take_entries()  # approval requests of deferred calls, announced
+    state.context.messages.extend([*entries, *results])
+    state.new_messages.extend([*entries, *results])
     return results, not terminate
+
+
+def _resume_approvals(state: _LoopState) -> bool:
+    """A batch whose calls waited for approval (:mod:`agentkit.deferred`): once every call is
+    decided, claim the batch (durably: of two resumers only one claim is stored), run it and
+    end its turn. Return whether the run ends here: a call is still undecided, or the results
+    asked to terminate."""
+    messages = state.context.messages
+    if not messages or role_of(messages[-1]) in ("user", "assistant", "system"):
+        return False  # the cheap test first: a waiting batch ends in entries or results
+    from .deferred import run_decided, waiting_batch
+
+    batch = waiting_batch(messages)
+    if batch is None:
+        return False
+    if batch.undecided:
+        _wait_for_approval(state, batch.pending())
+        state.emit(TurnEndEvent(batch.message, []))
+        return True
+    _append_messages(state, [batch.claim()])
+    results, terminate = run_decided(state.tools, state.context, batch)
+    entries = state.tools.take_entries()  # a held call asked now may wait again
+    state.context.messages.extend([*entries, *results])
+    state.new_messages.extend([*entries, *results])
+    state.emit(TurnEndEvent(batch.message, results))
+    if state.tools.waiting:
+        _wait_for_approval(state, state.tools.waiting)
+        return True
+    if terminate or state.signal.aborted:
+        return True
+    state.emit(TurnStartEvent())
+    return False
+
+
+def _wait_for_approval(state: _LoopState, pending: list[Any]) -> None:
+    """End the run waiting for approval: its result lists every pending call."""
+    state.new_messages.stop_reason = "approval"
+    state.new_messages.pending_approvals = list(pending)
 
 
 def _finish_turn(state: _LoopState, turn: TurnContext) -> str | None:

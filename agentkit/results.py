@@ -20,10 +20,11 @@ from .errors import (  # noqa: F401 - OutputValidationError stays importable fro
 )
 from .types import AssistantMessage, Usage
 
-RunStopReason = Literal["stop", "length", "error", "aborted", "budget"]
+RunStopReason = Literal["stop", "length", "error", "aborted", "budget", "approval"]
 """Why a run ended: it finished (``stop``), its last reply hit the token limit (``length``),
-it failed (``error``), it was aborted (``aborted``) or a budget ended it (``budget``; the limit
-is in :attr:`RunResult.budget`)."""
+it failed (``error``), it was aborted (``aborted``), a budget ended it (``budget``; the limit
+is in :attr:`RunResult.budget`) or tool calls wait for a decision recorded later
+(``approval``; they are in :attr:`RunResult.pending_approvals`)."""
 
 _HTTP_STATUS = re.compile(r"\(HTTP (\d{3})\)")
 
@@ -76,6 +77,9 @@ class RunResult(list[Any]):
         self.budget: str | None = None
         self.error_message: str | None = None
         self.error: BaseException | None = None
+        self.pending_approvals: list[Any] = []
+        """The calls that wait for a decision (:class:`~agentkit.ApprovalRequest`) when the
+        run ended with stop reason ``approval``."""
 
     @property
     def messages(self) -> list[Any]:

@@ -64,7 +64,7 @@ from .types import (
 if TYPE_CHECKING:  # see _tool_threads: concurrent.futures is imported when a batch needs it
     from concurrent.futures import Executor, Future
 
-    from .approvals import Approvals
+    from .approvals import ApprovalDecision, ApprovalRequest, Approvals
 
 __all__ = ["ToolControls", "ToolRunner", "run_tool_call"]
 
@@ -266,6 +266,7 @@ class _Prepared(FieldsEqRepr):
     tool: AgentTool
     args: Any
     scope: contextvars.Context  # the contextvars it executes in, as its preflight left them
+    asks: bool = False  # it waits for an approval, asked with the rest of its batch
 
 
 def _start_call(emit: Callable[[AgentEvent], None], call: ToolCall) -> contextvars.Context:
@@ -309,11 +310,11 @@ def _prepare_tool_call(
     signal: AbortSignal,
     before_tool_call: Any,
     approvals: Approvals | None = None,
-    budget: BudgetTracker | None = None,
 ) -> _Prepared | ToolCallOutcome:
     """Preflight one call: lookup, argument preparation and validation, ``before_tool_call``,
-    then the approval wait of a call that needs one. Runs inside the call's own contextvars
-    (``_start_call``); the prepared call executes in a copy of them."""
+    and whether it needs an approval (asked with its batch's others by ``ToolBatch.approve``).
+    Runs inside the call's own contextvars (``_start_call``); the prepared call executes in a
+    copy of them."""
     if signal.aborted:
         return _refused(tool_call, ABORTED_TEXT)
     tool = find_tool(tools, tool_call.name)
@@ -330,14 +331,14 @@ def _prepare_tool_call(
             if decision is not None and decision.block:
                 reason = decision.reason or "Tool execution was blocked"
                 return _refused(tool_call, reason, decision.terminate)
-        refusal = _approve(tool_call, tool, args, signal, approvals, budget)
-        if refusal is not None:
-            return refusal
+        asks = _needs_approval(tool_call, tool, approvals)
     except Exception as exc:
         return _refused(tool_call, _error_text(exc))
+    if isinstance(asks, ToolCallOutcome):
+        return asks
     if signal.aborted:
         return _refused(tool_call, ABORTED_TEXT)
-    return _Prepared(tool_call, tool, args, contextvars.copy_context())
+    return _Prepared(tool_call, tool, args, contextvars.copy_context(), asks)
 
 
 def _arguments(tool: AgentTool, tool_call: ToolCall) -> Any:
@@ -350,32 +351,59 @@ def _arguments(tool: AgentTool, tool_call: ToolCall) -> Any:
     return validate_tool_arguments(tool, call)
 
 
-def _approve(
-    tool_call: ToolCall,
-    tool: AgentTool,
-    args: Any,
-    signal: AbortSignal,
-    approvals: Approvals | None,
-    budget: BudgetTracker | None,
-) -> ToolCallOutcome | None:
-    """Wait for the decision on a call that needs one; the refusal, or ``None`` to go ahead."""
+def _needs_approval(
+    tool_call: ToolCall, tool: AgentTool, approvals: Approvals | None
+) -> bool | ToolCallOutcome:
+    """Whether the call waits for an approval; the refusal of a call that needs one from an
+    agent without a broker."""
     if approvals is None:
         if tool.requires_approval:
             text = f"Tool {tool.name} needs approval, but the agent has no approvals broker"
             return _refused(tool_call, text)
-        return None
-    if not approvals.needs_approval(tool_call, tool.requires_approval):
-        return None
-    asked = tool_call
-    if isinstance(args, dict) and args is not tool_call.arguments:
-        asked = tool_call.model_copy(update={"arguments": args})  # what would run
-    verdict = approvals.request(asked, signal, None if budget is None else budget.ends)
+        return False
+    return approvals.needs_approval(tool_call, tool.requires_approval)
+
+
+def _ask_approvals(
+    asking: list[_Prepared], runner: ToolRunner
+) -> list[ApprovalDecision | ToolCallOutcome]:
+    """Ask for the approvals of a batch's calls at once; per call its decision, or its refusal
+    when the asking failed or the run's deadline passed meanwhile."""
+    asked = []
+    for prepared in asking:
+        call, args = prepared.tool_call, prepared.args
+        if isinstance(args, dict) and args is not call.arguments:
+            call = call.model_copy(update={"arguments": args})  # what would run
+        asked.append(call)
+    approvals, budget = runner.approvals, runner.budget
+    assert approvals is not None  # only a call with a broker asks
+    try:
+        until = None if budget is None else budget.ends
+        decisions = approvals.request_batch(asked, runner.signal, until)
+    except Exception as exc:
+        return [_refused(p.tool_call, _error_text(exc)) for p in asking]
     if budget is not None and budget.expire():
-        return _refused(tool_call, ABORTED_TEXT)
+        return [_refused(p.tool_call, ABORTED_TEXT) for p in asking]
+    verdicts: list[ApprovalDecision | ToolCallOutcome] = [*decisions]
+    return verdicts
+
+
+def _approved(prepared: _Prepared, verdict: ApprovalDecision) -> _Prepared | ToolCallOutcome:
+    """The call as it runs after ``verdict``: as prepared, with the approver's edited
+    arguments (validated again), or refused."""
+    call = prepared.tool_call
     if not verdict.approved:
         reason = f": {verdict.reason}" if verdict.reason else ""
-        return _refused(tool_call, f"Tool call {tool_call.name} was rejected{reason}")
-    return None
+        return _refused(call, f"Tool call {call.name} was rejected{reason}")
+    if verdict.arguments is None:
+        return prepared
+    try:
+        edited = call.model_copy(update={"arguments": dict(verdict.arguments)})
+        args = prepared.scope.run(_arguments, prepared.tool, edited)
+    except Exception as exc:
+        text = f"The edited arguments of {call.name} are invalid: {_error_text(exc)}"
+        return _refused(call, text)
+    return _Prepared(edited, prepared.tool, args, prepared.scope)
 
 
 def _execute(
@@ -506,6 +534,10 @@ class ToolRunner:
         self._max_workers = max_workers
         self.abandoned = False
         """A call was given up on, or a batch failed midway: nobody waits for its thread."""
+        self.waiting: list[ApprovalRequest] = []
+        """Calls deferred to a decision recorded later: the run ends after their batch."""
+        self.entries: list[Any] = []
+        """The approval entries recorded since the loop last took them (:meth:`take_entries`)."""
 
     @property
     def executor(self) -> Executor:
@@ -536,7 +568,11 @@ class ToolRunner:
         )
         outcomes: list[ToolCallOutcome] = []
         messages: list[ToolResultMessage] = []
-        for group in [[call] for call in calls] if sequential else [calls]:
+        groups = [[call] for call in calls] if sequential else [calls]
+        for number, group in enumerate(groups):
+            if self.waiting:  # a sequential batch: the calls after a waiting one wait too
+                self.defer([call for rest in groups[number:] for call in rest], held=True)
+                break
             for outcome in ToolBatch(self, context.tools, context, message).run(group):
                 outcomes.append(outcome)
                 messages.append(self.emit_result_message(outcome))
@@ -546,6 +582,26 @@ class ToolRunner:
             messages.append(self.fail_call(call, REFUSED_TEXT.format(name=call.name, limit=limit)))
         terminate = bool(outcomes) and all(o.result.terminate for o in outcomes)
         return messages, terminate
+
+    def defer(self, calls: list[ToolCall], held: bool = False) -> None:
+        """Record that ``calls`` wait for a decision (``held``: for the calls before them),
+        as approval entries announced now, so they are durable before anything else of the
+        batch runs (see :mod:`agentkit.deferred`)."""
+        from .deferred import request_entry
+
+        self.usage.tool_calls -= len(calls)  # counted when they run, at the resume
+        for call in calls:
+            entry = request_entry(call, held)
+            self.emit(MessageStartEvent(entry))
+            self.emit(MessageEndEvent(entry))
+            self.entries.append(entry)
+            if not held:
+                self.waiting.append(entry.request())
+
+    def take_entries(self) -> list[Any]:
+        """The approval entries recorded since the last call, for the loop's transcript."""
+        entries, self.entries = self.entries, []
+        return entries
 
     def fail_truncated(self, calls: list[ToolCall]) -> list[ToolResultMessage]:
         """Length protection: calls from a truncated response never run (SPEC 4.4)."""
@@ -611,13 +667,49 @@ class ToolBatch:
         self._futures: list[Future[_Finished | None]] = []
 
     def run(self, calls: list[ToolCall]) -> list[ToolCallOutcome]:
-        """Prepare every call, execute the prepared ones; the outcomes in source order."""
-        slots = [self.prepare(call) for call in calls]
+        """Prepare every call, ask their approvals together, execute the prepared ones; the
+        outcomes in source order (a call deferred to a later decision has none)."""
+        slots = self.approve([self.prepare(call) for call in calls])
         self._prepared = [slot for slot in slots if isinstance(slot, _Prepared)]
         if self._prepared:
             self.execute()
         finished = iter([outcome for outcome in self._outcomes if outcome is not None])
-        return [next(finished) if isinstance(s, _Prepared) else s for s in slots]
+        return [next(finished) if isinstance(s, _Prepared) else s for s in slots if s is not None]
+
+    def approve(
+        self, slots: list[_Prepared | ToolCallOutcome]
+    ) -> list[_Prepared | ToolCallOutcome | None]:
+        """Ask for the approvals of the prepared calls that need one, all at once (a reviewer
+        sees the whole batch, and one timeout covers it); a refused call ends here, a deferred
+        one waits for a decision recorded later (``None``: :meth:`ToolRunner.defer`)."""
+        asking = [s for s in slots if isinstance(s, _Prepared) and s.asks]
+        if not asking:
+            return list(slots)
+        verdicts = dict(zip(map(id, asking), _ask_approvals(asking, self.runner), strict=True))
+        decided: list[_Prepared | ToolCallOutcome | None] = []
+        deferred: list[ToolCall] = []
+        for slot in slots:
+            verdict = verdicts.get(id(slot))
+            if verdict is None or isinstance(slot, ToolCallOutcome):
+                decided.append(slot)
+                continue
+            if isinstance(verdict, ToolCallOutcome):
+                outcome: _Prepared | ToolCallOutcome = verdict
+            elif verdict.deferred:
+                call, args = slot.tool_call, slot.args
+                if isinstance(args, dict) and args is not call.arguments:
+                    call = call.model_copy(update={"arguments": args})
+                deferred.append(call)
+                decided.append(None)
+                continue
+            else:
+                outcome = _approved(slot, verdict)
+            if isinstance(outcome, ToolCallOutcome):
+                self.runner.emit_end(outcome)
+            decided.append(outcome)
+        if deferred:
+            self.runner.defer(deferred)
+        return decided
 
     def prepare(self, call: ToolCall) -> _Prepared | ToolCallOutcome:
         """Emit the call's start and preflight it in its own contextvars; a call that will not
@@ -632,7 +724,6 @@ class ToolBatch:
             runner.signal,
             runner.before_tool_call,
             runner.approvals,
-            runner.budget,
         )
         if isinstance(prepared, ToolCallOutcome):
             if runner.signal.aborted:
@@ -794,6 +885,10 @@ def run_tool_call(
         deps=deps,
     )
     try:
-        return ToolBatch(runner, tools, context, assistant_message).run([tool_call])[0]
+        outcomes = ToolBatch(runner, tools, context, assistant_message).run([tool_call])
     finally:
         runner.close()
+    if not outcomes:  # deferred: a single call has no session to wait in
+        text = f"Tool call {tool_call.name} waits for approval, which run_tool_call cannot defer"
+        return _refused(tool_call, text)
+    return outcomes[0]

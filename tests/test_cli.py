@@ -91,16 +91,39 @@ def test_json_prints_one_event_per_line(workspace: Path) -> None:
     assert end["message"]["role"] == "assistant"
 
 
-def test_writes_need_approval_and_are_refused_without_a_terminal(workspace: Path) -> None:
+def test_writes_need_approval_and_stop_the_run_without_a_terminal(workspace: Path) -> None:
     code, out, err, model = run_cli(
         ["run", "write it", "--workspace", str(workspace)],
         [reply(tool_call("write_file", {"path": "new.txt", "content": "x"})), "I could not."],
     )
     assert not (workspace / "new.txt").exists()
+    assert len(model.requests) == 1  # nobody could answer: the run ends, the model is not asked
+    assert "pass --yes" in err and "--allow write_file" in err
+    assert code == 1
+
+
+def test_an_end_of_input_at_the_question_answers_no(workspace: Path) -> None:
+    code, out, err, model = run_cli(
+        ["run", "write it", "--workspace", str(workspace)],
+        [reply(tool_call("write_file", {"path": "new.txt", "content": "x"})), "I could not."],
+        stdin=Terminal(""),  # a terminal whose input ends (Ctrl-D) at the question
+    )
+    assert not (workspace / "new.txt").exists()
     result = last_tool_result(model)
     assert result.is_error and "did not approve write_file" in result.content[0].text
-    assert "pass --yes" in err
     assert code == 0
+
+    write = reply(tool_call("write_file", {"path": "new.txt", "content": "x"}))
+    code, out, err, model = run_cli(["run", "write it", "--workspace", str(workspace)],
+                                    [write] * 50, stdin=Terminal(""))  # fmt: skip
+    assert len(model.requests) == 2  # asked again after the "no": nobody is left to answer
+    assert code == 1 and "the input has ended" in err and not (workspace / "new.txt").exists()
+
+
+def test_an_unknown_tool_in_an_approval_rule_is_refused(workspace: Path) -> None:
+    code, _, err, _ = run_cli(["run", "x", "--allow", "write_fiel", "--workspace", str(workspace)],
+                              ["never"])  # fmt: skip
+    assert code == 2 and "--allow: unknown tool(s) write_fiel" in err
 
 
 def test_an_approval_answered_yes_on_the_terminal(workspace: Path) -> None:

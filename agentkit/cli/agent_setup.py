@@ -56,6 +56,19 @@ def check_tools(spec: str) -> None:
         raise CliError("--tools is empty; name tools, or pass 'none' or 'all'")
 
 
+def allowed(specs: list[str]) -> set[str]:
+    """The tools ``--allow`` approves without asking (unknown names refused)."""
+    from ..workspace import TOOL_NAMES
+
+    names = {name.strip() for spec in specs for name in spec.split(",") if name.strip()}
+    unknown = sorted(names - set(TOOL_NAMES))
+    if unknown:
+        raise CliError(
+            f"--allow: unknown tool(s) {', '.join(unknown)}; available: {', '.join(sorted(TOOL_NAMES))}"
+        )
+    return names
+
+
 def _is_small(model: Model) -> bool:
     """Whether ``model`` has a small context (the embedded one): tools and prompt are cut down."""
     return 0 < model.context_window <= SMALL_CONTEXT
@@ -151,7 +164,7 @@ def build_agent(
         ),
         after_tool_call=stop_repeated_failures(),  # a model that loops on a failure is stopped
         approvals=terminal_approvals(
-            io, () if args.yes else MUTATING_TOOLS, _sandbox_warnings(tools)
+            io, () if args.yes else MUTATING_TOOLS - allowed(args.allow), _sandbox_warnings(tools)
         ),
         budgets=Budgets(max_turns=args.max_turns or DEFAULT_MAX_TURNS),
         session=session_for(args),

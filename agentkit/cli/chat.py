@@ -11,7 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..agent import Agent, Run
+from ..errors import ApprovalError
 from ..waits import get_item
+from .approval import note_unanswered
 from .console import EXIT_INTERRUPTED, Console
 from .run import abort_quietly, note_budget
 
@@ -49,11 +51,15 @@ def chat(agent: Agent, io: Console, after_run: Callable[[], None] | None = None)
                     run = None
                 # A run that failed raises from result(); its error was printed already.
                 with contextlib.suppress(Exception):
-                    note_budget(agent, value.result(), io)
+                    result = value.result()
+                    note_budget(agent, result, io)
+                    if result.stop_reason == "approval":  # asked after the input ended
+                        note_unanswered(io, result.pending_approvals)
                 if after_run is not None:
                     after_run()
                 continue
             if kind == "eof":
+                io.end_input()  # a question waiting now, or asked later, is answered "no"
                 if run is not None:
                     run.wait()  # let the last task finish; Ctrl-C still aborts it
                 return 0
@@ -66,7 +72,11 @@ def chat(agent: Agent, io: Console, after_run: Callable[[], None] | None = None)
                     return 0
                 line = line.removeprefix(INTERRUPT_PREFIX).strip()
                 if line:
-                    run = agent.start(line)
+                    try:
+                        run = agent.start(line)
+                    except ApprovalError as exc:  # the session's calls wait for approval
+                        io.err(f"agentkit: {exc}")
+                        continue
                     run.add_done_callback(lambda finished: inbox.put(("done", 0, finished)))
             elif line.startswith(INTERRUPT_PREFIX) and line[1:].strip():
                 agent.interrupt(line[1:].strip())

@@ -35,6 +35,7 @@ class Console:
         self.chat = False
         self.question: Question | None = None
         self.lines_read = 0
+        self.input_ended = False  # standard input ended: no question can be answered
         self.stdin_used = False
         self.json = False
         self.local_server: Any = None
@@ -57,6 +58,15 @@ class Console:
         with self.lock:
             stream.write(text + end)
             stream.flush()
+
+    def end_input(self) -> None:
+        """Standard input ended: the pending question (chat), and any asked later, is
+        answered with nothing, which means "no"."""
+        with self.lock:
+            self.input_ended = True
+            question, self.question = self.question, None
+        if question is not None:
+            question.done.set()
 
     def answer(self, number: int, line: str) -> bool:
         """Give line ``number`` to the pending question if it was read after the question was

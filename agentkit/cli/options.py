@@ -40,6 +40,10 @@ def common_options() -> argparse.ArgumentParser:
         action="store_true",
         help="approve writes and commands without asking",
     )
+    common.add_argument(
+        "--allow", action="append", default=[], metavar="TOOL[,TOOL]",
+        help="an approval rule: run these tools without asking (repeatable)",
+    )  # fmt: skip
     common.add_argument("--json", action="store_true", help="print one JSON event per line")
     common.add_argument(
         "--max-turns", type=positive_int, default=None, help="stop after N turns (N >= 1)"

@@ -9,6 +9,7 @@ from typing import Any
 from ..agent import Agent
 from ..results import RunResult
 from ..transcript import user_message as prompt_message
+from .approval import note_unanswered
 from .console import EXIT_INTERRUPTED, Console
 from .render import PARSE_FAILURE
 
@@ -55,6 +56,9 @@ def run_once(agent: Agent, task: str, io: Console) -> int:
         io.err("agentkit: interrupted; the run was aborted")
         return EXIT_INTERRUPTED
     note_budget(agent, messages, io)
+    if messages.stop_reason == "approval":  # asked where nobody could answer
+        note_unanswered(io, messages.pending_approvals)
+        return 1
     last = messages[-1] if messages else None
     if _note_repeated_failure(last, io):
         return 1

@@ -422,11 +422,12 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
             raise AgentRunFailedError(f"session {session.name!r} is empty: there is nothing to run")
         if channel is not None and channel.abort_requested:
             raise AgentRunFailedError("aborted: a client aborted the run before it started")
+        waiting: list[Any] = []
         if role_of(history[-1]) != "assistant":
-            agent.continue_()
+            waiting = agent.continue_().pending_approvals
         if aborted.is_set():
             raise AgentRunFailedError("aborted: the run was aborted")
-        result = _outcome(session, agent.state.messages)
+        result = _waiting(session, waiting) if waiting else _outcome(session, agent.state.messages)
     except BaseException as exc:
         if channel is not None:
             channel.stop_publishing()
@@ -452,6 +453,18 @@ def _end_aborted(session: Session, channel: RunChannel, attempt: int) -> None:
     channel.publish({"type": "run_start", "session": session.name, "attempt": attempt})
     channel.publish({"type": "run_end", "ok": False, "error": error})
     raise AgentRunFailedError(error)
+
+
+def _waiting(session: Session, pending: list[Any]) -> dict[str, Any]:
+    """The task's value for a run that ended waiting for approval (docs/approvals.md): no
+    answer yet, and the calls to decide before the session is submitted again."""
+    calls = [
+        {"id": r.id, "tool_name": r.tool_name, "arguments": r.arguments,
+         "requested_at": r.requested_at}
+        for r in pending
+    ]  # fmt: skip
+    return {"session": session.name, "answer": "", "messages": session.version,
+            "pending_approvals": calls}  # fmt: skip
 
 
 def _outcome(session: Session, messages: list[Any]) -> dict[str, Any]:
@@ -531,11 +544,17 @@ def submit(task: Any, session: Session, prompt: str | Any, **apply_options: Any)
     While a run on the session is under way, that run takes the message like a steering
     message, after its current turn (see docs/sessions.md); the task sent here then runs after
     it (one run per session at a time) and finds the message answered, or answers it.
-    Returns the Celery ``AsyncResult``; its id is the run's id for :class:`RunChannel`.
+    Returns the Celery ``AsyncResult``; its id is the run's id for :class:`RunChannel`. A
+    session whose tool calls wait for approval takes no new message
+    (:class:`~agentkit.errors.ApprovalError`): decide them and send the task again to resume.
     """
     message = user_message(prompt) if isinstance(prompt, str) else prompt
     for attempt in range(SUBMIT_RETRIES):
-        session.load()
+        messages = session.load()
+        if messages and role_of(messages[-1]) not in ("user", "assistant", "system"):
+            from ..deferred import refuse_while_waiting
+
+            refuse_while_waiting(messages)  # a message between calls and their results: refused
         try:
             session.append(message)
             break

@@ -134,4 +134,8 @@ def decode_message(record: str | dict[str, Any]) -> Any:
         raise ValueError("a message must be a JSON object with a string 'role'")
     if data["role"] in LLM_ROLES:
         return _MESSAGE.validate_python(data)
+    if data["role"].startswith("approval_"):  # an approval entry (agentkit.deferred)
+        from ..deferred import decode_entry
+
+        return decode_entry(data)
     return data

@@ -29,9 +29,14 @@ DEFERRED_ROLE = "deferred"
 added while its turn was under way (``{"role": "deferred", "count": n}``); never loaded as a
 message."""
 
-MOVABLE = frozenset({"assistant", "tool_result", DEFERRED_ROLE})
+MOVABLE = frozenset(
+    {"assistant", "tool_result", DEFERRED_ROLE, "approval_request", "approval_resume"}
+)
 """Roles only a run writes: a record of one of them from another writer is a real conflict (two
-runs on one session), never an input to defer."""
+runs on one session), never an input to defer. A run that resumes calls decided for approval
+claims them with an ``approval_resume`` record, so two resumers at once meet here and the second
+runs nothing (see :mod:`agentkit.deferred`); decisions (``approval_decision``) come from anyone
+and are inputs."""
 
 
 def deferral_marker(count: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import os
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..abort import ABORTED_TEXT
 from ..events import ToolExecutionEndEvent
@@ -29,6 +29,9 @@ from .base import (
 )
 from .jsonl import read_jsonl, write_jsonl
 from .order import MOVABLE, deferral_marker, read_in_turn_order, release_marker
+
+if TYPE_CHECKING:
+    from ..approvals import ApprovalRequest
 
 INTERRUPTED_TEXT = (
     "Tool call {name} ({id}) was interrupted: the process running it stopped before it "
@@ -116,6 +119,35 @@ class Session:
         with self._lock:
             self._version = self.store.append(self.name, records, self._version)
             return self._version
+
+    def pending_approvals(self) -> list[ApprovalRequest]:
+        """The tool calls that wait in this session for a decision (see docs/approvals.md),
+        read from the store: any process may list them."""
+        from ..deferred import pending_approvals
+
+        return pending_approvals(self)
+
+    def approve(
+        self,
+        tool_call_id: str,
+        reason: str | None = None,
+        *,
+        arguments: dict[str, Any] | None = None,
+        expires_in: float | None = None,
+    ) -> None:
+        """Record the approval of a waiting call, durably, from any process; ``arguments``
+        runs it with these instead, ``expires_in`` (seconds) denies it if it resumes later.
+        A call is decided once: a second decision raises :class:`~agentkit.errors.ApprovalError`."""
+        from ..deferred import decide
+
+        decide(self, tool_call_id, approved=True, reason=reason, arguments=arguments,
+               expires_in=expires_in)  # fmt: skip
+
+    def deny(self, tool_call_id: str, reason: str | None = None) -> None:
+        """Record the denial of a waiting call (the model reads ``reason``), as :meth:`approve`."""
+        from ..deferred import decide
+
+        decide(self, tool_call_id, approved=False, reason=reason)
 
     def fork(self, new_name: str, upto: int | None = None) -> Session:
         """Copy the first ``upto`` stored records (all by default) into a new session
@@ -354,6 +386,23 @@ class SessionWriter:
         raise SessionConflictError(name, start, self._version)
 
 
+    def catch_up(self, messages: list[Any]) -> None:
+        """Add to ``messages`` (the agent's transcript) the approval decisions recorded in the
+        session since this writer last wrote (from another process, say).
+
+        Only when decisions are all that was added: anything else (another resumer's claim,
+        say) is left for this writer's next append to meet as a conflict, which is what keeps
+        a resumed call from running twice."""
+        session = self.session
+        with self._lock:
+            records, version = session.store.load(session.name)
+            added = decode_records(session.store, session.name, records)[self._version :]
+            if not added or any(role_of(m) != "approval_decision" for m in added):
+                return
+            self._version = version
+            session._seen(version)
+        messages.extend(added)
+
 def _same_input(delivered: Any, message: Any) -> bool:
     """Whether ``message`` is the deferred input ``delivered`` coming back from the loop (the
     same object, or the copy the loop made cleaning it: same role and timestamp)."""
@@ -409,6 +458,11 @@ def settle_interrupted(
     from ..tool_calls import TRUNCATED_TEXT
 
     assistant, calls = interrupted_tool_calls(messages)
+    if calls and any(role_of(m) == "approval_request" for m in messages):
+        from ..deferred import waiting_call_ids
+
+        waiting = waiting_call_ids(messages)  # durably waiting for a decision: not interrupted
+        calls = [call for call in calls if call.id not in waiting]
     results: list[ToolResultMessage] = []
     by_name = {t.name: t for t in tools}
     cut_off = assistant is not None and assistant.stop_reason == "length"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._serialize import LLM_ROLES
 from .abort import AbortSignal
 from .budgets import Budgets
+from .compaction import Compaction
 from .errors import NoStreamFunctionError
 from .event_stream import AssistantMessageEventStream
 from .hooks import (
@@ -97,6 +98,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "output_retries": lambda value: _non_negative("output_retries", value),
     "budgets": lambda value: None if value is None else Budgets.of(value),
     "stream_options": as_stream_options,
+    "compaction": Compaction.of,
 }
 """The options whose value is checked (and put in its working form) when it is set."""
 
@@ -200,6 +202,10 @@ class AgentLoopConfig(FieldsEqRepr):
     bounded by ``max_tool_workers``. A user's ``ThreadPoolExecutor`` is never shut down by
     agentkit, and ``concurrent.futures`` joins its threads at interpreter exit, so a tool that
     ignores an abort there keeps a script from ending."""
+    compaction: Compaction | None = None
+    """When and how the transcript is compacted to fit the context window
+    (:class:`~agentkit.compaction.Compaction`; ``"summarize"``, ``"trim"``, a function or
+    ``True`` are accepted); ``None``: never, and a context overflow ends the run."""
 
     def __post_init__(self) -> None:
         # Construction checks every checked field; the loop copies its config with
@@ -482,6 +488,15 @@ class AgentOptions:
     @tool_executor.setter
     def tool_executor(self, value: Executor | None) -> None:
         self._set_option("tool_executor", value)
+
+    @property
+    def compaction(self) -> Compaction | None:
+        """When and how the transcript is compacted to fit the context window."""
+        return self._loop.compaction
+
+    @compaction.setter
+    def compaction(self, value: Compaction | str | bool | None) -> None:
+        self._set_option("compaction", value)
 
     # --- request options (each a StreamOptions field) -------------------------------------------
 

@@ -377,7 +377,7 @@ class MessagesParser:
 OVERFLOW = (
     r"prompt is too long",  # "prompt is too long: 208310 tokens > 200000 maximum"
     r"input length and `?max_tokens`? exceed context limit",
-    r"request_too_large|request exceeds the maximum size",  # HTTP 413
+    r"request exceeds the maximum allowed number of bytes",  # HTTP 413 request_too_large
 )
 """How the Messages API reports a request over the context window (HTTP 400
 ``invalid_request_error``, or 413 ``request_too_large``)."""

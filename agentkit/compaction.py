@@ -602,7 +602,13 @@ def _make_record(
         usage=job.usage,
         requests=job.requests,
     )
-    record.tokens_after = estimate_tokens([*messages, record])
+    # the estimate before, less what left the view, plus the new summary: on the scale of what
+    # the provider reported, as ``tokens_before`` is
+    dropped = sum(message_tokens(m) for m in messages[start:cut] if role_of(m) != "system")
+    if previous is not None:
+        dropped += message_tokens(user_message(SUMMARY_TEXT.format(summary=previous.summary)))
+    added = message_tokens(user_message(SUMMARY_TEXT.format(summary=summary)))
+    record.tokens_after = max(before - dropped, 0) + added
     return record
 
 

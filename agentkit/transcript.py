@@ -356,7 +356,8 @@ def compacted_view(messages: list[Any]) -> list[Any]:
     """What the model sees of ``messages``: the list itself when it holds no compaction; else
     its system messages before the latest compaction's first kept message, that compaction's
     summary as a user message, and the messages from the first kept one on (compaction entries
-    left out). The transcript itself is never changed: it stays the whole record.
+    and failed requests left out). The transcript itself is never changed: it stays the whole
+    record.
     """
     found = latest_compaction(messages)
     if found is None:
@@ -364,5 +365,11 @@ def compacted_view(messages: list[Any]) -> list[Any]:
     position, record = found
     start = first_kept(position, record)
     head = [m for m in messages[:start] if role_of(m) == "system"]
-    tail = [m for m in messages[start:] if role_of(m) != COMPACTION_ROLE]
+    tail = [m for m in messages[start:] if role_of(m) != COMPACTION_ROLE and not _failed(m)]
     return [*head, user_message(SUMMARY_TEXT.format(summary=record.summary)), *tail]
+
+
+def _failed(message: Any) -> bool:
+    """A failed or aborted request's message (an overflow refused, say): the providers never
+    send one, and a compacted view leaves it out for every stream function."""
+    return isinstance(message, AssistantMessage) and message.stop_reason in ("error", "aborted")

@@ -137,7 +137,9 @@ class Compaction(BaseModel):
     a request the provider refused as too long.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     strategy: Strategy = "summarize"
     threshold: float = Field(default=0.8, gt=0, le=1)

@@ -132,8 +132,9 @@ class AgentLoopConfig(FieldsEqRepr):
     default, which drops the roles a model does not understand. Raising fails the run."""
     transform_context: TransformContext | None = None
     """``transform_context(messages, signal) -> list``: called first before each request, with the
-    live transcript (prune or inject here); the list it returns goes to ``convert_to_llm``.
-    Raising fails the run."""
+    live transcript (prune or inject here), or its compacted view once it holds a compaction
+    (:func:`~agentkit.transcript.compacted_view`); the list it returns goes to
+    ``convert_to_llm``. Raising fails the run."""
     get_api_key: GetApiKey | None = None
     """``get_api_key(provider) -> str | None``: called before each request, after
     ``convert_to_llm`` (a short-lived token is fetched fresh each time); a falsy answer falls

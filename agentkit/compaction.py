@@ -114,10 +114,10 @@ SUMMARY_SYSTEM = (
 """The system prompt of a ``summarize`` request."""
 
 OVERFLOW_ADVICE = (
-    "The conversation does not fit the model's context window ({window} tokens) even after "
-    "compaction: {error}. What is left is the system prompt and this turn's own messages, which "
-    "cannot be compacted. Shorten them (a smaller prompt or tool results), lower "
-    "Compaction(keep_tokens=...), or use a model with a larger context window."
+    "The conversation does not fit the model's context window{window} even after compaction "
+    "({detail}). The system prompt and this turn's own messages are never compacted: shorten "
+    "them (a smaller prompt or smaller tool results), lower Compaction(keep_tokens=...), or use "
+    "a model with a larger context window."
 )
 """The error a second overflow ends the run with."""
 
@@ -388,6 +388,7 @@ class CompactionJob(FieldsEqRepr):
     summary_tokens: int
     reason: str
     access: ModelAccess | None = None
+    tokens_before: int = 0
     usage: Usage = field(default_factory=Usage)
     requests: int = 0
 
@@ -471,7 +472,10 @@ def summarize(job: CompactionJob) -> str:
     in. Messages too long for one request are summarised piece by piece, each piece updating
     the summary so far."""
     window = job.context_window
-    budget = (window - job.summary_tokens - 600) if window > 0 else 24000
+    budget = window - job.summary_tokens - 600 if window > 0 else 24000
+    if window <= 0 or job.reason == "overflow":
+        # the window is unknown, or smaller than believed: well under what was refused
+        budget = min(budget, max(job.tokens_before // 2, 1000))
     summary = job.previous_summary
     # characters at 3 per token: text the model counts more densely than the estimate still fits
     max_chars = max(budget - len(summary or "") // CHARS_PER_TOKEN, 500) * 3
@@ -571,6 +575,8 @@ def _make_record(
 ) -> CompactionRecord:
     start = compaction_start(messages)
     keep = settings.keep_for(window, before)
+    if reason == "overflow":  # refused: the window is smaller than believed, keep less
+        keep = min(keep, max(before // 4, 1))
     protect = len(messages) if protect_from is None else protect_from
     cut = choose_cut(messages, start, protect, keep)
     if cut is None:
@@ -588,6 +594,7 @@ def _make_record(
         summary_tokens=settings.summary_limit(window),
         reason=reason,
         access=access,
+        tokens_before=before,
     )
     strategy = settings.strategy
     run = _STRATEGIES[strategy] if isinstance(strategy, str) else strategy
@@ -664,21 +671,28 @@ class Compactor:
 
         return any_api_overflow(message.error_message or "")
 
-    def after_overflow(self, messages: list[Any], protect_from: int) -> bool:
-        """Compact after an overflow; return whether the request is worth sending again."""
+    def after_overflow(self, messages: list[Any], protect_from: int) -> str | None:
+        """Compact after an overflow; ``None`` when done (the request is worth sending again),
+        else why the compaction failed."""
         try:
             compact(
                 messages, self.settings, self.access, self.emit, self.append,
                 reason="overflow", protect_from=protect_from,
             )  # fmt: skip
-        except CompactionError:
-            return False
-        return True
+        except CompactionError as exc:
+            return str(exc)
+        return None
 
-    def give_up(self, result: RunResult, message: AssistantMessage) -> None:
-        """End the run on an overflow compaction could not cure, saying what to do."""
-        window = self.window or "unknown"
-        text = OVERFLOW_ADVICE.format(window=window, error=message.error_message)
+    def give_up(self, result: RunResult, message: AssistantMessage, failed: str | None) -> None:
+        """End the run on an overflow compaction could not cure, saying what to do
+        (``failed``: why the compaction itself failed, if it did)."""
+        window = f" ({self.window} tokens)" if self.window > 0 else ""
+        detail = (
+            f"the compaction failed: {failed}"
+            if failed
+            else f"the request was refused again: {message.error_message}"
+        )
+        text = OVERFLOW_ADVICE.format(window=window, detail=detail)
         error = ContextOverflowError(text, status=getattr(result.error, "status", None))
         result.stop_reason, result.error, result.error_message = "error", error, text
 

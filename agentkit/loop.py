@@ -406,13 +406,14 @@ def _request(state: _LoopState, turn_start: int) -> AssistantMessage:
     _after_request(state, message)
     if not compactor.overflowed(message, state.new_messages.error):
         return message
-    if compactor.after_overflow(state.context.messages, turn_start):
+    failed = compactor.after_overflow(state.context.messages, turn_start)
+    if failed is None:
         state.new_messages.error = None  # the refused request stays on record; try once more
         message = _stream_assistant_response(state)
         _after_request(state, message)
         if not compactor.overflowed(message, state.new_messages.error):
             return message
-    compactor.give_up(state.new_messages, message)
+    compactor.give_up(state.new_messages, message, failed)
     return message
 
 

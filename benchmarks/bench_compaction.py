@@ -15,7 +15,7 @@ a tool call was missing its result (or a result its call), failed turns, the com
 their own cost (requests, input and output tokens, share of all input tokens), and time per turn.
 
 Run from the repository root: ``python benchmarks/bench_compaction.py [--turns 300] [--local
-[--ctx-size 2048] [--local-turns 40]] [--json]``.
+[--ctx-size 2048] [--local-turns 40] [--local-summarize]] [--json]``.
 """
 
 from __future__ import annotations
@@ -50,22 +50,22 @@ WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu x
 SUMMARY_MARK = "working memory"  # words of the summarize strategy's system prompt
 
 
-def page(number: int, rng: random.Random) -> str:
-    """A page of 500 to 2,000 tokens (at 4 characters a token)."""
-    size = rng.randint(2000, 8000)
+def page(number: int, rng: random.Random, chars: tuple[int, int]) -> str:
+    """A page of ``chars`` characters (500 to 2,000 tokens for the 8k window)."""
+    size = rng.randint(*chars)
     words: list[str] = []
     while sum(len(w) + 1 for w in words) < size:
         words.append(rng.choice(WORDS))
     return f"page {number}: " + " ".join(words)
 
 
-def make_fetch(seed: int) -> Any:
+def make_fetch(seed: int, chars: tuple[int, int] = (2000, 8000)) -> Any:
     rng = random.Random(seed)
 
     @tool
     def fetch(page_number: int) -> str:
         """Fetch a page of the archive by its number."""
-        return page(page_number, rng)
+        return page(page_number, rng, chars)
 
     return fetch
 
@@ -135,7 +135,12 @@ class WindowedModel:
 
 
 def measure(
-    agent: Agent, turns: int, sizes: Any, window: int, stop_at_failure: bool
+    agent: Agent,
+    turns: int,
+    sizes: Any,
+    window: int,
+    stop_at_failure: bool,
+    progress: str | None = None,
 ) -> dict[str, Any]:
     """Run ``turns`` prompts; the figures of the run."""
     ok = failed = 0
@@ -146,7 +151,9 @@ def measure(
     for turn in range(turns):
         result = agent.prompt(f"Fetch page {turn}")
         requests += result.usage.requests
-        if result.stop_reason == "stop":
+        if progress is not None:
+            print(f"{progress}: turn {turn} {result.stop_reason}", file=sys.stderr, flush=True)
+        if result.stop_reason in ("stop", "length"):  # "length": a long answer cut short
             ok += 1
         else:
             failed += 1
@@ -220,12 +227,16 @@ def local_run(strategy: str | None, turns: int, ctx_size: int, server: Any) -> d
         return response
 
     model = server.model_for("openai-completions")
+    scale = ctx_size / 8192  # pages sized to the window as the scripted run's are
+    chars = (int(2000 * scale), int(8000 * scale))
     agent = Agent(
-        model=model, stream_fn=measured, tools=[make_fetch(11)], max_tokens=64,
+        model=model, stream_fn=measured, tools=[make_fetch(11, chars)], max_tokens=24,
         system_prompt="You read an archive. For each request call fetch, then say one line.",
         compaction=Compaction(strategy=strategy) if strategy else None,
     )  # fmt: skip
-    figures = measure(agent, turns, lambda: sizes, ctx_size, strategy is None)
+    figures = measure(
+        agent, turns, lambda: sizes, ctx_size, strategy is None, f"local {strategy}"
+    )
     figures["requests_with_a_broken_pair"] = broken[0]
     return figures
 
@@ -250,6 +261,7 @@ def main() -> int:
     parser.add_argument("--local", action="store_true", help="also run the embedded model")
     parser.add_argument("--ctx-size", type=int, default=2048)
     parser.add_argument("--local-turns", type=int, default=40)
+    parser.add_argument("--local-summarize", action="store_true", help="the embedded model summarises too")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -264,10 +276,12 @@ def main() -> int:
 
         server = local.start_local_model(n_ctx=args.ctx_size)
         try:
+            runs = {"trim": "trim", "no compaction": None}
+            if args.local_summarize:
+                runs = {"trim": "trim", "summarize": "summarize", "no compaction": None}
             report["local"] = {
-                "trim": local_run("trim", args.local_turns, args.ctx_size, server),
-                "summarize": local_run("summarize", args.local_turns, args.ctx_size, server),
-                "no compaction": local_run(None, args.local_turns, args.ctx_size, server),
+                name: local_run(strategy, args.local_turns, args.ctx_size, server)
+                for name, strategy in runs.items()
             }
         finally:
             server.stop()

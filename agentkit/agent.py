@@ -445,11 +445,13 @@ class Agent(AgentOptions):
         dropped or the summary fails, :class:`AgentBusyError` during a run.
         """
         outcome: list[Any] = []
-        self._launch(
+        result = self._launch(
             BUSY_COMPACT, lambda: lambda run: self._run_compaction(run, outcome), block=True
         ).result()
-        if not outcome:
-            raise CompactionError("the compaction did not finish")
+        if not outcome:  # a listener or the user's strategy raised: recorded as a failure
+            raise CompactionError(
+                f"the compaction did not finish: {result.error_message}"
+            ) from result.error
         if isinstance(outcome[0], BaseException):
             raise outcome[0]
         return cast("CompactionRecord", outcome[0])
@@ -477,6 +479,11 @@ class Agent(AgentOptions):
             )  # fmt: skip
         except CompactionError as exc:
             outcome.append(exc)
+            return []
+        except Exception as exc:  # a user's strategy or a listener: the caller gets it
+            failure = CompactionError(f"the compaction failed: {type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+            outcome.append(failure)
             return []
         outcome.append(record)
         return [record]

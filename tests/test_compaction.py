@@ -404,6 +404,21 @@ def test_agent_compact_with_nothing_to_drop_raises_and_changes_nothing() -> None
     assert roles(agent.state.messages) == ["system"]
 
 
+def test_agent_compact_with_a_broken_strategy_raises_and_records_nothing() -> None:
+    def broken(job: CompactionJob) -> str:
+        raise RuntimeError("bug in my strategy")
+
+    model = ScriptedModel(["one", "two"])
+    agent = Agent(model=model.model, stream_fn=model, compaction=broken)
+    agent.prompt("first")
+    agent.prompt("second")
+    before = list(agent.state.messages)
+    with pytest.raises(CompactionError, match="bug in my strategy") as caught:
+        agent.compact()
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert agent.state.messages == before  # no record, no failure message
+
+
 def test_agent_compact_during_a_run_is_refused() -> None:
     model = ScriptedModel([reply("slow", hang=True)])
     agent = Agent(model=model.model, stream_fn=model)

@@ -25,7 +25,7 @@ from .config import (
     get_default_stream_fn,
     merge_options,
 )
-from .errors import AgentBusyError, AgentError, CannotContinueError
+from .errors import AgentBusyError, AgentError, CannotContinueError, CompactionError
 from .events import (
     AgentEndEvent,
     AgentEvent,
@@ -70,6 +70,7 @@ from .types import (
 
 if TYPE_CHECKING:
     from .sessions import Session, SessionWriter
+    from .transcript import CompactionRecord
 
 __all__ = ["Agent", "AgentRunStream", "AgentState", "PendingMessageQueue", "Run", "resolve_model"]
 
@@ -81,6 +82,7 @@ BUSY_PROMPT = (
 )
 BUSY_CONTINUE = "Agent is already processing. Wait for completion before continuing."
 BUSY_RESET = "Agent is already processing. Wait for completion before resetting."
+BUSY_COMPACT = "Agent is already processing. Wait for completion before compacting."
 
 
 def resolve_model(model: Model | str | None) -> Model:
@@ -520,6 +522,59 @@ class Agent(AgentOptions):
         self._state.error_message = None
         self.clear_all_queues()
         self._interrupts.take()  # an interrupt nobody heard is dropped with the queues
+
+    def compact(self) -> CompactionRecord:
+        """Compact the transcript now, with the agent's ``compaction`` settings (the defaults
+        when it has none), and return the record that joined the transcript (and the session).
+
+        Listeners see ``compaction_start``, the record's ``message_start``/``message_end`` and
+        ``compaction_end``; ``abort()`` stops a summary request. Raises
+        :class:`~agentkit.errors.CompactionError` (the transcript unchanged) when nothing can be
+        dropped or the summary fails, :class:`AgentBusyError` during a run.
+        """
+        outcome: list[Any] = []
+        result = self._launch(
+            BUSY_COMPACT, lambda: lambda run: self._run_compaction(run, outcome), block=True
+        ).result()
+        if not outcome:  # a listener or the user's strategy raised: recorded as a failure
+            raise CompactionError(
+                f"the compaction did not finish: {result.error_message}"
+            ) from result.error
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return cast("CompactionRecord", outcome[0])
+
+    def _run_compaction(self, run: Run, outcome: list[Any]) -> list[Any]:
+        from .compaction import Compaction, ModelAccess, compact
+        from .results import RunUsage
+
+        def emit(event: AgentEvent) -> None:
+            self._process_event(run, event)
+
+        def append(record: Any) -> None:
+            emit(MessageStartEvent(record))
+            emit(MessageEndEvent(record))
+
+        loop = self._loop
+        access = ModelAccess(
+            self._state.model, self.stream_fn, loop.stream_options, run.signal, RunUsage(),
+            loop.get_api_key, loop.tool_abort_grace,
+        )  # fmt: skip
+        try:
+            record = compact(
+                list(self._state.messages), loop.compaction or Compaction(), access, emit,
+                append, reason="manual",
+            )  # fmt: skip
+        except CompactionError as exc:
+            outcome.append(exc)
+            return []
+        except Exception as exc:  # a user's strategy or a listener: the caller gets it
+            failure = CompactionError(f"the compaction failed: {type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+            outcome.append(failure)
+            return []
+        outcome.append(record)
+        return [record]
 
     def close(self) -> None:
         """Abort any active run, wait for it to end, refuse further runs, then call the close

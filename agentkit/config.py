@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._serialize import LLM_ROLES
 from .abort import AbortSignal
 from .budgets import Budgets
+from .compaction import Compaction
 from .errors import NoStreamFunctionError
 from .event_stream import AssistantMessageEventStream
 from .failover import DEFAULT_COOLDOWN, as_fallback_models
@@ -100,6 +101,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "budgets": lambda value: None if value is None else Budgets.of(value),
     "stream_options": as_stream_options,
     "fallback_models": as_fallback_models,
+    "compaction": Compaction.of,
 }
 """The options whose value is checked (and put in its working form) when it is set."""
 
@@ -133,8 +135,9 @@ class AgentLoopConfig(FieldsEqRepr):
     default, which drops the roles a model does not understand. Raising fails the run."""
     transform_context: TransformContext | None = None
     """``transform_context(messages, signal) -> list``: called first before each request, with the
-    live transcript (prune or inject here); the list it returns goes to ``convert_to_llm``.
-    Raising fails the run."""
+    live transcript (prune or inject here), or its compacted view once it holds a compaction
+    (:func:`~agentkit.transcript.compacted_view`); the list it returns goes to
+    ``convert_to_llm``. Raising fails the run."""
     get_api_key: GetApiKey | None = None
     """``get_api_key(provider) -> str | None``: called before each request, after
     ``convert_to_llm`` (a short-lived token is fetched fresh each time); a falsy answer falls
@@ -214,6 +217,10 @@ class AgentLoopConfig(FieldsEqRepr):
     """The lane ``agent.interrupt()`` feeds (:mod:`agentkit.interrupts`): each request and tool
     batch runs under a signal it can abort without ending the run. The Agent fills it; the
     run's steering getter is to take the lane's messages first."""
+    compaction: Compaction | None = None
+    """When and how the transcript is compacted to fit the context window
+    (:class:`~agentkit.compaction.Compaction`; ``"summarize"``, ``"trim"``, a function or
+    ``True`` are accepted); ``None``: never, and a context overflow ends the run."""
 
     def __post_init__(self) -> None:
         # Construction checks every checked field; the loop copies its config with
@@ -516,6 +523,15 @@ class AgentOptions:
     @failover_cooldown.setter
     def failover_cooldown(self, value: float) -> None:
         self._set_option("failover_cooldown", value)
+
+    @property
+    def compaction(self) -> Compaction | None:
+        """When and how the transcript is compacted to fit the context window."""
+        return self._loop.compaction
+
+    @compaction.setter
+    def compaction(self, value: Compaction | str | bool | None) -> None:
+        self._set_option("compaction", value)
 
     # --- request options (each a StreamOptions field) -------------------------------------------
 

@@ -20,12 +20,14 @@ time ran out; both say what they are for and never reach the caller of a run as 
     │   └── PlaceholderArgumentsError (also ValueError) a placeholder the local model copied
     ├── NoStreamFunctionError         no stream function given and no default configured
     ├── ProviderError                 a provider unreachable, refusing, or breaking off
+    │   └── ContextOverflowError      the request did not fit the model's context window
     ├── UnknownModelError             (also KeyError) get_model found no such model
     ├── StreamEndedError              a stream ended without its result
     ├── OutputValidationError         no valid typed output within the retry budget
     ├── BudgetExceededError           raise_for_error() of a run a budget ended
     ├── AgentRunFailedError           a Celery run ended in an error or was aborted
     ├── ApprovalError                 a decision on a call that does not wait (decided twice)
+    ├── CompactionError               a compaction could not be made
     ├── SessionError
     │   ├── SessionConflictError      another writer appended first; nothing written
     │   ├── SessionStoreError         the store failed or could not be reached
@@ -106,6 +108,14 @@ class ProviderError(AgentError):
         self.retryable = retryable
 
 
+class ContextOverflowError(ProviderError):
+    """The request did not fit the model's context window: the provider said so in its own
+    words (each wire module lists them, :mod:`agentkit.providers.overflow` reads them), or,
+    after compaction, the run's conversation still does not fit. With compaction configured
+    (:mod:`agentkit.compaction`) the loop compacts and retries the request once on the first.
+    """
+
+
 class UnknownModelError(AgentError, KeyError):
     """``get_model`` found no such model; the message lists close matches."""
 
@@ -146,6 +156,9 @@ class AgentRunFailedError(AgentError):
 class ApprovalError(AgentError):
     """A decision that cannot be recorded: the call was decided already (a decision is
     recorded once), resumed, or never waited; or a prompt while calls wait for approval."""
+class CompactionError(AgentError):
+    """A compaction could not be made (its summary request failed, or nothing can be dropped
+    without splitting a tool call from its result); the transcript is unchanged."""
 
 
 # --- sessions -----------------------------------------------------------------------------------

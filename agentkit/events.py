@@ -279,6 +279,32 @@ class ToolExecutionEndEvent(_Event):
     type: Literal["tool_execution_end"] = "tool_execution_end"
 
 
+@_event
+class CompactionStartEvent(_Event):
+    """The transcript is about to be compacted (:mod:`agentkit.compaction`): ``reason`` is
+    ``"threshold"`` (the next request neared the context window), ``"overflow"`` (the provider
+    refused a request as too long) or ``"manual"`` (``agent.compact()``); ``tokens_before`` is
+    the estimate of what the model would see, ``context_window`` the window it must fit."""
+
+    reason: str
+    strategy: str
+    tokens_before: int
+    context_window: int
+    type: Literal["compaction_start"] = "compaction_start"
+
+
+@_event
+class CompactionEndEvent(_Event):
+    """A compaction ended: ``compaction`` is the record it added to the transcript (a
+    :class:`~agentkit.compaction.CompactionRecord`), or ``None`` with ``error`` saying why
+    nothing was compacted (the transcript is then unchanged)."""
+
+    reason: str
+    compaction: Any = None
+    error: str | None = None
+    type: Literal["compaction_end"] = "compaction_end"
+
+
 AgentEvent = (
     AgentStartEvent
     | AgentEndEvent
@@ -290,6 +316,8 @@ AgentEvent = (
     | ToolExecutionStartEvent
     | ToolExecutionUpdateEvent
     | ToolExecutionEndEvent
+    | CompactionStartEvent
+    | CompactionEndEvent
 )
 """Any event of an agent run."""
 

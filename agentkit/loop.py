@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ._serialize import clean_message
 from .abort import ABORTED_TEXT, AbortController, AbortSignal
 from .budgets import Budgets, BudgetTracker
+from .compaction import Compactor, ModelAccess
 from .config import (
     AgentLoopConfig,
     StreamFn,
@@ -56,7 +57,12 @@ from .interrupts import INTERRUPTED_TEXT, Interrupt
 from .output import OutputSpec
 from .results import OutputValidationError, RunResult, finish_result
 from .tool_calls import ToolRunner, run_tool_call, wait_or_give_up
-from .transcript import ToolDeclarations, declare_tool_changes, failure_message
+from .transcript import (
+    ToolDeclarations,
+    compacted_view,
+    declare_tool_changes,
+    failure_message,
+)
 from .types import (
     AgentContext,
     AssistantMessage,
@@ -275,6 +281,8 @@ def _turns(state: _LoopState) -> None:
     if _resume_approvals(state):
         return
     pending = _poll(config.get_steering_messages)
+    # where this turn's own messages begin (a compaction keeps them)
+    turn_start = len(state.context.messages) - len(state.new_messages)
     while True:
         has_more_tool_calls = True
         while has_more_tool_calls or pending:
@@ -283,10 +291,10 @@ def _turns(state: _LoopState) -> None:
                 if starting is None:
                     return
                 pending = starting
+                turn_start = len(state.context.messages)
             _add_incoming(state, pending)
             _before_request(state)
-            message = _stream_assistant_response(state)
-            _after_request(state, message)
+            message = _request(state, turn_start)
             stopped = message.stop_reason in ("error", "aborted")
             failed = stopped and not state.interrupted  # an interrupted run goes on
             calls = [] if stopped else _tool_calls_of(message)
@@ -388,6 +396,40 @@ def _apply_update(state: _LoopState, update: TurnUpdate | None) -> None:
         state.config.model = update.model
     if update.thinking_level is not None:
         state.config.reasoning = None if update.thinking_level == "off" else update.thinking_level
+
+
+def _request(state: _LoopState, turn_start: int) -> AssistantMessage:
+    """One model request, counted in the result. With ``compaction`` set, the transcript is
+    compacted first when the request nears the context window, and when the provider refuses
+    it as too long it is compacted and the request sent once more (:mod:`agentkit.compaction`);
+    the messages from ``turn_start`` on are this turn's own and always kept."""
+    settings = state.config.compaction
+    if settings is None:
+        message = _stream_assistant_response(state)
+        _after_request(state, message)
+        return message
+    config = state.config
+    access = ModelAccess(
+        config.model, state.stream_fn, config.stream_options, state.signal,
+        state.new_messages.usage, config.get_api_key, config.tool_abort_grace, state.tracker,
+    )  # fmt: skip
+    compactor = Compactor(
+        settings, access, state.emit, lambda record: _append_messages(state, [record])
+    )
+    compactor.before_request(state.context.messages, turn_start)
+    message = _stream_assistant_response(state)
+    _after_request(state, message)
+    if not compactor.overflowed(message, state.new_messages.error):
+        return message
+    failed = compactor.after_overflow(state.context.messages, turn_start)
+    if failed is None:
+        state.new_messages.error = None  # the refused request stays on record; try once more
+        message = _stream_assistant_response(state)
+        _after_request(state, message)
+        if not compactor.overflowed(message, state.new_messages.error):
+            return message
+    compactor.give_up(state.new_messages, message, failed)
+    return message
 
 
 def _after_request(state: _LoopState, message: AssistantMessage) -> None:
@@ -575,7 +617,7 @@ def _stream_response(state: _LoopState, signal: AbortSignal) -> tuple[AssistantM
     start and update events. Return the final message and whether it started (then it is in
     the transcript already, in its partial's place)."""
     config = state.config
-    messages = state.context.messages
+    messages = compacted_view(state.context.messages)  # the transcript itself if not compacted
     if config.transform_context is not None:
         messages = config.transform_context(messages, signal)
     llm_messages = config.convert_to_llm(messages)

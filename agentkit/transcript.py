@@ -1,5 +1,6 @@
 """Making and replaying a transcript's messages: the current prompt, its sections and declared
-tools, a user message from a string, and the assistant message that records a failure.
+tools, a user message from a string, the assistant message that records a failure, and the view
+the model gets of a compacted transcript (:func:`compacted_view`).
 
 The transcript carries the system prompt and the tool declarations as system messages (SPEC 2.10
 and 4.3). These functions replay them; :func:`declare_tool_changes` works out the system message
@@ -13,6 +14,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from ._serialize import clean_text
 from .types import (
     AssistantMessage,
@@ -20,6 +23,7 @@ from .types import (
     TextContent,
     Tool,
     ToolRef,
+    Usage,
     UserMessage,
     now_ms,
     role_of,
@@ -284,3 +288,88 @@ class ToolDeclarations:
             and tool.parameters == parameters
             for tool, (t, name, description, parameters) in zip(tools, self._tools, strict=True)
         )
+
+
+# --- the compacted view -----------------------------------------------------------------------
+
+COMPACTION_ROLE = "compaction"
+"""The role of a :class:`CompactionRecord` in a transcript (outside the roles a model reads)."""
+
+SUMMARY_TEXT = (
+    "The earlier part of this conversation was compacted to fit the context window. "
+    "What it said, in summary:\n\n{summary}"
+)
+"""How the model is shown the latest compaction's summary, as a user message in its place."""
+
+
+class CompactionRecord(BaseModel):
+    """A compaction, as the transcript (and so a session) records it: an entry of role
+    ``"compaction"``, appended after the messages it compacts, which stay in the transcript.
+
+    The model sees the transcript's system messages, then ``summary`` (as a user message), then
+    the messages from ``first_kept_index`` on (:func:`compacted_view`). ``index`` is where the
+    record itself stood when it was made, so the view finds the kept messages again in a
+    transcript that gained a leading message since. ``tokens_before`` and ``tokens_after``
+    estimate what the model would have seen without it and sees with it; ``usage`` and
+    ``requests`` are what making it cost (zero for ``trim``).
+    """
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    role: Literal["compaction"] = "compaction"
+    summary: str
+    first_kept_index: int = Field(ge=0)
+    index: int = Field(ge=0)
+    tokens_before: int = 0
+    tokens_after: int = 0
+    strategy: str = "summarize"
+    reason: str = "threshold"
+    usage: Usage = Field(default_factory=Usage)
+    requests: int = 0
+    timestamp: int = Field(default_factory=now_ms)
+
+
+def as_compaction(message: Any) -> CompactionRecord:
+    """A compaction entry as a :class:`CompactionRecord` (a session loads it back as a dict)."""
+    if isinstance(message, CompactionRecord):
+        return message
+    if isinstance(message, dict):
+        return CompactionRecord.model_validate(message)
+    return CompactionRecord.model_validate(message, from_attributes=True)
+
+
+def latest_compaction(messages: Sequence[Any]) -> tuple[int, CompactionRecord] | None:
+    """Where the transcript's latest compaction stands, and the record; ``None`` if it has none."""
+    for position in range(len(messages) - 1, -1, -1):
+        if role_of(messages[position]) == COMPACTION_ROLE:
+            return position, as_compaction(messages[position])
+    return None
+
+
+def first_kept(position: int, record: CompactionRecord) -> int:
+    """The index, in the transcript as it is now, of the first message ``record`` keeps (the
+    record stands at ``position``)."""
+    return min(max(record.first_kept_index + position - record.index, 0), position)
+
+
+def compacted_view(messages: list[Any]) -> list[Any]:
+    """What the model sees of ``messages``: the list itself when it holds no compaction; else
+    its system messages before the latest compaction's first kept message, that compaction's
+    summary as a user message, and the messages from the first kept one on (compaction entries
+    and failed requests left out). The transcript itself is never changed: it stays the whole
+    record.
+    """
+    found = latest_compaction(messages)
+    if found is None:
+        return messages
+    position, record = found
+    start = first_kept(position, record)
+    head = [m for m in messages[:start] if role_of(m) == "system"]
+    tail = [m for m in messages[start:] if role_of(m) != COMPACTION_ROLE and not _failed(m)]
+    return [*head, user_message(SUMMARY_TEXT.format(summary=record.summary)), *tail]
+
+
+def _failed(message: Any) -> bool:
+    """A failed or aborted request's message (an overflow refused, say): the providers never
+    send one, and a compacted view leaves it out for every stream function."""
+    return isinstance(message, AssistantMessage) and message.stop_reason in ("error", "aborted")

@@ -1,6 +1,8 @@
 """``agentkit chat``: the REPL. The main thread reads standard input (a thread numbers the
 lines) while the agent's worker runs; a line typed during a run steers it or answers the
-approval question it shows, and a line starting with ``!`` interrupts it."""
+approval question it shows, and a line starting with ``!`` interrupts it. The conversation is
+compacted to fit the model's context window (summarised; trimmed for the embedded model), and
+``/compact`` compacts it on demand."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..agent import Agent, Run
-from ..errors import ApprovalError
+from ..compaction import Compaction
+from ..errors import ApprovalError, CompactionError
+from ..events import CompactionEndEvent, CompactionStartEvent
 from ..waits import get_item
 from .approval import note_unanswered
 from .console import EXIT_INTERRUPTED, Console
@@ -30,13 +34,18 @@ def chat(agent: Agent, io: Console, after_run: Callable[[], None] | None = None)
     (the banner and the prompt go to stderr). ``after_run`` is called after each run."""
     inbox: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
     io.chat = True
+    if agent.compaction is None:
+        local = agent.state.model.provider == "local"  # the embedded model: cheap trims
+        agent.compaction = Compaction(strategy="trim" if local else "summarize")
+    agent.subscribe(lambda event: _note_compaction(event, io))
     reader = threading.Thread(
         target=_read_lines, args=(io, inbox), name="agentkit-stdin", daemon=True
     )
     reader.start()
     io.note(
         "agentkit chat: type a task; lines typed while the agent works steer it, "
-        "!line interrupts it; Ctrl-C aborts a run; /exit quits."
+        "!line interrupts it; Ctrl-C aborts a run; /compact compacts the conversation; "
+        "/exit quits."
     )
     run: Run | None = None
     prompt_shown = False
@@ -71,7 +80,9 @@ def chat(agent: Agent, io: Console, after_run: Callable[[], None] | None = None)
                 if line in ("/exit", "/quit"):
                     return 0
                 line = line.removeprefix(INTERRUPT_PREFIX).strip()
-                if line:
+                if line == "/compact":
+                    _compact(agent, io)
+                elif line:
                     try:
                         run = agent.start(line)
                     except ApprovalError as exc:  # the session's calls wait for approval
@@ -93,6 +104,32 @@ def chat(agent: Agent, io: Console, after_run: Callable[[], None] | None = None)
             io.err("agentkit: run aborted")
             run = None
             prompt_shown = False
+
+
+def _compact(agent: Agent, io: Console) -> None:
+    """``/compact``: compact now (Ctrl-C aborts a summary request like a run)."""
+    try:
+        agent.compact()
+    except CompactionError:
+        pass  # the listener has said why
+    except KeyboardInterrupt:  # compact() aborted its summary request and waited for it
+        io.err("agentkit: compaction aborted")
+
+
+def _note_compaction(event: object, io: Console) -> None:
+    """Say on stderr when the conversation is compacted, and how far."""
+    if isinstance(event, CompactionStartEvent):
+        window = f" of a {event.context_window}-token window" if event.context_window else ""
+        io.err(f"agentkit: compacting the conversation ({event.tokens_before} tokens{window})")
+    elif isinstance(event, CompactionEndEvent):
+        record = event.compaction
+        if record is None:
+            io.err(f"agentkit: not compacted: {event.error}")
+        else:
+            io.err(
+                f"agentkit: compacted ({record.strategy}): {record.tokens_before} -> "
+                f"{record.tokens_after} tokens, {record.requests} request(s)"
+            )
 
 
 def _read_lines(io: Console, inbox: queue.SimpleQueue[tuple[str, int, Any]]) -> None:

@@ -380,7 +380,14 @@ class GenerateContentParser:
         self.b.finish_from(self.finish_reason, _FINISH_REASONS, self.label, "error")
 
 
-SPEC = ApiSpec(api=API, prepare=prepare, parser=GenerateContentParser)
+OVERFLOW = (
+    # "The input token count (1196265) exceeds the maximum number of tokens allowed (1048575)."
+    r"input token count.{0,40}exceeds the maximum",
+)
+"""How the Gemini API reports a request over the context window (HTTP 400
+``INVALID_ARGUMENT``)."""
+
+SPEC = ApiSpec(api=API, prepare=prepare, parser=GenerateContentParser, overflow=OVERFLOW)
 
 
 def stream_google(

@@ -480,7 +480,15 @@ class ChatCompletionsParser:
         self.b.finish_from(reason, _FINISH_REASONS, self.label, "stop")
 
 
-SPEC = ApiSpec(api=API, prepare=prepare, parser=ChatCompletionsParser)
+OVERFLOW = (
+    r"context_length_exceeded",
+    r"maximum context length is \d+",  # "This model's maximum context length is 128000 tokens"
+    r"reduce the length of the messages",
+)
+"""How Chat Completions reports a request over the context window (HTTP 400, code
+``context_length_exceeded``), as OpenAI and the servers that copy it word it."""
+
+SPEC = ApiSpec(api=API, prepare=prepare, parser=ChatCompletionsParser, overflow=OVERFLOW)
 
 
 def stream_openai_completions(

@@ -454,7 +454,15 @@ _HANDLERS: dict[str, Callable[[ResponsesParser, dict[str, Any], str], None]] = {
 }
 """The handler of each Responses event type."""
 
-SPEC = ApiSpec(api=API, prepare=prepare, parser=ResponsesParser)
+OVERFLOW = (
+    r"context_length_exceeded",
+    r"exceeds the context window",  # "Your input exceeds the context window of this model."
+    r"maximum context length is \d+",
+)
+"""How the Responses API reports a request over the context window (HTTP 400, or a
+``response.failed`` event, code ``context_length_exceeded``)."""
+
+SPEC = ApiSpec(api=API, prepare=prepare, parser=ResponsesParser, overflow=OVERFLOW)
 
 
 def stream_openai_responses(

@@ -36,13 +36,14 @@ from typing import Any, Literal, Protocol
 from pydantic_core import from_json
 
 from .._serialize import encode_body
-from ..errors import AbortError, ProviderError
+from ..errors import AbortError, ContextOverflowError, ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..transcript import user_message
 from ..types import Context, Model, StreamOptions, apply_on_payload, as_stream_options
 from .builder import ABORTED_MESSAGE, MessageBuilder
 from .http import StreamingRequest, _RequestAborted, scrub
 from .json_stream import JsonArrayStream
+from .overflow import is_context_overflow
 from .sse import SSEParser
 from .table import env_var_names, get_env_api_key, needs_api_key, provider_label
 
@@ -116,6 +117,9 @@ class ApiSpec:
     api: str
     prepare: Callable[[Model, Context, StreamOptions, str | None], PreparedRequest]
     parser: Callable[[MessageBuilder], StreamParser]
+    overflow: tuple[str, ...] = ()
+    """How the API says a request did not fit the context window: regular expressions over its
+    error message (read by :mod:`.overflow`)."""
 
 
 def as_context(context: Any) -> Context:
@@ -186,7 +190,8 @@ def _run_request(
             builder.fail("aborted", ABORTED_MESSAGE)
         else:
             text = scrub(str(exc), secrets, _MAX_MESSAGE)
-            error = ProviderError(
+            kind = ContextOverflowError if is_context_overflow(text, spec.overflow) else ProviderError
+            error = kind(
                 text, status=exc.status, retry_after=exc.retry_after, retryable=exc.retryable
             )  # what the caller may see: the scrubbed text, the status and the wait asked for
             builder.fail("error", text, error)

@@ -7,6 +7,7 @@ script for the live view. :mod:`agentkit.ui.security` says who may use it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -14,7 +15,7 @@ from urllib.parse import quote
 from flask import Flask, Response, abort, jsonify, redirect, render_template, request
 
 from .._serialize import dumps
-from ..errors import AgentBusyError, AgentError, SessionError
+from ..errors import AgentBusyError, AgentError, ApprovalError, SessionError
 from ..sessions import Session, SessionStore
 from .live import BuildAgent, LiveRuns
 from .security import COOKIE, SAFE_METHODS, Guard
@@ -118,6 +119,8 @@ def create_app(
             abort(404)
         entries, totals = transcript(messages)
         run = live.get(name)
+        batch = _waiting_batch(messages)
+        waiting = batch.pending() if batch is not None else []
         return render_template(
             "session.html",
             name=name,
@@ -126,6 +129,9 @@ def create_app(
             live=run is not None and not run.done,
             events_url=f"/s/{quote(name, safe='')}/events",
             celery_run=leases.holder(name) if leases is not None else None,
+            waiting=[(r, _pretty(r.arguments)) for r in waiting],
+            can_resume=batch is not None and not waiting and build_agent is not None,
+            when=_when_s,
         )
 
     @app.get("/s/<path:name>/events")
@@ -178,6 +184,51 @@ def create_app(
         if not live.abort(name):
             return _answer(name, "no run of this session is going on here", 409)
         return _answer(name, "aborted", 200)
+
+    @app.get("/approvals")
+    def approvals() -> str:
+        inbox: list[tuple[str, Any, str]] = []
+        problems: list[tuple[str, str]] = []
+        for info in sorted(store.list(), key=lambda i: i.updated_ms, reverse=True):
+            try:
+                waiting = Session(info.name, store).pending_approvals()
+            except (SessionError, ValueError) as exc:
+                problems.append((info.name, str(exc)))
+                continue
+            inbox.extend((info.name, request, _pretty(request.arguments)) for request in waiting)
+        return render_template("approvals.html", inbox=inbox, problems=problems, when=_when_s)
+
+    @app.post("/s/<path:name>/approvals/<call_id>")
+    def decide(name: str, call_id: str) -> Any:
+        decision = request.form.get("decision")
+        reason = request.form.get("reason", "").strip() or None
+        edited = request.form.get("arguments", "").strip()
+        try:
+            session = Session(name, store)
+            if decision == "approve":
+                arguments = json.loads(edited) if edited else None
+                session.approve(call_id, reason, arguments=arguments)
+            elif decision == "deny":
+                session.deny(call_id, reason)
+            else:
+                return _answer(name, "say approve or deny", 400)
+        except json.JSONDecodeError as exc:
+            return _answer(name, f"the edited arguments are not JSON: {exc.msg}", 400)
+        except ApprovalError as exc:
+            return _answer(name, str(exc), 409)
+        except (SessionError, ValueError) as exc:
+            return _answer(name, str(exc), 400)
+        return _back(request.form.get("back") or f"/s/{quote(name, safe='')}", f"{decision}d")
+
+    @app.post("/s/<path:name>/resume")
+    def resume(name: str) -> Any:
+        try:
+            live.resume(name)
+        except AgentBusyError as exc:
+            return _answer(name, str(exc), 409)
+        except AgentError as exc:
+            return _answer(name, str(exc), 400)
+        return _answer(name, "resumed", 200)
 
     @app.get("/runs")
     def follow_form() -> Any:
@@ -259,6 +310,21 @@ class _Leases:
         except self._errors:
             return None
         return value.decode() if value is not None else None
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _when_s(seconds: float) -> str:
+    return when(int(seconds * 1000))
+
+
+def _waiting_batch(messages: list[Any]) -> Any:
+    """The session's batch of calls that wait for approval (decided or not), or ``None``."""
+    from ..deferred import may_wait, waiting_batch
+
+    return waiting_batch(messages) if may_wait(messages) else None
 
 
 def _int(text: str) -> int:

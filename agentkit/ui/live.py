@@ -17,6 +17,7 @@ from typing import Any
 from ..agent import Agent
 from ..errors import AgentBusyError, AgentError
 from ..events import AgentEvent
+from ..run import Run
 from ..sessions import Session
 from ..transcript import user_message
 
@@ -99,7 +100,11 @@ class LiveRuns:
         """Start a run of ``session`` with ``text`` as the user's next message; return at once.
 
         Raises :class:`AgentBusyError` while the session already runs here, and
-        :class:`AgentError` when the page was started without an agent."""
+        :class:`AgentError` when the page was started without an agent (or the run cannot
+        start: calls of the session wait for approval, say)."""
+        return self._start(session, lambda agent: agent.start(user_message(text)))
+
+    def _start(self, session: str, begin: Callable[[Agent], Run]) -> LiveRun:
         if self.build_agent is None:
             raise AgentError("this page has no agent: start it with --agent module:factory")
         with self._lock:
@@ -113,13 +118,18 @@ class LiveRuns:
             agent.subscribe(live.record)
             self._runs[session] = live
         try:
-            run = agent.start(user_message(text))
+            run = begin(agent)
         except BaseException:
             live.finish()
             agent.close()
             raise
         run.add_done_callback(lambda _run: live.finish())
         return live
+
+    def resume(self, session: str) -> LiveRun:
+        """Continue ``session`` (its decided approvals run, then the model goes on); return
+        at once. Raises as :meth:`prompt` does."""
+        return self._start(session, lambda agent: agent.start_continue())
 
     def steer(self, session: str, text: str) -> bool:
         """Give a running run ``text`` after its current tool batch; whether one was running."""

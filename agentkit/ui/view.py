@@ -153,8 +153,27 @@ def transcript(messages: list[Any]) -> tuple[list[Entry], Totals]:
             entry.blocks = content_text(getattr(message, "content", ""))
         else:
             entry.record = pretty(message)
-            summary = message.get("summary") if isinstance(message, dict) else None
-            if isinstance(summary, str):
-                entry.blocks.append(Block("text", summary))
+            said = record_summary(to_jsonable(message))
+            if said:
+                entry.blocks.append(Block("text", said))
         entries.append(entry)
     return entries, totals
+
+
+def record_summary(data: Any) -> str:
+    """One line saying what an application's own record is (a compaction's summary, an
+    approval asked, decided or resumed); empty for a record the page does not know."""
+    if not isinstance(data, dict):
+        return ""
+    role, call = data.get("role"), data.get("tool_call_id", "")
+    if role == "approval_request":
+        return f"Approval asked for {data.get('tool_name')} ({call})."
+    if role == "approval_decision":
+        verdict = "Approved" if data.get("approved") else "Denied"
+        reason = f": {data['reason']}" if data.get("reason") else ""
+        edited = " (with edited arguments)" if data.get("arguments") is not None else ""
+        return f"{verdict} {call}{edited}{reason}"
+    if role == "approval_resume":
+        return f"Resumed {', '.join(data.get('tool_call_ids') or [])}."
+    summary = data.get("summary")
+    return summary if isinstance(summary, str) else ""

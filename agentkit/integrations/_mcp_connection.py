@@ -100,6 +100,7 @@ class Connection:
         self.ended = threading.Event()  # the loop thread is done
         self.grace = SHUTDOWN_GRACE  # read by the stdio transport when it stops the server
         self.process = StdioProcess()
+        self.http_refusal: int | None = None  # the last 401/403 the HTTP server answered
         self.thread = threading.Thread(
             target=self._run_loop, name=f"agentkit-mcp-{name}", daemon=True
         )
@@ -242,6 +243,11 @@ class Connection:
             with self._lock:
                 if self.failure is None and not self._closing:
                     self.failure = _describe(exc)
+                    if self.http_refusal is not None:
+                        self.failure = (
+                            f"HTTP {self.http_refusal}: the server refused the credentials (or "
+                            "their absence); see MCPServer.http(url, headers=..., auth=...)"
+                        )
                     if self.ready.is_set():
                         logger.warning("MCP server %r failed: %s", self.name, self.failure)
         finally:
@@ -261,8 +267,12 @@ class Connection:
                 report=self.process,
             )
         if isinstance(target, HttpTarget):
-            return _http_transport(target)
+            return _http_transport(target, self._refused)
         return target  # an SDK transport given by the caller
+
+    def _refused(self, status: int) -> None:
+        """The HTTP server answered 401 or 403 (called on the loop)."""
+        self.http_refusal = status
 
     def _exited(self, reason: str) -> None:
         """The stdio server's stdout ended: it exited or crashed (called on the loop)."""
@@ -400,9 +410,12 @@ class Connection:
 
 
 @asynccontextmanager
-async def _http_transport(target: HttpTarget) -> AsyncIterator[Any]:
+async def _http_transport(
+    target: HttpTarget, refused: Callable[[int], None]
+) -> AsyncIterator[Any]:
     """The SDK's streamable HTTP transport on an HTTP client carrying ``target``'s headers and
-    auth, plus the running call's per-run headers on requests to the server's own URL."""
+    auth, plus the running call's per-run headers on requests to the server's own URL.
+    ``refused(status)`` hears of each 401 or 403 answer (the SDK's error does not say)."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
@@ -419,11 +432,15 @@ async def _http_transport(target: HttpTarget) -> AsyncIterator[Any]:
         ):
             request.headers.update(extra)
 
+    async def note_refusal(response: httpx2.Response) -> None:
+        if response.status_code in (401, 403):
+            refused(response.status_code)
+
     client = httpx2.AsyncClient(
         headers=target.headers,
         auth=target.auth,
         timeout=httpx2.Timeout(30.0, read=300.0),
-        event_hooks={"request": [add_call_headers]},
+        event_hooks={"request": [add_call_headers], "response": [note_refusal]},
     )
     async with client:
         async with streamable_http_client(target.url, http_client=client) as streams:

@@ -288,6 +288,13 @@ class Connection:
             try:
                 if client is not None:
                     await self._refresh(client)
+            except Exception as exc:  # a listing the session's end cut short: the end says why
+                logger.log(
+                    logging.DEBUG if self.failure or self._closing else logging.WARNING,
+                    "MCP server %r: the tool list could not be refreshed: %s",
+                    self.name,
+                    _describe(exc),
+                )
             finally:
                 self.owner._settle(target)
         elif isinstance(message, Exception):

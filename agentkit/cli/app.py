@@ -30,6 +30,7 @@ from ..types import Model
 from .agent_setup import build_agent, check_tools
 from .chat import chat
 from .console import EXIT_INTERRUPTED, Console
+from .mcp_serve import add_mcp_command, run_mcp_command
 from .model_choice import PrefixCache
 from .options import common_options
 from .run import run_once
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_session_options(chat_command)
     add_sessions_command(commands)
     add_server_command(commands)
+    add_mcp_command(commands)
     return parser
 
 
@@ -88,6 +90,8 @@ def main(
         return run_sessions_command(args, io.stdout, io.stderr)
     if args.command == "server":
         return run_server_command(args, io)
+    if args.command == "mcp":
+        return run_mcp_command(args, io)
     try:
         task = _read_task(args.task, io) if args.command == "run" else None
         check_tools(args.tools)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -236,7 +237,7 @@ def inspector_argv(url: str | None, target: str, *method: str, marker: Path | No
     assert INSPECTOR is not None
     if url is not None:
         return [INSPECTOR, "--cli", url, "--transport", "http", *method]
-    env = [f"-e={key}={value}" for key, value in server_env(marker).items()]
+    env = [part for key, value in server_env(marker).items() for part in ("-e", f"{key}={value}")]
     return [INSPECTOR, "--cli", *env, *serve_argv(target), *method]
 
 
@@ -262,22 +263,48 @@ def test_the_inspector_lists_and_calls_the_agent(transport: str) -> None:
         served.stop()
 
 
+def kill_clients(group: int) -> None:
+    """SIGKILL the Node processes of ``group``: the Inspector, not the agentkit server it ran
+    over stdio in the same group (which must see its client go, not be killed with it)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        process_group = int(stat.rsplit(")", 1)[1].split()[2])
+        program = Path(command.split(b"\0")[0].decode(errors="replace")).name
+        if process_group == group and program == "node":
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 @needs_inspector
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
 def test_the_inspector_going_away_mid_run_aborts_the_run(transport: str, marker: Path) -> None:
     served = Served(transport, TOOLBOX, marker)
     url = served.process.url if served.process else None
     call = ["--method", "tools/call", "--tool-name", "stuck", "--tool-arg", "task=wait"]
     try:
         argv = inspector_argv(url, TOOLBOX, *call, marker=marker)
+        # Its own process group: the Inspector's launcher runs the client as a child process.
         inspector = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+            start_new_session=True,
         )
         try:
             # The Inspector prints nothing before the call ends: the served process writes a
             # file when the run is blocked. Then the client is killed, without a goodbye.
             assert wait_for_file(blocked_marker(marker)), "the run never started"
         finally:
-            inspector.kill()
+            kill_clients(inspector.pid)
             inspector.wait(WAIT)
         assert wait_for_file(marker), "the run went on after its client had gone"
     finally:

@@ -144,15 +144,20 @@ def build_server(
         if tool is None:
             return _mcp_result(error_result(f"no tool named {params.name!r}"))
         call = ToolCall(id=f"mcp-{next(call_ids)}", name=tool.name, arguments=params.arguments or {})
-        return _mcp_result(await _run_call(tool, call, ctx.session.report_progress))
+        gone = _disconnect_event(ctx)
+        return _mcp_result(await _run_call(tool, call, ctx.session.report_progress, gone))
 
     return Server(name, instructions=instructions, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
 async def _run_call(
-    tool: AgentTool, call: ToolCall, progress: Callable[[float, float | None, str | None], Any]
+    tool: AgentTool,
+    call: ToolCall,
+    progress: Callable[[float, float | None, str | None], Any],
+    gone: asyncio.Event | None = None,
 ) -> AgentToolResult:
-    """Run ``call`` on a thread of its own; report its updates; abort it when cancelled."""
+    """Run ``call`` on a thread of its own; report its updates; abort it when cancelled, or
+    when ``gone`` is set (the HTTP client dropped the request's connection)."""
     loop = asyncio.get_running_loop()
     reports: asyncio.Queue[tuple[str, AgentToolResult]] = asyncio.Queue()
     controller = AbortController()
@@ -168,8 +173,13 @@ async def _run_call(
             result = error_result(str(exc) or type(exc).__name__)
         loop.call_soon_threadsafe(reports.put_nowait, ("done", result))
 
+    async def abort_when_gone(event: asyncio.Event) -> None:
+        await event.wait()
+        controller.abort()
+
     worker = threading.Thread(target=work, name=f"agentkit-mcp-call-{call.name}", daemon=True)
     worker.start()
+    watcher = asyncio.ensure_future(abort_when_gone(gone)) if gone is not None else None
     try:
         while True:
             kind, value = await reports.get()
@@ -184,6 +194,49 @@ async def _run_call(
         controller.abort()
         await asyncio.shield(loop.run_in_executor(None, worker.join, ABORT_WAIT))
         raise
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+
+
+DISCONNECTED = "agentkit.disconnected"
+"""The ASGI scope key of the event :class:`_WatchDisconnects` sets when the client goes."""
+
+
+class _WatchDisconnects:
+    """ASGI middleware noting, in each HTTP request's scope, when its client disconnects.
+
+    On a handshake-era streamable HTTP session the SDK keeps a call running when the client
+    drops the request's response stream (the client may come back for the result); agentkit
+    keeps no events to resume from, so the result could never be delivered: the run is
+    aborted instead. (A 2026-era client's disconnect is its cancellation; the SDK ends that
+    handler itself.)
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        gone = asyncio.Event()
+        scope[DISCONNECTED] = gone
+
+        async def watched_receive() -> Any:
+            message = await receive()
+            if message.get("type") == "http.disconnect":
+                gone.set()
+            return message
+
+        await self.app(scope, watched_receive, send)
+
+
+def _disconnect_event(ctx: Any) -> asyncio.Event | None:
+    """The disconnect event of the HTTP request a handler serves, if it came over HTTP."""
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
+    event = scope.get(DISCONNECTED) if isinstance(scope, dict) else None
+    return event if isinstance(event, asyncio.Event) else None
 
 
 def _execute(
@@ -254,7 +307,7 @@ async def _serve_http(
 ) -> None:
     import uvicorn
 
-    app = server.streamable_http_app(host=host)
+    app = _WatchDisconnects(server.streamable_http_app(host=host))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     web = uvicorn.Server(config)
 

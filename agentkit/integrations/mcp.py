@@ -387,7 +387,10 @@ class MCPServer:
             if signal is not None and signal.aborted:
                 return error_result(f"{ABORTED_TEXT}: MCP call {name} cancelled")
         if headers is None and self.run_headers is not None:
-            headers = self._run_headers()
+            try:
+                headers = self._run_headers()
+            except Exception as exc:  # the user's function: its failure is this call's
+                return error_result(f"run_headers of MCP server {self.name!r} failed: {exc}")
         return connection.call(name, arguments, signal, on_update, headers)
 
     def _run_headers(self) -> Mapping[str, str] | None:

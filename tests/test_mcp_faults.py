@@ -124,6 +124,17 @@ def test_start_says_how_the_server_ended_and_what_it_wrote_to_stderr() -> None:
     assert "exited with status 3" in message and "config file missing" in message
 
 
+def test_an_http_server_that_is_not_there_is_named_without_its_credentials() -> None:
+    from .mcp_servers.processes import free_port
+
+    url = f"http://someone:secret-password@127.0.0.1:{free_port()}/mcp"
+    with pytest.raises(MCPServerError) as caught:
+        MCPServer.http(url).start()
+    message = str(caught.value)
+    assert "cannot reach the server" in message and "127.0.0.1" in message
+    assert "secret-password" not in message
+
+
 def test_start_keeps_to_connect_timeout_for_a_server_that_ignores_the_shutdown(
     no_leaked_threads: None,
 ) -> None:

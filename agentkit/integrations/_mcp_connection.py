@@ -243,6 +243,8 @@ class Connection:
             with self._lock:
                 if self.failure is None and not self._closing:
                     self.failure = _describe(exc)
+                    if isinstance(self.target, HttpTarget) and _connection_error(exc):
+                        self.failure = f"cannot reach the server: {self.failure}"
                     if self.http_refusal is not None:
                         self.failure = (
                             f"HTTP {self.http_refusal}: the server refused the credentials (or "
@@ -459,13 +461,20 @@ def _connection_error(exc: BaseException) -> bool:
     from mcp.shared.exceptions import MCPError
     from mcp_types import CONNECTION_CLOSED
 
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, MCPError) and seen.error.code == CONNECTION_CLOSED:
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, MCPError) and current.error.code == CONNECTION_CLOSED:
             return True
-        if type(seen).__module__.startswith(("httpx", "httpcore")) and "Connect" in type(seen).__name__:
+        kind = type(current)
+        if kind.__module__.startswith(("httpx", "httpcore")) and "Connect" in kind.__name__:
             return True
-        seen = seen.__cause__ or seen.__context__
+        pending.extend(getattr(current, "exceptions", ()))  # an exception group's members
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
     return False
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from agentkit.abort import ABORTED_TEXT, AbortSignal
 from agentkit.errors import AgentError, MCPServerError
@@ -186,7 +187,7 @@ class MCPServer:
             raise MCPServerError(f"MCP server URL must start with http:// or https://: {url!r}")
         return cls(
             HttpTarget(url, headers, auth),
-            name=name or url,
+            name=name or _without_userinfo(url),
             tool_prefix=tool_prefix,
             connect_timeout=connect_timeout,
             call_timeout=call_timeout,
@@ -344,9 +345,19 @@ class MCPServer:
             if t.name in names and not (isinstance(t, MCPTool) and t.server is self)
         )
         if clashes:
+            stale = any(
+                isinstance(t, MCPTool) and t.server is not None and not t.server.alive
+                for t in agent.state.tools
+                if t.name in names
+            )
+            hint = (
+                "close() the server that went away first, or restart() it"
+                if stale
+                else "give the server a tool_prefix"
+            )
             raise MCPServerError(
                 f"MCP server {self.name!r} has tools the agent already has: "
-                f"{', '.join(clashes)} (give the server a tool_prefix)"
+                f"{', '.join(clashes)} ({hint})"
             )
         attachment = _Attachment(self, agent)
         with self._lock:
@@ -470,6 +481,13 @@ class MCPServer:
             server=self,
             remote_name=remote,
         )
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` without a ``user:password@`` part (a name shows up in every message)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
 class _Attachment:

@@ -314,6 +314,14 @@ def test_the_inspector_going_away_mid_run_aborts_the_run(transport: str, marker:
 # --- the command's own checks ----------------------------------------------------------------
 
 
+def test_a_target_may_be_a_file_path() -> None:
+    path = Path(__file__).parent / "mcp_servers" / "served.py"
+    tools = load_tools(f"{path}:toolbox")
+    assert [t.name for t in tools] == ["lookup", "stuck", "wait_aborted"]
+    [agent] = load_tools(f"{path}:research_agent", tool_name="research")
+    assert agent.name == "research" and agent.parameters["required"] == ["task"]
+
+
 def test_a_factory_that_gives_neither_agent_nor_tools_is_a_clear_error() -> None:
     with pytest.raises(CliError, match="must be a function returning an Agent"):
         load_tools("tests.mcp_servers.served:aborted")

@@ -192,7 +192,11 @@ async def _run_call(
         # Cancelled by the client (notifications/cancelled) or by its going away: abort the
         # tool and give it a bounded time to wind down, so no run outlives its request.
         controller.abort()
-        await asyncio.shield(loop.run_in_executor(None, worker.join, ABORT_WAIT))
+        import anyio
+        import anyio.to_thread
+
+        with anyio.CancelScope(shield=True):  # the request is cancelled; this wait is not
+            await anyio.to_thread.run_sync(worker.join, ABORT_WAIT)
         raise
     finally:
         if watcher is not None:

@@ -148,9 +148,11 @@ def test_start_keeps_to_connect_timeout_for_a_server_that_ignores_the_shutdown(
     with pytest.raises(MCPServerError, match="did not answer within 1 s"):
         mute.start()
     elapsed = time.monotonic() - started
-    # The server is killed when the time is up: start() does not also wait out the shutdown
-    # grace (2 s, then 2 s more after SIGTERM in the SDK's own stdio transport).
-    assert elapsed < mute.connect_timeout + SHUTDOWN_GRACE, elapsed
+    # The server is killed when the time is up (about connect_timeout in all): start() does
+    # not also wait out the shutdown grace, 2 s, and 2 s more after a SIGTERM it ignores, as
+    # with the SDK's own stdio transport (connect_timeout + 4 s). The bound leaves 3 s for a
+    # busy machine.
+    assert elapsed < mute.connect_timeout + SHUTDOWN_GRACE + 1.0, elapsed
 
 
 def test_restart_brings_a_crashed_server_back_under_the_same_tools() -> None:

@@ -110,22 +110,10 @@ def test_a_dead_server_fails_calls_at_once_and_restart_brings_it_back(
         assert not server.alive
         if everything.process is not None:  # the hosted server comes back on its port
             port = everything.process.port
-            everything.process = everything_http_on(port)
+            everything.process = everything_http(port)
         server.restart()
         assert server.alive
         assert server.call_tool("echo", {"message": "back"}).text == "Echo: back"
-
-
-def everything_http_on(port: int) -> HttpServerProcess:
-    import shutil
-
-    from .mcp_servers.processes import LOOPBACK
-
-    path, node = npm_bin("mcp-server-everything"), shutil.which("node")
-    assert path is not None and node is not None
-    return HttpServerProcess(
-        [node, "--require", LOOPBACK, path, "streamableHttp"], port, env={"PORT": str(port)}
-    )
 
 
 def test_reconnecting_gives_the_agent_each_tool_once_on_the_live_server(

@@ -16,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+from ..servers import free_port
+
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 FAULT_SERVER = str(HERE / "fault_server.py")
@@ -35,12 +37,6 @@ def npm_bin(name: str) -> str | None:
 
 def npm_skip_reason(name: str) -> str:
     return f"{name} is not installed (scripts/test installs it with npm into .venv/npm)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class HttpServerProcess:
@@ -101,12 +97,12 @@ def everything_stdio() -> list[str]:
     return [path, "stdio"]
 
 
-def everything_http() -> HttpServerProcess:
-    """server-everything over streamable HTTP on a free port of 127.0.0.1."""
+def everything_http(port: int | None = None) -> HttpServerProcess:
+    """server-everything over streamable HTTP on 127.0.0.1 (on ``port``, else a free one)."""
     path = npm_bin("mcp-server-everything")
     node = shutil.which("node")
     assert path is not None and node is not None
-    port = free_port()
+    port = port or free_port()
     # It listens on every interface; the preload keeps it to the loopback one.
     return HttpServerProcess(
         [node, "--require", LOOPBACK, path, "streamableHttp"], port, env={"PORT": str(port)}

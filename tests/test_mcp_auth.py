@@ -137,3 +137,18 @@ def test_the_sdks_oauth_provider_authorizes_the_connection() -> None:
             assert storage.tokens is not None and storage.tokens.access_token.startswith("oauth-")
     finally:
         process.stop()
+
+
+def test_concurrent_calls_each_carry_their_own_headers(bearer_server: HttpServerProcess) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    headers = {"Authorization": "Bearer service-token"}
+    with MCPServer.http(bearer_server.url, headers=headers, name="hosted") as server:
+        users = ["alice", "bob"] * 10
+
+        def whoami(user: str) -> str:
+            own = {"Authorization": f"Bearer {user}-token"}
+            return server.call_tool("whoami", {}, headers=own).text
+
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="caller") as pool:
+            assert list(pool.map(whoami, users)) == users

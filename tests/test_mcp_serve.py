@@ -329,3 +329,13 @@ def test_a_factory_that_gives_neither_agent_nor_tools_is_a_clear_error() -> None
         load_tools("tests.no_such_module:factory")
     with pytest.raises(CliError, match="module:factory"):
         load_tools("no_colon_here")
+
+
+def test_the_command_reports_a_bad_target_and_exits_2() -> None:
+    import io
+
+    from agentkit import cli
+
+    err = io.StringIO()
+    code = cli.main(["mcp", "serve", "tests.no_such_module:factory"], stdout=io.StringIO(), stderr=err)
+    assert code == 2 and "agentkit: cannot import tests.no_such_module" in err.getvalue()

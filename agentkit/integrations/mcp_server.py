@@ -158,6 +158,9 @@ async def _run_call(
 ) -> AgentToolResult:
     """Run ``call`` on a thread of its own; report its updates; abort it when cancelled, or
     when ``gone`` is set (the HTTP client dropped the request's connection)."""
+    import anyio
+    import anyio.to_thread
+
     loop = asyncio.get_running_loop()
     reports: asyncio.Queue[tuple[str, AgentToolResult]] = asyncio.Queue()
     controller = AbortController()
@@ -185,16 +188,12 @@ async def _run_call(
             kind, value = await reports.get()
             if kind == "done":
                 return value
-            step = value.details.get("progress") if isinstance(value.details, dict) else None
-            number = step if isinstance(step, (int, float)) else next(sequence)
-            await progress(float(number), None, value.text or None)
+            # MCP wants progress to grow: the count of updates so far, with the tool's text.
+            await progress(float(next(sequence)), None, value.text or None)
     except BaseException:
         # Cancelled by the client (notifications/cancelled) or by its going away: abort the
         # tool and give it a bounded time to wind down, so no run outlives its request.
         controller.abort()
-        import anyio
-        import anyio.to_thread
-
         with anyio.CancelScope(shield=True):  # the request is cancelled; this wait is not
             await anyio.to_thread.run_sync(worker.join, ABORT_WAIT)
         raise

@@ -30,6 +30,7 @@ from ..types import Model
 from .agent_setup import build_agent, check_tools
 from .chat import chat
 from .console import EXIT_INTERRUPTED, Console
+from .mcp_serve import add_mcp_command, run_mcp_command
 from .model_choice import PrefixCache
 from .options import common_options
 from .run import run_once
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sessions_command(commands)
     add_server_command(commands)
     add_ui_command(commands, common)
+    add_mcp_command(commands)
     return parser
 
 
@@ -96,6 +98,8 @@ def main(
         except CliError as exc:
             io.err(f"agentkit: {exc}")
             return 2
+    if args.command == "mcp":
+        return run_mcp_command(args, io)
     try:
         task = _read_task(args.task, io) if args.command == "run" else None
         check_tools(args.tools)

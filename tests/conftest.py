@@ -3,15 +3,36 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentkit import set_default_stream_fn
+from tests.servers import PostgresServer, RedisServer
 
 # --- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server on 127.0.0.1 for the whole test run."""
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server on 127.0.0.1 for the whole test run."""
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture

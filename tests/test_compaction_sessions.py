@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +22,6 @@ from tests.servers import PostgresServer
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def postgres_server() -> Iterator[PostgresServer]:
-    server = PostgresServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
@@ -43,7 +33,10 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def run_child_until_compacted(store_url: str, name: str) -> list[list[object]]:
     """Run the child until its first compaction record is stored, SIGKILL it, and return the
     view it would have sent next."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.compaction_crash_child", store_url, name],
         stdout=subprocess.PIPE, cwd=ROOT, env=env, text=True,

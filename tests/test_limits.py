@@ -28,16 +28,6 @@ WORKER = Path(__file__).parent / "fleet_worker.py"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    """A real redis-server on 127.0.0.1 for this module."""
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 @pytest.fixture(params=["memory", "redis"])
 def backend(request: pytest.FixtureRequest) -> QuotaBackend:
     """Each backend, its buckets fresh for the test (a prefix of its own on the shared Redis)."""

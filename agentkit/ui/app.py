@@ -8,7 +8,7 @@ script for the live view. :mod:`agentkit.ui.security` says who may use it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -148,16 +148,7 @@ def create_app(
         text = request.form.get("text", "").strip()
         if not text:
             return _answer(name, "say something first", 400)
-        try:
-            Session(name, store)  # checks the name
-            live.prompt(name, text)
-        except ValueError as exc:
-            return _answer(name, str(exc), 400)
-        except AgentBusyError as exc:
-            return _answer(name, str(exc), 409)
-        except AgentError as exc:
-            return _answer(name, str(exc), 400)
-        return _answer(name, "started", 200)
+        return _started(name, lambda: live.prompt(name, text), "started")
 
     @app.post("/new")
     def new_session() -> Any:
@@ -222,13 +213,7 @@ def create_app(
 
     @app.post("/s/<path:name>/resume")
     def resume(name: str) -> Any:
-        try:
-            live.resume(name)
-        except AgentBusyError as exc:
-            return _answer(name, str(exc), 409)
-        except AgentError as exc:
-            return _answer(name, str(exc), 400)
-        return _answer(name, "resumed", 200)
+        return _started(name, lambda: live.resume(name), "resumed")
 
     @app.get("/runs")
     def follow_form() -> Any:
@@ -344,6 +329,18 @@ def _frames(events: Iterator[tuple[str | None, dict[str, Any] | None]]) -> Itera
             continue
         yield f"id: {event_id}\nevent: {event.get('type', 'message')}\ndata: {dumps(event)}\n\n"
     yield "event: end\ndata: {}\n\n"
+
+
+def _started(name: str, start: Callable[[], Any], said: str) -> Any:
+    """Start a run of session ``name`` from the page and say how it went: 409 while it runs
+    already, 400 for a bad name, no agent, or a session that cannot take a run now."""
+    try:
+        start()  # a bad name raises ValueError where the run's Session is made
+    except AgentBusyError as exc:
+        return _answer(name, str(exc), 409)
+    except (AgentError, ValueError) as exc:
+        return _answer(name, str(exc), 400)
+    return _answer(name, said, 200)
 
 
 def _answer(name: str, message: str, status: int) -> Any:

@@ -1,5 +1,5 @@
-"""Fixtures for the session tests: one real server of each kind per test run, and ``store_url``
-/ ``store`` parametrised over SQLite, Redis and PostgreSQL so every contract test runs on all."""
+"""Fixtures for the session tests: ``store_url`` / ``store`` parametrised over SQLite, Redis and
+PostgreSQL (the real servers of ``tests/conftest.py``) so every contract test runs on all."""
 
 from __future__ import annotations
 
@@ -13,26 +13,6 @@ from tests.servers import PostgresServer, RedisServer
 
 STORES = ["sqlite", "redis", "postgres"]
 _names = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """A real redis-server on 127.0.0.1 for the whole test run."""
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A real PostgreSQL server on 127.0.0.1 for the whole test run."""
-    server = PostgresServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture(params=STORES)

@@ -4,10 +4,8 @@ the run's page relays what the worker publishes (a real redis-server, the real R
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import requests
 
 from agentkit.integrations.celery import RunChannel, SessionLease
@@ -17,15 +15,6 @@ from agentkit.ui import UiServer
 from tests.servers import RedisServer
 
 from ..support import WAIT
-
-
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def test_a_celery_run_is_found_followed_and_aborted(

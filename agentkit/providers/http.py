@@ -188,7 +188,7 @@ class _ConnectionTracker:
             raise failure[0]
 
     def connecting(self, sock: socket.socket | None) -> None:
-        """``sock`` is about to ``connect()`` on the request's thread (``None``: it is done);
+        """``sock`` is about to ``connect()`` on the request's thread (``None``: forget it);
         an abort shuts it down, which ends the connect. Raises ``_RequestAborted`` if the
         request was already aborted."""
         with self._lock:
@@ -213,6 +213,7 @@ class _ConnectionTracker:
         """The request is over: its connections belong to the pool again."""
         with self._lock:
             self._detached = True
+            self._socket_connecting = None
             for connection in self._connections:
                 if getattr(connection, "_agentkit_tracker", None) is self:
                     connection._agentkit_tracker = None
@@ -282,11 +283,15 @@ def _connect_here(connection: Any, tracker: _ConnectionTracker) -> socket.socket
             sock.settimeout(timeout)
         if connection.source_address:
             sock.bind(connection.source_address)
+        # Shown to the tracker until the request ends (detach), not only while connecting: an
+        # abort between the connect and the connection taking the socket (a TLS handshake
+        # comes next) must still reach it.
         tracker.connecting(sock)
         try:
             sock.connect((host, connection.port))
-        finally:
+        except BaseException:
             tracker.connecting(None)
+            raise
     except TimeoutError as exc:
         sock.close()
         raise ConnectTimeoutError(

@@ -171,20 +171,28 @@ def starting_threads_elsewhere() -> Iterator[None]:
 _Start = tuple[threading.Thread, Callable[[BaseException], None]]
 
 
+STARTER_IDLE = 2.0
+"""Seconds the starter thread waits for more work before it ends (an idle process holds no
+agentkit thread)."""
+
+
 class _Starter:
     """The starter thread (``agentkit-starter``): starts the threads handed to it, in order,
-    and reports a thread that could not start to its ``failed`` callback."""
+    and reports a thread that could not start to its ``failed`` callback. It ends after
+    :data:`STARTER_IDLE` seconds without work; the next hand-over starts it again (that one
+    start is waited for: on a process that was idle, it is quick)."""
 
     def __init__(self) -> None:
         self.queue: queue.SimpleQueue[_Start] = queue.SimpleQueue()
-        # Guards thread: the first hand-over of the process (or of a forked child) starts it.
+        # Guards thread: whether a starter thread is serving the queue (set by a hand-over
+        # that found none, cleared by the thread as it ends for want of work).
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
 
     def hand_over(self, item: _Start) -> None:
         self.queue.put(item)
         with self.lock:
-            if self.thread is None:  # once per process: this one start is waited for
+            if self.thread is None:
                 self.thread = threading.Thread(
                     target=self._serve, name="agentkit-starter", daemon=True
                 )
@@ -192,7 +200,14 @@ class _Starter:
 
     def _serve(self) -> None:
         while True:
-            thread, failed = self.queue.get()
+            try:
+                thread, failed = self.queue.get(timeout=STARTER_IDLE)
+            except queue.Empty:
+                with self.lock:
+                    if self.queue.empty():  # a hand-over after this starts a new thread
+                        self.thread = None
+                        return
+                continue
             try:
                 thread.start()
             except BaseException as exc:  # noqa: BLE001 - "can't start new thread": the run fails

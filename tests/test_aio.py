@@ -244,8 +244,9 @@ def test_fifty_runs_starting_at_once_never_wait_on_a_thread() -> None:
     agents = [agent() for _ in range(runs)]
 
     async def main() -> tuple[list[str], int]:
-        # The starter thread is started once per process, by the first run from a loop: that
-        # one start is waited for, here before the measurement.
+        # The starter thread is started by the first run from a loop after a quiet spell
+        # (it ends after STARTER_IDLE seconds without work): that one start is waited for,
+        # here before the measurement, which follows within milliseconds.
         await _agent(["warmed up"]).aprompt("warm up")
         loop = asyncio.get_running_loop()
         all_asked = asyncio.Event()
@@ -286,3 +287,21 @@ def test_fifty_runs_starting_at_once_never_wait_on_a_thread() -> None:
     texts, ticks = asyncio.run(main())
     assert texts == ["done"] * runs
     assert ticks >= 1
+
+
+def test_the_starter_thread_ends_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle process holds no agentkit thread: the starter ends once it has no work, and
+    the next run from a loop starts it again."""
+    from agentkit import run as run_module
+
+    monkeypatch.setattr(run_module, "STARTER_IDLE", 0.05)
+
+    def starters() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "agentkit-starter"]
+
+    for _ in range(2):
+        assert asyncio.run(_agent(["hi"]).aprompt("hello")).text == "hi"
+        deadline = time.monotonic() + WAIT
+        while starters() and time.monotonic() < deadline:
+            threading.Event().wait(0.01)
+        assert not starters()

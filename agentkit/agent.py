@@ -46,6 +46,7 @@ from .run import (
     _wait_through_interrupts,
     agentkit_logger,
     running_agent,
+    start_worker,
 )
 from .transcript import (
     create_initial_system_message,
@@ -682,7 +683,7 @@ class Agent(AgentOptions):
             if here:
                 contextvars.copy_context().run(self._work, run, body)
             else:
-                run._thread.start()
+                start_worker(run._thread, lambda exc: self._abandon(run, stop=False, error=exc))
             if block:
                 run.wait()
         except BaseException:
@@ -690,14 +691,14 @@ class Agent(AgentOptions):
             raise
         return run
 
-    def _abandon(self, run: Run, stop: bool) -> None:
-        """Undo a start that was interrupted: release an unbegun run; abort and wait for a
-        begun one if ``stop``."""
+    def _abandon(self, run: Run, stop: bool, error: BaseException | None = None) -> None:
+        """Undo a start that was interrupted: release an unbegun run (ended with ``error``, a
+        worker thread that could not start); abort and wait for a begun one if ``stop``."""
         if self._active is not run:
             return  # never claimed (busy or closed)
         if run._cancel_unbegun():
             self._release(run)
-            run._settle([], None)
+            run._settle([], error)
         elif stop:
             run.abort()
             _wait_through_interrupts(run)

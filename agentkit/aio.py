@@ -2,8 +2,10 @@
 
 The agent already runs on a worker thread of its own; these functions only bridge its results
 and events onto the caller's event loop with ``loop.call_soon_threadsafe``, so the loop never
-waits on a lock or a join. Cancelling the awaiting task (a client that disconnects from a
-FastAPI endpoint, ``asyncio.wait_for`` timing out) aborts the run.
+waits on a thread: not for a join, and not for the run's worker thread to come up (a
+process-wide starter thread waits for that; see :func:`agentkit.run.starting_threads_elsewhere`).
+Cancelling the awaiting task (a client that disconnects from a FastAPI endpoint,
+``asyncio.wait_for`` timing out) aborts the run.
 
     result = await agent.aprompt("Hello", output_type=Answer)
     async for event in agent.astream("Hello"):
@@ -22,6 +24,8 @@ import contextlib
 import sys
 from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
+
+from .run import starting_threads_elsewhere
 
 if TYPE_CHECKING:
     from agentkit import Agent, ImageContent, Run, RunResult
@@ -77,13 +81,17 @@ async def aprompt(
     Cancelling the awaiting task aborts the run, waits for it to end, then re-raises
     ``CancelledError``.
     """
-    return await _result(agent.start(input, images, **run_options))
+    with starting_threads_elsewhere():
+        run = agent.start(input, images, **run_options)
+    return await _result(run)
 
 
 async def acontinue(agent: Agent, **run_options: Any) -> RunResult:
     """Continue ``agent`` from its transcript and await the :class:`~agentkit.RunResult`
     (``Agent.continue_`` for asyncio; cancelling aborts the run as :func:`aprompt` does)."""
-    return await _result(agent.start_continue(**run_options))
+    with starting_threads_elsewhere():
+        run = agent.start_continue(**run_options)
+    return await _result(run)
 
 
 async def _result(run: Run) -> RunResult:
@@ -94,7 +102,7 @@ async def _result(run: Run) -> RunResult:
     except asyncio.CancelledError:
         await _abort_and_wait(run, finished)
         raise
-    return run.result()
+    return run._result_now()  # ended: its thread only has done callbacks left, not waited for
 
 
 async def astream(
@@ -117,7 +125,8 @@ async def astream(
 
     unsubscribe = agent.subscribe(forward)
     try:
-        run = agent.start(input, images, **run_options)
+        with starting_threads_elsewhere():
+            run = agent.start(input, images, **run_options)
     except BaseException:
         unsubscribe()
         raise

@@ -8,10 +8,12 @@ the callables it hands them.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
@@ -137,6 +139,108 @@ class Run:
                 fn(self)
             except Exception:
                 agentkit_logger().exception("agentkit: a run's done callback raised")
+
+
+    def _result_now(self) -> RunResult:
+        """:meth:`result` of a run that has ended, without joining its thread (which may still
+        be finishing its done callbacks): for an event loop, which must never wait on a
+        thread."""
+        assert self._done.is_set()
+        if self._error is not None:
+            raise self._error
+        return self._messages.copy_envelope(self._messages)
+
+
+# --- starting a worker thread without waiting for it ------------------------------------------
+#
+# ``Thread.start()`` returns only once the new thread is running, and under load (many threads
+# wanting the GIL) that takes from a few to hundreds of milliseconds. A thread with nothing else
+# to do may wait; an event loop may not. Inside :func:`starting_threads_elsewhere`, worker
+# threads are handed to one process-wide starter thread that waits for them instead.
+
+_elsewhere = threading.local()
+
+
+@contextmanager
+def starting_threads_elsewhere() -> Iterator[None]:
+    """Make :func:`start_worker` calls inside the block return at once, leaving the wait for
+    the thread to come up to the starter thread (an event loop starting a run)."""
+    before = getattr(_elsewhere, "active", False)
+    _elsewhere.active = True
+    try:
+        yield
+    finally:
+        _elsewhere.active = before
+
+
+_Start = tuple[threading.Thread, Callable[[BaseException], None]]
+
+
+STARTER_IDLE = 2.0
+"""Seconds the starter thread waits for more work before it ends (an idle process holds no
+agentkit thread)."""
+
+
+class _Starter:
+    """The starter thread (``agentkit-starter``): starts the threads handed to it, in order,
+    and reports a thread that could not start to its ``failed`` callback. It ends after
+    :data:`STARTER_IDLE` seconds without work; the next hand-over starts it again (that one
+    start is waited for: on a process that was idle, it is quick)."""
+
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue[_Start] = queue.SimpleQueue()
+        # Guards thread: whether a starter thread is serving the queue (set by a hand-over
+        # that found none, cleared by the thread as it ends for want of work).
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def hand_over(self, item: _Start) -> None:
+        self.queue.put(item)
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._serve, name="agentkit-starter", daemon=True
+                )
+                self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                thread, failed = self.queue.get(timeout=STARTER_IDLE)
+            except queue.Empty:
+                with self.lock:
+                    if self.queue.empty():  # a hand-over after this starts a new thread
+                        self.thread = None
+                        return
+                continue
+            try:
+                thread.start()
+            except BaseException as exc:  # noqa: BLE001 - "can't start new thread": the run fails
+                failed(exc)
+            del thread, failed
+
+
+_starter = _Starter()
+
+
+def _new_starter_in_child() -> None:
+    # A forked child has no starter thread, only its parent's object: make a fresh one.
+    global _starter
+    _starter = _Starter()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_starter_in_child)
+
+
+def start_worker(thread: threading.Thread, failed: Callable[[BaseException], None]) -> None:
+    """Start a run's worker ``thread``: here, or, inside :func:`starting_threads_elsewhere`, on
+    the starter thread (then ``failed(exc)`` is called there if it cannot start; here, the
+    exception propagates)."""
+    if getattr(_elsewhere, "active", False):
+        _starter.hand_over((thread, failed))
+    else:
+        thread.start()
 
 
 def _wait_through_interrupts(run: Run) -> None:

@@ -1,8 +1,8 @@
-"""What the web samples share: the demo tool and model, and events as server-sent events."""
+"""What the web samples share: the demo tool and model, the command line and the demo page
+(events go out as server-sent events through :func:`agentkit.sse_response.sse_response`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -10,7 +10,6 @@ from typing import Any
 from _support import last_text, model_spec, real_model, rule_model, sample_parser
 
 from agentkit import Model, tool
-from agentkit.events import event_to_dict
 from agentkit.loop import StreamFn
 from agentkit.testing import SCRIPTED_MODEL, Reply, reply, tool_call
 
@@ -53,23 +52,6 @@ def web_command_line(
         model, stream_fn = real_model(args.model)
         return args.port, model, stream_fn
     return args.port, None, None
-
-
-def sse(event: str, data: Any) -> str:
-    """One server-sent event."""
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-def event_payload(event: Any) -> dict[str, Any]:
-    """An agent event as JSON for the browser; text updates carry just their delta."""
-    if event.type == "message_update":
-        update = event.assistant_message_event
-        return {
-            "type": "message_update",
-            "kind": update.type,
-            "delta": getattr(update, "delta", ""),
-        }
-    return event_to_dict(event)
 
 
 def index_page(title: str, stop_script: str) -> str:

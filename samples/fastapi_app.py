@@ -9,26 +9,50 @@ Run it: ``python samples/fastapi_app.py [--port 8000] [--model PROVIDER:MODEL_ID
 - ``POST /ask`` with JSON ``{"prompt": ...}``: run and answer ``{"answer": ...}`` in one go.
 - ``GET /runs/<id>``: the run's status and transcript.
 
-The endpoints are ``async``: ``agent.astream()`` and ``await agent.aprompt()`` relay a run
-that goes on on the agent's own worker thread, so the event loop keeps serving other requests.
-When a client goes away, Starlette cancels the response; that cancellation aborts the run.
+The endpoints are ``async``: :func:`agentkit.sse_response.sse_response` and ``await
+agent.aprompt()`` relay a run that goes on on the agent's own worker thread, so the event loop
+keeps serving other requests. A client that goes away aborts its run: the SSE response watches
+for the disconnect (and writes heartbeats while the run is quiet); ``/ask`` awaits its run
+beside the disconnect, since uvicorn does not cancel a plain endpoint whose client left.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 from _support import last_text
-from _web import current_time, event_payload, index_page, sse, web_command_line, web_model
+from _web import current_time, index_page, web_command_line, web_model
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
 from agentkit import Agent, AgentTool, Model
 from agentkit.events import to_jsonable
 from agentkit.loop import StreamFn
+from agentkit.sse_response import sse_response
+
+T = TypeVar("T")
+
+
+async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work`` (``agent.aprompt(...)``), cancelling it, which aborts the run, if the
+    client disconnects first. uvicorn does not cancel a plain endpoint whose client left, so
+    without this a run would go on to its end for nobody."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    finally:
+        watcher.cancel()
 
 
 def create_app(
@@ -37,11 +61,14 @@ def create_app(
     *,
     tools: Sequence[AgentTool] | None = None,
     system_prompt: str = "You are a helpful assistant. Use current_time for the time.",
+    heartbeat: float = 15.0,
     keep_runs: int = 100,
 ) -> FastAPI:
     """Build the app. Given neither ``stream_fn`` nor ``model``, it runs the offline demo model,
     or the real model ``AGENTKIT_MODEL`` names. ``app.state.runs`` maps run ids to their
-    agents (the last ``keep_runs``)."""
+    agents (the last ``keep_runs``). ``heartbeat``: seconds between the comments a quiet
+    stream writes (for proxies that cut idle connections, and servers that only notice a
+    client that left when a write fails)."""
     model, stream_fn = web_model(stream_fn, model)
     agent_tools = list(tools) if tools is not None else [current_time]
     app = FastAPI(title="agentkit + FastAPI")
@@ -77,24 +104,18 @@ def create_app(
     async def stream_run(request: Request) -> StreamingResponse:
         prompt = await prompt_of(request)
         run_id, agent = new_agent()
-
-        async def relay() -> AsyncIterator[str]:
-            yield sse("run", {"id": run_id})
-            # Leaving this loop in any way (the client left and Starlette cancelled us)
-            # aborts the run and waits for it to wind down.
-            async for event in agent.astream(prompt):
-                yield sse(event.type, event_payload(event))
-            last = agent.state.messages[-1]
-            yield sse("done", {"id": run_id, "stop_reason": last.stop_reason})
-
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(relay(), media_type="text/event-stream", headers=headers)
+        # A "run" event with the id, the run's events, heartbeats while it is quiet, "done";
+        # a client that leaves aborts the run.
+        response: StreamingResponse = sse_response(
+            request, agent, prompt, heartbeat=heartbeat, run_info={"id": run_id}
+        )
+        return response
 
     @app.post("/ask")
     async def ask(request: Request) -> dict[str, Any]:
         prompt = await prompt_of(request)
         run_id, agent = new_agent()
-        messages = await agent.aprompt(prompt)
+        messages = await unless_client_leaves(request, agent.aprompt(prompt))
         return {"id": run_id, "answer": last_text(messages)}
 
     @app.get("/runs/{run_id}")

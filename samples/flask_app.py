@@ -10,39 +10,40 @@ http://127.0.0.1:5000/. Endpoints:
 - ``POST /runs/<id>/abort``: abort it.
 - ``GET /runs/<id>``: the run's status and transcript.
 
-Each run gets an agent of its own on a worker thread; the request thread only relays its events.
-When the browser goes away, the next write fails (a heartbeat comment is written every
-``heartbeat`` seconds when nothing else is), the server closes the response, and closing it
-aborts the run: nothing keeps running for a client that left.
+Each run gets an agent of its own on a worker thread; the request thread only relays its events,
+through :func:`agentkit.sse_response.sse_response`. When the browser goes away, the next write
+fails (a heartbeat comment is written every ``heartbeat`` seconds when nothing else is), the
+server closes the response, and closing it aborts the run: nothing keeps running for a client
+that left.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from _web import current_time, event_payload, index_page, sse, web_command_line, web_model
+from _web import current_time, index_page, web_command_line, web_model
 from flask import Flask, Response, abort, jsonify, request
 
-from agentkit import Agent, AgentTool, Model, Run
+from agentkit import Agent, AgentTool, Model
 from agentkit.events import to_jsonable
 from agentkit.loop import StreamFn
-
-_END = object()  # queue token: the run is over
+from agentkit.sse_response import sse_response
 
 
 @dataclass
 class RunEntry:
-    """A run and the agent running it."""
+    """A run's id and the agent running it (one agent per run)."""
 
     id: str
     agent: Agent
-    run: Run
+
+    def done(self) -> bool:
+        """Whether the run has ended."""
+        return not self.agent.state.is_streaming
 
 
 class RunRegistry:
@@ -58,7 +59,7 @@ class RunRegistry:
         """Register a run; forget the oldest finished runs beyond ``keep``."""
         with self._lock:
             self._runs[entry.id] = entry
-            finished = [key for key, e in self._runs.items() if e.run.done()]
+            finished = [key for key, e in self._runs.items() if e.done()]
             for key in finished[: max(0, len(finished) - self.keep)]:
                 del self._runs[key]
 
@@ -66,15 +67,6 @@ class RunRegistry:
         """The run with this id, or ``None``."""
         with self._lock:
             return self._runs.get(run_id)
-
-
-def _stop_reason(entry: RunEntry) -> str | None:
-    """How the run ended: the last reply's stop reason, or ``aborted`` when an abort ended it
-    in a tool batch (the transcript then ends with a tool result, which has none)."""
-    if entry.run.signal.aborted:
-        return "aborted"
-    messages = entry.agent.state.messages
-    return getattr(messages[-1], "stop_reason", None) if messages else None
 
 
 def create_app(
@@ -109,35 +101,13 @@ def create_app(
         agent = Agent(
             model=model, stream_fn=stream_fn, tools=agent_tools, system_prompt=system_prompt
         )
-        events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        # Convert on the worker thread, while the event's message is as the event saw it.
-        unsubscribe = agent.subscribe(lambda event: events.put(event_payload(event)))
-        entry = RunEntry(uuid.uuid4().hex, agent, agent.start(prompt))
-        entry.run.add_done_callback(lambda _run: events.put(_END))
+        entry = RunEntry(uuid.uuid4().hex, agent)
+        # A "run" event with the id, the run's events, heartbeats while it is quiet, "done";
+        # the server closing the response (the client left) aborts the run.
+        response: Response = sse_response(
+            request, agent, prompt, heartbeat=heartbeat, run_info={"id": entry.id}
+        )
         runs.add(entry)
-
-        def relay() -> Iterator[str]:
-            yield sse("run", {"id": entry.id})
-            while True:
-                try:
-                    item = events.get(timeout=heartbeat)
-                except queue.Empty:
-                    yield ": heartbeat\n\n"  # a write that fails once the client is gone
-                    continue
-                if item is _END:
-                    yield sse("done", {"id": entry.id, "stop_reason": _stop_reason(entry)})
-                    return
-                yield sse(item["type"], item)
-
-        def stop() -> None:
-            """The response is closed: the run ended, or the client went away mid-run."""
-            entry.run.abort()  # does nothing once the run is over
-            entry.run.wait()
-            unsubscribe()
-
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        response = Response(relay(), mimetype="text/event-stream", headers=headers)
-        response.call_on_close(stop)  # runs even if the stream never started
         return response
 
     def _entry(run_id: str) -> RunEntry:
@@ -152,7 +122,7 @@ def create_app(
         message = (request.get_json(silent=True) or {}).get("message")
         if not message:
             abort(400, "message is required")
-        if entry.run.done():
+        if entry.done():
             return jsonify(error="the run has ended"), 409
         entry.agent.steer(message)
         return jsonify(steered=True), 202
@@ -160,13 +130,13 @@ def create_app(
     @app.post("/runs/<run_id>/abort")
     def abort_run(run_id: str) -> tuple[Response, int]:
         entry = _entry(run_id)
-        entry.run.abort()
+        entry.agent.abort()
         return jsonify(aborted=True), 202
 
     @app.get("/runs/<run_id>")
     def show(run_id: str) -> Response:
         entry = _entry(run_id)
-        done = entry.run.done()
+        done = entry.done()
         messages = to_jsonable(entry.agent.state.messages) if done else []
         return jsonify(id=run_id, status="done" if done else "running", messages=messages)
 

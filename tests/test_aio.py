@@ -4,6 +4,7 @@ aborting the run, and an event loop that keeps running while the agent works."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from typing import Any
@@ -210,3 +211,97 @@ def test_acontinue_continues_the_transcript() -> None:
     assert [m.role for m in model.requests[1].messages[-3:]] == ["user", "assistant", "user"]
     with pytest.raises(CannotContinueError):
         asyncio.run(agent.acontinue())  # the transcript now ends with the assistant
+
+
+
+_THREAD_WAITS = {
+    threading.Thread.start.__code__: "Thread.start",
+    threading.Thread.join.__code__: "Thread.join",
+    threading.Event.wait.__code__: "Event.wait",
+    threading.Condition.wait.__code__: "Condition.wait",
+}
+
+
+def test_fifty_runs_starting_at_once_never_wait_on_a_thread() -> None:
+    """The event loop never waits on a thread, not even for a run's worker to come up
+    (``Thread.start()`` returns only once the new thread runs, which under load takes up to
+    hundreds of ms): a profile hook on the loop's thread sees every call while 50
+    ``aprompt()`` calls start at once, and a 10 ms ticker keeps ticking through them."""
+    runs = 50
+    release = threading.Event()  # the model answers once every run is waiting for it
+    asked = threading.Semaphore(0)
+
+    def agent() -> Agent:
+        model = ScriptedModel(["done"])
+
+        def slow_model(*args: Any) -> Any:
+            asked.release()
+            release.wait(WAIT)
+            return model(*args)
+
+        return Agent(model=model.model, stream_fn=slow_model)
+
+    agents = [agent() for _ in range(runs)]
+
+    async def main() -> tuple[list[str], int]:
+        # The starter thread is started by the first run from a loop after a quiet spell
+        # (it ends after STARTER_IDLE seconds without work): that one start is waited for,
+        # here before the measurement, which follows within milliseconds.
+        await _agent(["warmed up"]).aprompt("warm up")
+        loop = asyncio.get_running_loop()
+        all_asked = asyncio.Event()
+        ticks = 0
+        waits: list[str] = []
+
+        def watch(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code in _THREAD_WAITS:
+                waits.append(_THREAD_WAITS[frame.f_code])
+
+        def count_asks() -> None:
+            for _ in range(runs):
+                assert asked.acquire(timeout=WAIT)
+            loop.call_soon_threadsafe(all_asked.set)
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        counting = threading.Thread(target=count_asks, name="test-count-asks")
+        counting.start()
+        ticking = asyncio.ensure_future(ticker())
+        sys.setprofile(watch)  # this thread only: the loop's
+        try:
+            results = [asyncio.ensure_future(a.aprompt("go")) for a in agents]
+            await asyncio.wait_for(all_asked.wait(), WAIT)
+            release.set()
+            texts = [r.text for r in await asyncio.gather(*results)]
+        finally:
+            sys.setprofile(None)
+        ticking.cancel()
+        counting.join(WAIT)
+        assert not waits, f"the event loop waited on a thread: {sorted(set(waits))}"
+        return texts, ticks
+
+    texts, ticks = asyncio.run(main())
+    assert texts == ["done"] * runs
+    assert ticks >= 1
+
+
+def test_the_starter_thread_ends_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle process holds no agentkit thread: the starter ends once it has no work, and
+    the next run from a loop starts it again."""
+    from agentkit import run as run_module
+
+    monkeypatch.setattr(run_module, "STARTER_IDLE", 0.05)
+
+    def starters() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "agentkit-starter"]
+
+    for _ in range(2):
+        assert asyncio.run(_agent(["hi"]).aprompt("hello")).text == "hi"
+        deadline = time.monotonic() + WAIT
+        while starters() and time.monotonic() < deadline:
+            threading.Event().wait(0.01)
+        assert not starters()

@@ -8,15 +8,19 @@ statuses, ``Retry-After``, backoff with jitter, ``max_retries``) is the runner's
 (:mod:`.runner`), and only the runner's.
 
 Connections come from one process-wide urllib3 pool manager (thread-safe), so the TCP connection
-and TLS session of one turn are reused by the next turn and the next run. A response read to its
-end gives its connection back to the pool; one left early is closed. While a request lives, an
-abort callback shuts down the socket of that request's own connection only (other requests on
-the same pool are untouched), so a read stalled on the network returns at once. The request keeps
-each socket it used, not only the connection: a response that says ``Connection: close`` takes
-the socket over from its connection (``http.client`` sets ``connection.sock`` to ``None`` and the
-response reads on), and the abort must reach that read too. A new connection
-(name resolution and ``connect()``, which nothing can interrupt) is made on a short-lived thread
-that the request waits for or, on abort, gives up on at once. A chunked body is read as it
+and TLS session of one turn are reused by the next turn and the next run. A host's pool grows
+with the load (up to :data:`POOL_SIZE` connections kept alive) and closes connections left idle
+for :data:`IDLE_TIMEOUT` seconds, so many runs at once do not open a connection per request. A
+response read to its end gives its connection back to the pool; one left early is closed. While
+a request lives, an abort callback shuts down the socket of that request's own connection only
+(other requests on the same pool are untouched), so a read stalled on the network returns at
+once. The request keeps each socket it used, not only the connection: a response that says
+``Connection: close`` takes the socket over from its connection (``http.client`` sets
+``connection.sock`` to ``None`` and the response reads on), and the abort must reach that read
+too. A connect to an IP address is made on the request's own thread (shutting its socket down
+also ends a ``connect()`` in progress); one that must resolve a name first (which nothing can
+interrupt) is made on a short-lived thread that the request waits for or, on abort, gives up
+on at once. A chunked body is read as it
 arrives, each read taking everything that is there (:mod:`.chunked`), never one chunk at a time.
 Every message that leaves this module has the API key scrubbed out of it, before it is cut to
 length.
@@ -24,16 +28,21 @@ length.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
+import sys
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from ..errors import ProviderError
 from ..errors import RequestAbortedError as _RequestAborted
@@ -132,6 +141,7 @@ class _ConnectionTracker:
         self._aborted = False
         self._detached = False
         self._connecting: threading.Event | None = None  # set when a connect ends or is aborted
+        self._socket_connecting: socket.socket | None = None  # connect() under way on this thread
 
     def track(self, connection: Any) -> None:
         """Record a connection taken from the pool; if the request was aborted, shut it."""
@@ -161,9 +171,13 @@ class _ConnectionTracker:
             self._sockets.append(sock)
 
     def connect(self, connection: Any, connect: Callable[[], None]) -> None:
-        """Run ``connect()`` (name resolution, TCP, TLS) on a short-lived thread and wait for
-        it; an abort ends the wait at once, raising ``_RequestAborted``. A connect given up on
-        closes its connection when it returns."""
+        """Run ``connect()`` (name resolution, TCP, TLS): here for an IP address (an abort shuts
+        the socket down, which ends the connect), else on a short-lived thread that this one
+        waits for; an abort ends that wait at once, raising ``_RequestAborted``. A connect given
+        up on closes its connection when it returns."""
+        if _is_ip_address(getattr(connection, "_dns_host", "")):
+            connect()
+            return
         done = threading.Event()
         failure: list[BaseException] = []
 
@@ -191,6 +205,15 @@ class _ConnectionTracker:
         if failure:
             raise failure[0]
 
+    def connecting(self, sock: socket.socket | None) -> None:
+        """``sock`` is about to ``connect()`` on the request's thread (``None``: forget it);
+        an abort shuts it down, which ends the connect. Raises ``_RequestAborted`` if the
+        request was already aborted."""
+        with self._lock:
+            self._socket_connecting = sock
+            if sock is not None and self._aborted:
+                raise _RequestAborted()
+
     def abort(self) -> None:
         """Shut down every tracked socket, waking any thread blocked reading from it (or
         waiting for a connect)."""
@@ -200,6 +223,7 @@ class _ConnectionTracker:
             self._aborted = True
             if self._connecting is not None:
                 self._connecting.set()
+            _shutdown_socket(self._socket_connecting)
             for connection in self._connections:
                 _shutdown_socket(getattr(connection, "sock", None))
             for sock in self._sockets:  # the same ones, and any a response took over
@@ -209,6 +233,7 @@ class _ConnectionTracker:
         """The request is over: its connections belong to the pool again."""
         with self._lock:
             self._detached = True
+            self._socket_connecting = None
             for connection in self._connections:
                 if getattr(connection, "_agentkit_tracker", None) is self:
                     connection._agentkit_tracker = None
@@ -243,10 +268,86 @@ def _hook_connect(connection: Any) -> None:
     connection._agentkit_hooked = True
 
 
-def _tracked_pool(base: type[HTTPConnectionPool]) -> type[HTTPConnectionPool]:
-    """``base`` whose connections, as a request takes them, join that request's tracker."""
+def _is_ip_address(host: str) -> bool:
+    """Whether ``host`` is an IP address (no name to resolve before connecting)."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _tracked_connection(base: type[HTTPConnection]) -> type[HTTPConnection]:
+    """``base`` that, connecting to an IP address for a request, shows its socket to the
+    request's tracker before ``connect()``, so that an abort can end the connect."""
+
+    class _TrackedConnection(base):  # type: ignore[valid-type,misc]
+        def _new_conn(self) -> socket.socket:
+            tracker = getattr(self, "_agentkit_tracker", None)
+            if tracker is None or not _is_ip_address(self._dns_host):
+                return super()._new_conn()
+            return _connect_here(self, tracker)
+
+    return _TrackedConnection
+
+
+def _connect_here(connection: Any, tracker: _ConnectionTracker) -> socket.socket:
+    """urllib3's connect to an IP address, on this thread, its socket shown to ``tracker``."""
+    host = connection._dns_host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        for option in connection.socket_options or ():
+            sock.setsockopt(*option)
+        timeout = connection.timeout
+        if isinstance(timeout, (int, float)) or timeout is None:
+            sock.settimeout(timeout)
+        if connection.source_address:
+            sock.bind(connection.source_address)
+        # Shown to the tracker until the request ends (detach), not only while connecting: an
+        # abort between the connect and the connection taking the socket (a TLS handshake
+        # comes next) must still reach it.
+        tracker.connecting(sock)
+        try:
+            sock.connect((host, connection.port))
+        except BaseException:
+            tracker.connecting(None)
+            raise
+    except TimeoutError as exc:
+        sock.close()
+        raise ConnectTimeoutError(
+            connection,
+            f"Connection to {connection.host} timed out. (connect timeout={connection.timeout})",
+        ) from exc
+    except OSError as exc:
+        sock.close()
+        raise NewConnectionError(
+            connection, f"Failed to establish a new connection: {exc}"
+        ) from exc
+    except BaseException:
+        sock.close()
+        raise
+    sys.audit("http.client.connect", connection, connection.host, connection.port)
+    return sock
+
+
+IDLE_TIMEOUT = 60.0
+"""Seconds a pooled connection may stay unused before it is closed (a look at most every
+:data:`_REAP_EVERY` seconds, when a connection is given back)."""
+
+_REAP_EVERY = 5.0
+_NEVER = float("inf")  # a connection never given back is not idle
+
+
+def _tracked_pool(
+    base: type[HTTPConnectionPool], connection: type[HTTPConnection]
+) -> type[HTTPConnectionPool]:
+    """``base`` whose connections, as a request takes them, join that request's tracker, and
+    which closes connections left idle for :data:`IDLE_TIMEOUT`."""
 
     class _TrackedPool(base):  # type: ignore[valid-type,misc]
+        ConnectionCls = connection
+
         def _get_conn(self, timeout: float | None = None) -> Any:
             connection = super()._get_conn(timeout)
             _hook_connect(connection)
@@ -255,20 +356,46 @@ def _tracked_pool(base: type[HTTPConnectionPool]) -> type[HTTPConnectionPool]:
                 tracker.track(connection)
             return connection
 
+        def _put_conn(self, conn: Any) -> None:
+            now = time.monotonic()
+            if conn is not None:
+                conn._agentkit_idle_since = now
+            super()._put_conn(conn)
+            if now >= getattr(self, "_agentkit_next_reap", 0.0):
+                self._agentkit_next_reap = now + _REAP_EVERY
+                _close_idle(self, now - IDLE_TIMEOUT)
+
     return _TrackedPool
 
 
+def _close_idle(pool: Any, idle_before: float) -> None:
+    """Close the pooled connections unused since ``idle_before`` (their slots stay free)."""
+    slots = pool.pool
+    if slots is None:
+        return
+    stale: list[Any] = []
+    with slots.mutex:  # the pool's LIFO queue: the least recently used are at the bottom
+        for index, conn in enumerate(slots.queue):
+            if conn is not None and getattr(conn, "_agentkit_idle_since", _NEVER) < idle_before:
+                stale.append(conn)
+                slots.queue[index] = None
+    for conn in stale:
+        conn.close()
+
+
 _POOL_CLASSES = {
-    "http": _tracked_pool(HTTPConnectionPool),
-    "https": _tracked_pool(HTTPSConnectionPool),
+    "http": _tracked_pool(HTTPConnectionPool, _tracked_connection(HTTPConnection)),
+    "https": _tracked_pool(HTTPSConnectionPool, _tracked_connection(HTTPSConnection)),
 }
 
 # Guards _managers (created on first use, one per proxy; None is "no proxy").
 _managers_lock = threading.Lock()
 _managers: dict[str | None, urllib3.PoolManager] = {}
 
-POOL_SIZE = 32
-"""Kept-alive connections per host: parallel runs beyond this open extra, unpooled ones."""
+POOL_SIZE = 1024
+"""Most kept-alive connections per host: the pool grows to it with the number of requests at
+once (parallel requests beyond it open extra, unpooled connections), and closes connections
+idle for :data:`IDLE_TIMEOUT`."""
 
 
 def _manager(proxy: str | None) -> urllib3.PoolManager:

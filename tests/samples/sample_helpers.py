@@ -50,20 +50,29 @@ def thread_baseline() -> Iterator[Callable[[], None]]:
 
 def sse_events(response: Any) -> Iterator[tuple[str, Any]]:
     """Parse a server-sent event stream (a streaming ``requests`` response) as it arrives:
-    ``(event, data)`` pairs."""
-    buffer = ""
-    for chunk in response.iter_content(chunk_size=None, decode_unicode=True):
-        buffer += chunk
-        while "\n\n" in buffer:
-            block, buffer = buffer.split("\n\n", 1)
-            name, data = "message", None
-            for line in block.splitlines():
+    ``(event, data)`` pairs.
+
+    Each read takes what has arrived (``read1``): Django's development server ends a stream by
+    closing the connection, where ``iter_content`` would wait for that close. And leaving this
+    generator early leaves the connection open (urllib3's own stream generators close it when
+    they are dropped), so a caller decides when the client goes away.
+    """
+    buffer = b""
+    while True:
+        data = response.raw.read1(65536)
+        if not data:
+            return
+        buffer += data
+        while b"\n\n" in buffer:
+            block, buffer = buffer.split(b"\n\n", 1)
+            name, payload = "message", None
+            for line in block.decode().splitlines():
                 if line.startswith("event: "):
                     name = line[len("event: ") :]
                 elif line.startswith("data: "):
-                    data = json.loads(line[len("data: ") :])
-            if data is not None:
-                yield name, data
+                    payload = json.loads(line[len("data: ") :])
+            if payload is not None:
+                yield name, payload
 
 
 def stream_demo_run(base: str, timeout: float) -> dict[str, Any]:

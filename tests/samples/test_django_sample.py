@@ -104,7 +104,7 @@ def test_stream_closed_early_aborts_the_run(client: Client) -> None:
             if name == "message_update" and data["kind"] == "text_delta":
                 break  # the answer is streaming
         response.close()  # what the WSGI server does when the client goes away
-    signal = model.requests[0].options.signal
+    signal = model.requests[-1].options.signal  # the request under way (each turn has its own)
     assert signal is not None and signal.aborted
     assert wait_until(lambda: threading.active_count() <= before, timeout=5), [
         t.name for t in threading.enumerate()
@@ -112,11 +112,13 @@ def test_stream_closed_early_aborts_the_run(client: Client) -> None:
 
 
 _tool_started = threading.Event()
+_tool_signals: list[AbortSignal] = []
 
 
 @tool
 def slow_lookup(signal: AbortSignal) -> str:
     """A quiet step: no events for up to 60 s unless the run is aborted."""
+    _tool_signals.append(signal)
     _tool_started.set()
     signal.wait(60)
     signal.throw_if_aborted()
@@ -146,5 +148,4 @@ def test_a_quiet_tool_gets_heartbeats_and_a_disconnect_aborts_it(
         assert _tool_started.wait(10)
         assert bytes(next(chunks)).startswith(b": heartbeat")  # the tool is still running
         response.close()  # the write failed: the WSGI server closes the response
-    signal = model.requests[0].options.signal
-    assert signal is not None and signal.aborted
+    assert _tool_signals[-1].aborted  # the tool under way was aborted

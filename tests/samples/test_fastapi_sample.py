@@ -3,6 +3,7 @@ client, including one that disconnects mid-run (which must abort the run)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -114,3 +115,42 @@ def test_client_disconnect_mid_answer_aborts_the_run(serve: Callable[[FastAPI], 
     assert wait_until(lambda: not agent.state.is_streaming, timeout=WAIT), "the run kept going"
     last = agent.state.messages[-1]
     assert (last.role, last.stop_reason) == ("assistant", "aborted")
+
+
+def test_client_leaving_ask_aborts_the_run(serve: Callable[[FastAPI], str]) -> None:
+    """``POST /ask`` is a plain endpoint: uvicorn does not cancel it when its client leaves,
+    so the app watches for the disconnect itself; an 8 s tool must not run on for nobody."""
+    import httpx
+
+    started = threading.Event()
+    noticed = threading.Event()
+
+    @tool
+    def slow_step(signal: AbortSignal) -> str:
+        """A long step (60 s) that ends early only on an abort."""
+        started.set()
+        if signal.wait(60):
+            noticed.set()
+            signal.throw_if_aborted()
+        return "done"
+
+    model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
+    app = create_app(model, model.model, tools=[slow_step])
+    base = serve(app)
+
+    async def ask_then_leave() -> None:
+        async with httpx.AsyncClient(timeout=WAIT) as client:
+            asking = asyncio.ensure_future(client.post(f"{base}/ask", json={"prompt": "Work"}))
+            loop = asyncio.get_running_loop()
+            assert await loop.run_in_executor(None, started.wait, WAIT)
+            asking.cancel()  # the client gives up: its connection is closed
+            with pytest.raises(asyncio.CancelledError):
+                await asking
+
+    asyncio.run(ask_then_leave())
+    assert noticed.wait(WAIT), "the run went on after its client left"
+    (agent,) = app.state.runs.values()
+    assert agent.wait_for_idle(WAIT)
+    result = agent.state.messages[-1]
+    assert (result.role, result.is_error) == ("tool_result", True)
+    assert len(model.requests) == 1  # an aborted run makes no further request

@@ -141,7 +141,7 @@ def test_client_disconnect_mid_stream_aborts_the_run(serve: Callable[[Flask], st
     r.close()  # the browser tab is closed mid-answer
     session.close()
     entry = runs_of(app).get(run_id)
-    assert entry.run.wait(5), "the run kept going after its client left"
+    assert entry.agent.wait_for_idle(5), "the run kept going after its client left"
     last = entry.agent.state.messages[-1]
     assert (last.role, last.stop_reason) == ("assistant", "aborted")
     assert not entry.agent.state.is_streaming
@@ -164,7 +164,7 @@ def test_client_disconnect_during_a_quiet_tool_aborts_it(serve: Callable[[Flask]
     base = serve(app)
     baseline = threading.active_count()
     entry = leave_during_the_tool(app, base)
-    assert entry.run.wait(5), "the tool kept running after its client left"
+    assert entry.agent.wait_for_idle(5), "the tool kept running after its client left"
     result = entry.agent.state.messages[-1]
     assert (result.role, result.is_error) == ("tool_result", True)
     assert "abort" in result.content[0].text.lower()
@@ -182,5 +182,6 @@ def test_the_default_heartbeat_notices_a_disconnect_within_seconds(
     model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
     app = create_app(model, model.model, tools=[slow_step])
     entry = leave_during_the_tool(app, serve(app))
-    assert entry.run.wait(15), "the quiet tool kept running after its client left"
-    assert entry.run.signal.aborted
+    assert entry.agent.wait_for_idle(15), "the quiet tool kept running after its client left"
+    result = entry.agent.state.messages[-1]
+    assert (result.role, result.is_error) == ("tool_result", True)

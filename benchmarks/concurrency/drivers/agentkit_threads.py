@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""agentkit, thread style: N threads, each running a fresh Agent(...).prompt() (blocking).
+
+What a Django/Flask request thread or a Celery thread-pool worker does. Each run gets its own
+Agent (an agent holds its transcript), all share one Model pointed at the fake server;
+agentkit's own openai-completions provider (urllib3, one process-wide pool) streams.
+agentkit runs every tool call on a tool thread of the run; the native tool is the plain
+function (--tool async gives it an async def, which agentkit runs on a loop of its own on
+the tool thread).
+"""
+
+import harness  # noqa: I001  (first: times the imports that follow)
+
+from importlib.metadata import version as _dist_version
+
+from agentkit import Agent, Model, tool
+
+FRAMEWORK = "agentkit_threads"
+MODE = "threads"
+NATIVE_TOOL = "sync"
+
+
+def version() -> str:
+    return f"agentkit {_dist_version('agentkit')}"
+
+
+def make_model(base_url: str) -> Model:
+    fields = dict(id=harness.MODEL, name=harness.MODEL, api="openai-completions", provider="openai",
+                  base_url=base_url, reasoning=False, input=["text"], context_window=128000,
+                  max_tokens=4096)
+    try:
+        return Model(**fields)
+    except Exception:  # a version that wants the cost table
+        fields["cost"] = {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0}
+        return Model(**fields)
+
+
+def final_text(messages) -> str:
+    for m in reversed(messages):
+        if getattr(m, "role", None) == "assistant":
+            return "".join(getattr(c, "text", "") for c in m.content if getattr(c, "type", "") == "text")
+    return ""
+
+
+class State:
+    def __init__(self, args):
+        self.model = make_model(args.base_url)
+        self.tool = tool(harness.tool_fn(args))
+
+    def new_agent(self) -> Agent:
+        return Agent(model=self.model, system_prompt=harness.SYSTEM, tools=[self.tool],
+                     api_key=harness.API_KEY)
+
+
+def build(args) -> State:
+    return State(args)
+
+
+def run(state: State, i: int) -> str:
+    with state.new_agent() as agent:
+        return final_text(agent.prompt(harness.prompt(i)))
+
+
+if __name__ == "__main__":
+    harness.main(__import__(__name__))

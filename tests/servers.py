@@ -31,6 +31,15 @@ START_TIMEOUT = 30.0
 """Generous bound (seconds) for a server to start answering; never reached when things work."""
 
 
+def worker_env(**extra: str) -> dict[str, str]:
+    """The environment for a worker process a test starts: this one's, without a Django
+    settings module that a Django test of this process set (Celery's Django fix-up would load
+    it in the worker), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.update(extra)
+    return env
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from sample_helpers import SAMPLES, wait_until
 
-from tests.servers import RedisServer
+from tests.servers import RedisServer, worker_env
 from tests.sessions.invariants import assert_well_formed
 
 READ_SECONDS = "1.5"  # read_report's simulated I/O: long enough to act while it runs
@@ -37,7 +37,7 @@ def redis_url() -> Iterator[str]:
 
 
 def sample_env(redis_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTKIT_")}
+    env = {k: v for k, v in worker_env().items() if not k.startswith("AGENTKIT_")}
     env["AGENTKIT_CELERY_BROKER"] = redis_url
     env["AGENTKIT_SAMPLE_READ_SECONDS"] = READ_SECONDS
     env["AGENTKIT_CELERY_VISIBILITY_TIMEOUT"] = VISIBILITY_TIMEOUT

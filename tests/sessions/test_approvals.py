@@ -21,7 +21,7 @@ from agentkit.errors import ApprovalError, SessionConflictError
 from agentkit.sessions import INTERRUPTED_TEXT, Session, SessionStore
 from agentkit.testing import ScriptedModel, reply, tool_call
 from agentkit.types import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
-from tests.servers import RedisServer
+from tests.servers import RedisServer, worker_env
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -285,8 +285,8 @@ class CeleryWorker:
     """``celery worker`` (prefork, two pool processes) on the approvals test app."""
 
     def __init__(self, broker: str, ledger: Path) -> None:
-        env = {**os.environ, "AGENTKIT_TEST_BROKER": broker, "AGENTKIT_TEST_LEDGER": str(ledger),
-               "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}  # fmt: skip
+        env = worker_env(AGENTKIT_TEST_BROKER=broker, AGENTKIT_TEST_LEDGER=str(ledger),
+                         PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE)]))  # fmt: skip
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "approvals_worker", "worker", "--pool=prefork",
              "--concurrency=2", "--loglevel=INFO", "--without-heartbeat", "--without-gossip",

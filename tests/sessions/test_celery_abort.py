@@ -17,7 +17,7 @@ import redis
 
 from agentkit.integrations.celery import RunChannel, submit
 from agentkit.sessions import Session
-from tests.servers import RedisServer
+from tests.servers import RedisServer, worker_env
 from tests.sessions.invariants import assert_well_formed
 
 HERE = Path(__file__).parent
@@ -28,8 +28,8 @@ WAIT = 60.0
 @pytest.fixture
 def abort_app(redis_server: RedisServer) -> Iterator[ModuleType]:
     """The test app, and one prefork worker consuming its queue."""
-    env = {**os.environ, "AGENTKIT_TEST_BROKER": redis_server.url,
-           "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}  # fmt: skip
+    env = worker_env(AGENTKIT_TEST_BROKER=redis_server.url,
+                     PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]))  # fmt: skip
     saved = dict(os.environ)
     os.environ.update(env)
     sys.path.insert(0, str(HERE))

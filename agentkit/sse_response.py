@@ -27,7 +27,7 @@ import queue
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .aio import _abort_and_wait, _run_finished
+from .aio import _abort_and_wait, _run_finished, onto_loop
 from .events import event_to_dict
 from .run import Run, _wait_through_interrupts, starting_threads_elsewhere
 from .waits import get_item
@@ -200,14 +200,8 @@ async def _async_body(
 ) -> AsyncIterator[str]:
     """An ASGI response body: as :class:`_Relay`, relayed onto the event loop; the client's
     ``http.disconnect`` (or a cancelled response) aborts the run."""
-    loop = asyncio.get_running_loop()
     items: asyncio.Queue[Any] = asyncio.Queue()
-
-    def forward(item: Any) -> None:
-        try:
-            loop.call_soon_threadsafe(items.put_nowait, item)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
+    forward = onto_loop(items)
 
     unsubscribe = agent.subscribe(lambda event: forward((event.type, payload(event))))
     try:

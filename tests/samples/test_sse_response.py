@@ -211,13 +211,17 @@ async def _leave_httpx(url: str, tool: QuietTool) -> list[str]:
     names: list[str] = []
     async with httpx.AsyncClient(timeout=WAIT) as client:
         async with client.stream("GET", url) as r:
-            async for line in r.aiter_lines():
+            # Held until the end: an async generator left by ``break`` and dropped is closed
+            # by the loop at once, which closes the response, and the client would leave early.
+            lines = r.aiter_lines()
+            async for line in lines:
                 if line.startswith("event: "):
                     names.append(line[len("event: ") :])
                     if names[-1] == "tool_execution_start":
                         break
             loop = asyncio.get_running_loop()
             assert await loop.run_in_executor(None, tool.started.wait, WAIT)
+            await lines.aclose()
     return names  # leaving the blocks closed the connection
 
 

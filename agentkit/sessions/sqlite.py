@@ -52,11 +52,28 @@ class SqliteStore(SessionStore):
             self._db = sqlite3.connect(
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
             )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(SCHEMA)
+            self._set_up(time.monotonic() + timeout)
         except sqlite3.Error as exc:
             raise SessionStoreError(f"cannot open the session file {self.path}: {exc}") from exc
+
+    def _set_up(self, deadline: float) -> None:
+        """Put the file in WAL mode and make the tables, retrying until ``deadline`` while
+        another connection holds the lock. Two connections turning a new file to WAL at once
+        would deadlock, so SQLite answers one of them "database is locked" at once, without
+        waiting out its busy timeout: that one tries again."""
+        delay = 0.005
+        while True:
+            try:
+                if self._db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(SCHEMA)
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)  # the other connection finishes its switch in milliseconds
+            delay = min(delay * 2, 0.1)
 
     def load(self, name: str) -> tuple[list[str], int]:
         with self._lock, self._errors():

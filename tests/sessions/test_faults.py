@@ -257,3 +257,29 @@ def submit_like(session: Session, text: str) -> None:
 def user_texts(messages: list[Any]) -> list[str]:
     return [m.content if isinstance(m.content, str) else m.content[0].text
             for m in messages if m.role == "user"]  # fmt: skip
+
+
+def test_many_connections_opening_a_new_sqlite_file_at_once(tmp_path: Path) -> None:
+    """Turning a new file to WAL from two connections at once would deadlock, so SQLite answers
+    one "database is locked" without waiting: every opener must still get the store (two
+    processes appending to a new session file met this)."""
+    from agentkit.sessions import SqliteStore
+
+    failures: list[str] = []
+    for trial in range(40):
+        path = tmp_path / f"new-{trial}.db"
+        gate = threading.Barrier(8)
+
+        def open_it(path: Path = path, gate: threading.Barrier = gate) -> None:
+            gate.wait(WAIT)
+            try:
+                SqliteStore(path, timeout=WAIT).close()
+            except Exception as exc:  # noqa: BLE001 - counted, and shown if any
+                failures.append(str(exc))
+
+        openers = [threading.Thread(target=open_it, name=f"opener-{i}") for i in range(8)]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join(WAIT)
+    assert failures == []

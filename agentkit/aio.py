@@ -105,6 +105,28 @@ async def _result(run: Run) -> RunResult:
     return run._result_now()  # ended: its thread only has done callbacks left, not waited for
 
 
+def start_relayed(
+    agent: Agent,
+    items: asyncio.Queue[Any],
+    item: Callable[[Any], Any],
+    input: Any,
+    images: Sequence[ImageContent] | None,
+    run_options: dict[str, Any],
+) -> tuple[Run, Callable[[], None], asyncio.Future[None]]:
+    """Start a run from the event loop without waiting on a thread, each event put on
+    ``items`` as ``item(event)`` and :data:`_END` after the last; return the run, the listener's
+    unsubscribe, and a future that completes when the run has ended."""
+    forward = onto_loop(items)
+    unsubscribe = agent.subscribe(lambda event: forward(item(event)))
+    try:
+        with starting_threads_elsewhere():
+            run = agent.start(input, images, **run_options)
+    except BaseException:
+        unsubscribe()
+        raise
+    run.add_done_callback(lambda _run: forward(_END))
+    return run, unsubscribe, _run_finished(run)
+
 
 def onto_loop(items: asyncio.Queue[Any]) -> Callable[[Any], None]:
     """A function any thread may call to put an item on ``items``, a queue of the running event
@@ -120,6 +142,7 @@ def onto_loop(items: asyncio.Queue[Any]) -> Callable[[Any], None]:
 
     return forward
 
+
 async def astream(
     agent: Agent, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
 ) -> AsyncGenerator[AgentEvent, None]:
@@ -130,16 +153,9 @@ async def astream(
     aborts the run and waits, without blocking the loop, for it to end.
     """
     events: asyncio.Queue[Any] = asyncio.Queue()
-    forward = onto_loop(events)
-    unsubscribe = agent.subscribe(forward)
-    try:
-        with starting_threads_elsewhere():
-            run = agent.start(input, images, **run_options)
-    except BaseException:
-        unsubscribe()
-        raise
-    run.add_done_callback(lambda _run: forward(_END))
-    finished = _run_finished(run)
+    run, unsubscribe, finished = start_relayed(
+        agent, events, lambda e: e, input, images, run_options
+    )
     try:
         while True:
             item = await events.get()

@@ -27,9 +27,9 @@ import queue
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .aio import _abort_and_wait, _run_finished, onto_loop
+from .aio import _END, _abort_and_wait, start_relayed
 from .events import event_to_dict
-from .run import Run, _wait_through_interrupts, starting_threads_elsewhere
+from .run import Run, _wait_through_interrupts
 from .waits import get_item
 
 if TYPE_CHECKING:
@@ -45,7 +45,6 @@ unnoticed while the run writes nothing."""
 _HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering
 _MEDIA_TYPE = "text/event-stream"
 _HEARTBEAT = ": heartbeat\n\n"
-_END = object()  # queue token: the run is over
 
 
 def event_payload(event: Any) -> dict[str, Any]:
@@ -201,17 +200,9 @@ async def _async_body(
     """An ASGI response body: as :class:`_Relay`, relayed onto the event loop; the client's
     ``http.disconnect`` (or a cancelled response) aborts the run."""
     items: asyncio.Queue[Any] = asyncio.Queue()
-    forward = onto_loop(items)
-
-    unsubscribe = agent.subscribe(lambda event: forward((event.type, payload(event))))
-    try:
-        with starting_threads_elsewhere():
-            run = agent.start(input, images, **run_options)
-    except BaseException:
-        unsubscribe()
-        raise
-    run.add_done_callback(lambda _run: forward(_END))
-    finished = _run_finished(run)
+    run, unsubscribe, finished = start_relayed(
+        agent, items, lambda event: (event.type, payload(event)), input, images, run_options
+    )
 
     async def abort_when_gone() -> None:
         # The run is aborted here, not by this body's clean-up: a server that stops iterating

@@ -125,3 +125,26 @@ def tool_started(name: str, data: Any) -> bool:
 def text_streaming(name: str, data: Any) -> bool:
     """For :func:`stream_until`: the answer's text is streaming."""
     return name == "message_update" and data["kind"] == "text_delta"
+
+
+@pytest.fixture
+def serve_flask() -> Iterator[Callable[[Any], str]]:
+    """Start an app on a real threaded werkzeug server (port 0); return its base URL."""
+    started: list[tuple[Any, threading.Thread]] = []
+
+    def start(app: Any) -> str:
+        from werkzeug.serving import make_server
+
+        server = make_server("127.0.0.1", 0, app, threaded=True)
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-server"
+        )
+        thread.start()
+        started.append((server, thread))
+        return f"http://127.0.0.1:{server.server_port}"
+
+    yield start
+    for server, thread in started:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

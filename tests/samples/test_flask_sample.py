@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 import requests
 from flask import Flask
 from flask_app import create_app
@@ -18,7 +17,6 @@ from sample_helpers import (
     tool_started,
     wait_until,
 )
-from werkzeug.serving import make_server
 
 from agentkit import tool
 from agentkit.abort import AbortSignal
@@ -27,25 +25,6 @@ from agentkit.testing import ScriptedModel, reply, tool_call
 Event = tuple[str, Any]
 
 
-@pytest.fixture
-def serve() -> Iterator[Callable[[Flask], str]]:
-    """Start an app on a real threaded werkzeug server (port 0); return its base URL."""
-    started: list[tuple[Any, threading.Thread]] = []
-
-    def start(app: Flask) -> str:
-        server = make_server("127.0.0.1", 0, app, threaded=True)
-        thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-server"
-        )
-        thread.start()
-        started.append((server, thread))
-        return f"http://127.0.0.1:{server.server_port}"
-
-    yield start
-    for server, thread in started:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 @tool
@@ -60,17 +39,17 @@ def runs_of(app: Flask) -> Any:
     return app.extensions["agentkit_runs"]
 
 
-def test_stream_a_whole_run(serve: Callable[[Flask], str]) -> None:
+def test_stream_a_whole_run(serve_flask: Callable[[Flask], str]) -> None:
     app = create_app()  # the offline demo model: a tool call, then an answer
-    base = serve(app)
+    base = serve_flask(app)
     shown = stream_demo_run(base, timeout=5)
     assert [m["role"] for m in shown["messages"]] == [
         "system", "user", "assistant", "tool_result", "assistant",
     ]  # fmt: skip
 
 
-def test_eventsource_get_and_errors(serve: Callable[[Flask], str]) -> None:
-    base = serve(create_app())
+def test_eventsource_get_and_errors(serve_flask: Callable[[Flask], str]) -> None:
+    base = serve_flask(create_app())
     with requests.get(f"{base}/runs/stream", params={"prompt": "time?"}, stream=True) as r:
         assert [n for n, _ in sse_events(r)][-1] == "done"
     assert requests.get(f"{base}/runs/stream", timeout=5).status_code == 400
@@ -78,7 +57,7 @@ def test_eventsource_get_and_errors(serve: Callable[[Flask], str]) -> None:
     assert requests.get(f"{base}/", timeout=5).text.startswith("<!doctype html>")
 
 
-def test_steer_a_running_run(serve: Callable[[Flask], str]) -> None:
+def test_steer_a_running_run(serve_flask: Callable[[Flask], str]) -> None:
     model = ScriptedModel(
         [reply(tool_call("pause", {})), "Switching to French.", "Voilà."], delay=0.01
     )
@@ -91,7 +70,7 @@ def test_steer_a_running_run(serve: Callable[[Flask], str]) -> None:
         steered.wait(10)  # the deadline only matters if the steer never came
         return "ok"
 
-    base = serve(create_app(model, model.model, tools=[pause], heartbeat=0.1))
+    base = serve_flask(create_app(model, model.model, tools=[pause], heartbeat=0.1))
     seen: list[Event] = []
     with requests.post(f"{base}/runs/stream", json={"prompt": "Hi"}, stream=True) as r:
         for name, data in sse_events(r):
@@ -115,10 +94,10 @@ def test_steer_a_running_run(serve: Callable[[Flask], str]) -> None:
     assert late.status_code == 409
 
 
-def test_abort_endpoint(serve: Callable[[Flask], str]) -> None:
+def test_abort_endpoint(serve_flask: Callable[[Flask], str]) -> None:
     model = ScriptedModel([reply("A very long answer. " * 100, hang=True)], delay=0.02)
     app = create_app(model, model.model, heartbeat=0.1)
-    base = serve(app)
+    base = serve_flask(app)
     with requests.post(f"{base}/runs/stream", json={"prompt": "Go"}, stream=True) as r:
         events = sse_events(r)
         run_id = next(events)[1]["id"]
@@ -131,10 +110,10 @@ def test_abort_endpoint(serve: Callable[[Flask], str]) -> None:
     assert runs_of(app).get(run_id).agent.state.messages[-1].stop_reason == "aborted"
 
 
-def test_client_disconnect_mid_stream_aborts_the_run(serve: Callable[[Flask], str]) -> None:
+def test_client_disconnect_mid_stream_aborts_the_run(serve_flask: Callable[[Flask], str]) -> None:
     model = ScriptedModel([reply("Streaming on and on. " * 200, hang=True)], delay=0.02)
     app = create_app(model, model.model, heartbeat=0.1)
-    base = serve(app)
+    base = serve_flask(app)
     baseline = threading.active_count()
     session = requests.Session()
     r, run_id = stream_until(base, "Talk", text_streaming, client=session)
@@ -157,11 +136,11 @@ def leave_during_the_tool(app: Flask, base: str) -> Any:
     return runs_of(app).get(run_id)
 
 
-def test_client_disconnect_during_a_quiet_tool_aborts_it(serve: Callable[[Flask], str]) -> None:
+def test_client_disconnect_during_a_quiet_tool_aborts_it(serve_flask: Callable[[Flask], str]) -> None:
     """No events while a tool runs: the heartbeat is what notices the client left."""
     model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
     app = create_app(model, model.model, tools=[slow_step], heartbeat=0.1)
-    base = serve(app)
+    base = serve_flask(app)
     baseline = threading.active_count()
     entry = leave_during_the_tool(app, base)
     assert entry.agent.wait_for_idle(5), "the tool kept running after its client left"
@@ -175,13 +154,13 @@ def test_client_disconnect_during_a_quiet_tool_aborts_it(serve: Callable[[Flask]
 
 
 def test_the_default_heartbeat_notices_a_disconnect_within_seconds(
-    serve: Callable[[Flask], str],
+    serve_flask: Callable[[Flask], str],
 ) -> None:
     """With the app's default heartbeat, a client that leaves during a quiet 30 s tool is
     noticed in a couple of seconds, not after the tool."""
     model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
     app = create_app(model, model.model, tools=[slow_step])
-    entry = leave_during_the_tool(app, serve(app))
+    entry = leave_during_the_tool(app, serve_flask(app))
     assert entry.agent.wait_for_idle(15), "the quiet tool kept running after its client left"
     result = entry.agent.state.messages[-1]
     assert (result.role, result.is_error) == ("tool_result", True)

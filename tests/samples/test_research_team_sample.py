@@ -5,15 +5,13 @@ whole delegation, per sub-agent too; its deadline reaches the sub-agents."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 import requests
 from flask import Flask
 from research_team import HISTORIAN_PROMPT, SCIENTIST_PROMPT, create_app, demo_answer
 from sample_helpers import wait_until
-from werkzeug.serving import make_server
 
 from agentkit import Model
 from agentkit.testing import SCRIPTED_MODEL, ScriptedModel
@@ -21,25 +19,6 @@ from agentkit.testing import SCRIPTED_MODEL, ScriptedModel
 WAIT = 10.0
 
 
-@pytest.fixture
-def serve() -> Iterator[Callable[[Flask], str]]:
-    """Start an app on a real threaded werkzeug server (port 0); return its base URL."""
-    started: list[tuple[Any, threading.Thread]] = []
-
-    def start(app: Flask) -> str:
-        server = make_server("127.0.0.1", 0, app, threaded=True)
-        thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-server"
-        )
-        thread.start()
-        started.append((server, thread))
-        return f"http://127.0.0.1:{server.server_port}"
-
-    yield start
-    for server, thread in started:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def _system(context: Any) -> str:
@@ -60,10 +39,10 @@ def demo_with(before_sub_agent: Callable[[Any], None]) -> Any:
     return stream_fn
 
 
-def test_the_lead_delegates_to_both_sub_agents_at_once(serve: Callable[[Flask], str]) -> None:
+def test_the_lead_delegates_to_both_sub_agents_at_once(serve_flask: Callable[[Flask], str]) -> None:
     # Each sub-agent's request waits for the other's: it passes only if they run in parallel.
     together = threading.Barrier(2, timeout=WAIT)
-    base = serve(create_app(demo_with(lambda _: together.wait()), SCRIPTED_MODEL))
+    base = serve_flask(create_app(demo_with(lambda _: together.wait()), SCRIPTED_MODEL))
     response = requests.post(f"{base}/research", json={"question": "salt in the sea"}, timeout=30)
     assert response.status_code == 200, response.text
     body = response.json()
@@ -83,14 +62,14 @@ def test_the_lead_delegates_to_both_sub_agents_at_once(serve: Callable[[Flask], 
     )
 
 
-def test_the_runs_deadline_reaches_the_sub_agents(serve: Callable[[Flask], str]) -> None:
+def test_the_runs_deadline_reaches_the_sub_agents(serve_flask: Callable[[Flask], str]) -> None:
     # The sub-agents' model hangs until the deadline aborts their requests.
     released: list[bool] = []
 
     def hang(signal: Any) -> None:
         released.append(signal.wait(WAIT))  # released by the deadline's abort
 
-    base = serve(create_app(demo_with(hang), SCRIPTED_MODEL))
+    base = serve_flask(create_app(demo_with(hang), SCRIPTED_MODEL))
     response = requests.post(
         f"{base}/research", json={"question": "tides", "timeout": 0.3}, timeout=30
     )
@@ -102,6 +81,6 @@ def test_the_runs_deadline_reaches_the_sub_agents(serve: Callable[[Flask], str])
     assert {s["agent"] for s in body["sub_agents"]} <= {"historian", "scientist"}
 
 
-def test_a_question_is_required(serve: Callable[[Flask], str]) -> None:
-    base = serve(create_app())
+def test_a_question_is_required(serve_flask: Callable[[Flask], str]) -> None:
+    base = serve_flask(create_app())
     assert requests.post(f"{base}/research", json={}, timeout=30).status_code == 400

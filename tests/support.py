@@ -9,6 +9,7 @@ conftest, so each test reads as plain code.
 from __future__ import annotations
 
 import importlib.util
+import io
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -265,3 +266,17 @@ def make_agent(replies: list[Script], **options: Any) -> tuple[Agent, ScriptedMo
     model = ScriptedModel(replies)
     agent = Agent(model=model.model, stream_fn=model, **options)
     return agent, model
+
+
+class Watched(io.StringIO):
+    """An output stream that sets ``seen`` once ``marker`` has been written to it."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker, self.seen = marker, threading.Event()
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if self.marker in self.getvalue():
+            self.seen.set()
+        return written

@@ -23,6 +23,8 @@ from agentkit.errors import CliError
 from agentkit.providers.table import PROVIDERS
 from agentkit.testing import SCRIPTED_MODEL, ScriptedModel, reply, tool_call
 
+from .support import Watched
+
 HOSTED_KEYS = [env for info in PROVIDERS.values() if info.default_model for env in info.env_keys]
 """The variables whose key makes a hosted provider the CLI's default."""
 
@@ -218,20 +220,6 @@ def test_base_url_makes_an_openai_compatible_model() -> None:
     model = choose_model("ollama:llama3.2", "http://127.0.0.1:11434/v1/", quiet)
     assert model.api == "openai-completions" and model.id == "llama3.2"
     assert model.base_url == "http://127.0.0.1:11434/v1"
-
-
-class Watched(io.StringIO):
-    """An output stream that sets ``seen`` once ``marker`` has been written to it."""
-
-    def __init__(self, marker: str) -> None:
-        super().__init__()
-        self.marker, self.seen = marker, threading.Event()
-
-    def write(self, text: str) -> int:
-        written = super().write(text)
-        if self.marker in self.getvalue():
-            self.seen.set()
-        return written
 
 
 def run_chat(

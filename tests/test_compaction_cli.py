@@ -11,19 +11,7 @@ from agentkit import cli
 from agentkit.testing import ScriptedModel
 from agentkit.types import role_of
 
-
-class Watched(io.StringIO):
-    """A stream that signals when ``marker`` has been written to it."""
-
-    def __init__(self, marker: str) -> None:
-        super().__init__()
-        self.marker, self.seen = marker, threading.Event()
-
-    def write(self, text: str) -> int:
-        written = super().write(text)
-        if self.marker in self.getvalue():
-            self.seen.set()
-        return written
+from .support import Watched
 
 
 def test_chat_compacts_on_slash_compact(tmp_path: Path) -> None:

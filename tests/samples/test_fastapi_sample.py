@@ -71,15 +71,15 @@ def test_ask_and_errors(serve: Callable[[FastAPI], str]) -> None:
     assert requests.get(f"{base}/", timeout=WAIT).text.startswith("<!doctype html>")
 
 
-def test_client_disconnect_during_a_quiet_tool_aborts_the_run(
-    serve: Callable[[FastAPI], str],
-) -> None:
+def app_with_a_quiet_step() -> tuple[threading.Event, threading.Event, ScriptedModel, FastAPI]:
+    """The sample app on a model that calls one quiet step: a tool that writes nothing for up to
+    60 s and ends early only on an abort; the events say it started and that it saw the abort."""
     started = threading.Event()
     noticed = threading.Event()
 
     @tool
     def slow_step(signal: AbortSignal) -> str:
-        """A quiet step: no events until the run is aborted."""
+        """A quiet step: no events until the run is aborted (60 s at most)."""
         started.set()
         if signal.wait(60):
             noticed.set()
@@ -87,7 +87,13 @@ def test_client_disconnect_during_a_quiet_tool_aborts_the_run(
         return "done"
 
     model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
-    app = create_app(model, model.model, tools=[slow_step])
+    return started, noticed, model, create_app(model, model.model, tools=[slow_step])
+
+
+def test_client_disconnect_during_a_quiet_tool_aborts_the_run(
+    serve: Callable[[FastAPI], str],
+) -> None:
+    started, noticed, model, app = app_with_a_quiet_step()
     base = serve(app)
     baseline = threading.active_count()
     r, run_id = stream_until(base, "Work", tool_started)
@@ -122,20 +128,7 @@ def test_client_leaving_ask_aborts_the_run(serve: Callable[[FastAPI], str]) -> N
     so the app watches for the disconnect itself; an 8 s tool must not run on for nobody."""
     import httpx
 
-    started = threading.Event()
-    noticed = threading.Event()
-
-    @tool
-    def slow_step(signal: AbortSignal) -> str:
-        """A long step (60 s) that ends early only on an abort."""
-        started.set()
-        if signal.wait(60):
-            noticed.set()
-            signal.throw_if_aborted()
-        return "done"
-
-    model = ScriptedModel([reply(tool_call("slow_step", {})), "never asked"])
-    app = create_app(model, model.model, tools=[slow_step])
+    started, noticed, model, app = app_with_a_quiet_step()
     base = serve(app)
 
     async def ask_then_leave() -> None:

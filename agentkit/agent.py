@@ -1,8 +1,9 @@
 """The :class:`Agent`: a thin, thread-safe state shell around the loop.
 
 It owns the transcript, the steering and follow-up queues, the active run's abort controller and
-the listeners. Each run executes the loop on a worker thread of its own; listeners are called on
-that thread, one at a time, in event order, after the state was updated for the event.
+the listeners. Each run executes the loop on a worker thread of its own (a blocking call off the
+main thread lends its own thread, see :func:`~agentkit.run.caller_hosts_run`); listeners are
+called on that thread, one at a time, in event order, after the state was updated for the event.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from .run import (
     Run,
     _wait_through_interrupts,
     agentkit_logger,
+    caller_hosts_run,
     running_agent,
     start_worker,
 )
@@ -657,9 +659,11 @@ class Agent(AgentOptions):
         released; one that has begun is aborted and waited for when ``block`` (``prompt()``,
         ``continue_()``), and otherwise left running for ``agent.abort()`` (``start()``; the
         stream's own clean-up aborts it for ``stream()``). Then the exception propagates.
-        With ``here``, the run's body runs on this thread instead (a sub-agent's tool call).
+        With ``here``, the run's body runs on this thread instead (a sub-agent's tool call), as
+        it does for a blocking call off the main thread (:func:`~agentkit.run.caller_hosts_run`).
         """
         run = Run(AbortController())
+        here = here or (block and caller_hosts_run())
         try:
             with self._lock:
                 if self._closed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -241,6 +242,22 @@ def start_worker(thread: threading.Thread, failed: Callable[[BaseException], Non
         _starter.hand_over((thread, failed))
     else:
         thread.start()
+
+
+def caller_hosts_run() -> bool:
+    """Whether a blocking call (``prompt()``, ``continue_()``) runs its run on the calling thread,
+    which would otherwise only wait for a worker thread: on any thread but the main one.
+
+    The main thread keeps a worker, since Ctrl-C arrives there as an exception at any instant and
+    must abort the run rather than break it; other threads never receive one. A thread running an
+    event loop keeps a worker too, so that the run's code never finds that loop running. So a web
+    or task worker thread holds its run itself: one thread fewer per run (its memory, its start
+    and its hand-over of the result), the same events, order and abort.
+    """
+    if threading.current_thread() is threading.main_thread():
+        return False
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is None or asyncio.events._get_running_loop() is None
 
 
 def _wait_through_interrupts(run: Run) -> None:

@@ -208,6 +208,89 @@ def test_agent_works_from_a_non_main_thread() -> None:
     assert out and out[0][-1].content[0].text == "from a worker"
 
 
+def _on_a_thread(fn: Any) -> Any:
+    """``fn()`` called on a new (non-main) thread; its return value, or what it raised."""
+    out: list[Any] = []
+
+    def call() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            out.append(exc)
+
+    thread = threading.Thread(target=call, name="request-thread")
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive() and out
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
+
+
+def test_a_blocking_prompt_off_the_main_thread_runs_on_the_calling_thread() -> None:
+    @tool
+    def where() -> str:
+        """Names the threads alive while the call runs."""
+        return ",".join(sorted(t.name for t in threading.enumerate()))
+
+    agent, _ = make_agent([reply(tool_call("where")), "done"], tools=[where])
+    recorder = Recorder()
+    agent.subscribe(recorder)
+    baseline = threading.active_count()
+
+    def prompt() -> tuple[Any, threading.Thread]:
+        return agent.prompt("go"), threading.current_thread()
+
+    result, caller = _on_a_thread(prompt)
+    assert result.text == "done"
+    assert set(recorder.threads) == {caller}  # the loop and every listener ran there
+    alive = result[2].content[0].text.split(",")
+    assert "agentkit-agent" not in alive  # no worker thread besides the caller
+    assert any(name.startswith("agentkit-tool") for name in alive)  # the call kept its thread
+    assert threading.active_count() == baseline
+
+
+def test_a_thread_running_an_event_loop_keeps_a_worker_for_its_run() -> None:
+    agent, _ = make_agent(["from a loop thread"])
+    recorder = Recorder()
+    agent.subscribe(recorder)
+
+    async def handler() -> threading.Thread:
+        agent.prompt("hi")
+        return threading.current_thread()
+
+    caller = _on_a_thread(lambda: asyncio.run(handler()))
+    assert recorder.threads and caller not in recorder.threads
+
+
+def test_an_abort_gives_up_on_a_hung_tool_of_a_run_held_by_its_calling_thread() -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def hang(tool_call_id: str, params: Any, signal: AbortSignal, on_update: Any) -> str:
+        started.set()
+        release.wait(30)  # ignores the abort
+        return "late"
+
+    agent, _ = make_agent(
+        [reply(tool_call("hang")), "after"],
+        tools=[make_tool("hang", hang)],
+        tool_abort_grace=0.2,
+    )
+    aborter = threading.Thread(target=lambda: started.wait(10) and agent.abort())
+    aborter.start()
+    try:
+        began = time.monotonic()
+        result = _on_a_thread(lambda: agent.prompt("go"))
+        took = time.monotonic() - began
+    finally:
+        release.set()
+        aborter.join(10)
+    assert result.stop_reason == "aborted"
+    assert "did not stop within 0.2 s" in result[-1].content[0].text
+    assert took < 5  # the grace, not the tool
+    assert agent.prompt("again").text == "after"  # the agent stays usable
+
+
 def test_agent_constructor_does_not_need_a_model_for_scripted_runs() -> None:
     agent = Agent(stream_fn=make_agent([])[1])
     assert agent.state.model.id == "unknown"

@@ -10,7 +10,9 @@ aprompt()'s wall <= 2x raw_async's at N = 1000 and its loop lag < 10 ms; <= 3 th
 prompt() run at the peak, none per aprompt() run beyond the worker and a tool thread;
 connections opened <= 1.1x the most requests at once (N: every run's first request finds the
 pool cold, so N is the floor; the server's own in-flight peak is lower, since the runs' first
-requests do not all arrive at once); memory per run <= the floor's + 100 KB.
+requests do not all arrive at once); memory per run <= the floor's + 100 KB. Beside them: the
+same threads row with each tool call on the run's own thread (what the tool thread costs), the
+thread floor's wall over the asyncio floor's, and the asyncio floor's own loop lag.
 """
 
 from __future__ import annotations
@@ -49,12 +51,24 @@ def figures(row: dict[str, dict], threads: str, aio: str) -> dict[str, float | N
         out["threads memory/run above raw_threads, KB"] = (
             t["rss_per_run_kb"] - raw_t["rss_per_run_kb"]
         )
+    inline = row.get(threads + "_tools_on_loop_thread")
+    if inline and raw_t:  # the same run without the tool thread: what that thread costs
+        out["threads cpu/turn vs raw_threads, tools on the loop's thread"] = (
+            inline["cpu_ms_per_turn"] / raw_t["cpu_ms_per_turn"]
+        )
+        out["threads wall vs raw_threads, tools on the loop's thread"] = (
+            inline["wall_s"] / raw_t["wall_s"]
+        )
     if t:
         out["threads per prompt() run at peak"] = t["peak_threads"] / t["n"]
         out["threads connections opened / N"] = t["server"]["connections"] / t["n"]
     if a and raw_a:
         out["aio wall vs raw_async"] = a["wall_s"] / raw_a["wall_s"]
         out["aio memory/run above raw_async, KB"] = a["rss_per_run_kb"] - raw_a["rss_per_run_kb"]
+    if raw_t and raw_a:  # the thread floor beside the asyncio floor
+        out["raw_threads wall vs raw_async"] = raw_t["wall_s"] / raw_a["wall_s"]
+    if raw_a:
+        out["raw_async's own loop lag max, ms"] = (raw_a.get("loop_lag_ms") or {}).get("max")
     if a:
         out["aio threads per run at peak"] = a["peak_threads"] / a["n"]
         out["aio loop lag max, ms"] = (a.get("loop_lag_ms") or {}).get("max")

@@ -48,6 +48,7 @@ from ..errors import ProviderError
 from ..errors import RequestAbortedError as _RequestAborted
 from ..types import StreamOptions
 from .chunked import ChunkDecoder
+from .response_head import FastHeadResponse
 from .table import is_local_url
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -279,9 +280,12 @@ def _is_ip_address(host: str) -> bool:
 
 def _tracked_connection(base: type[HTTPConnection]) -> type[HTTPConnection]:
     """``base`` that, connecting to an IP address for a request, shows its socket to the
-    request's tracker before ``connect()``, so that an abort can end the connect."""
+    request's tracker before ``connect()``, so that an abort can end the connect, and that
+    reads a response's head without the email package (:mod:`.response_head`)."""
 
     class _TrackedConnection(base):  # type: ignore[valid-type,misc]
+        response_class = FastHeadResponse  # its head read without the email package
+
         def _new_conn(self) -> socket.socket:
             tracker = getattr(self, "_agentkit_tracker", None)
             if tracker is None or not _is_ip_address(self._dns_host):

@@ -676,12 +676,15 @@ class Agent(AgentOptions):
                 self._state.error_message = None
             body = choose()
             # The run sees the caller's contextvars (an OpenTelemetry parent span, say).
-            run._thread = threading.current_thread() if here else threading.Thread(
-                target=contextvars.copy_context().run,
-                args=(self._work, run, body),
-                name="agentkit-agent",
-                daemon=True,
-            )
+            if here:
+                run._host()
+            else:
+                run._thread = threading.Thread(
+                    target=contextvars.copy_context().run,
+                    args=(self._work, run, body),
+                    name="agentkit-agent",
+                    daemon=True,
+                )
             if bind is not None:
                 bind(run)
             if here:

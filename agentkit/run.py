@@ -61,6 +61,9 @@ class Run:
         self._cancelled = False
         self._messages: RunResult = RunResult()
         self._error: BaseException | None = None
+        self._settled: threading.Event | None = None
+        """Set once the done callbacks ran, for a run held by a thread that lives on after it
+        (:meth:`_host`), which a waiter cannot join."""
 
     @property
     def signal(self) -> AbortSignal:
@@ -95,7 +98,10 @@ class Run:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            thread.join(remaining)  # it only has its done callbacks left to run
+            if self._settled is not None:  # its thread goes on after the run: not joined
+                self._settled.wait(remaining)
+            else:
+                thread.join(remaining)  # it only has its done callbacks left to run
         return True
 
     def result(self, timeout: float | None = None) -> RunResult:
@@ -114,6 +120,12 @@ class Run:
                 self._callbacks.append(fn)
                 return
         fn(self)
+
+    def _host(self) -> None:
+        """The run is held by the calling thread, which lives on after it (a blocking call off
+        the main thread, a sub-agent's tool call)."""
+        self._thread = threading.current_thread()
+        self._settled = threading.Event()
 
     def _begin(self) -> bool:
         """Called first on the worker thread: whether the run is still wanted."""
@@ -140,6 +152,8 @@ class Run:
                 fn(self)
             except Exception:
                 agentkit_logger().exception("agentkit: a run's done callback raised")
+        if self._settled is not None:
+            self._settled.set()
 
 
     def _result_now(self) -> RunResult:

@@ -291,6 +291,39 @@ def test_an_abort_gives_up_on_a_hung_tool_of_a_run_held_by_its_calling_thread() 
     assert agent.prompt("again").text == "after"  # the agent stays usable
 
 
+def test_waiting_for_a_run_held_by_a_thread_that_lives_on_does_not_wait_for_that_thread() -> None:
+    in_tool, release = threading.Event(), threading.Event()
+
+    def slow(tool_call_id: str, params: Any, signal: AbortSignal, on_update: Any) -> str:
+        in_tool.set()
+        release.wait(10)
+        return "slow done"
+
+    agent, _ = make_agent([reply(tool_call("slow")), "held"], tools=[make_tool("slow", slow)])
+    returned, leave = threading.Event(), threading.Event()
+
+    def request_thread() -> None:
+        agent.prompt("hi")
+        returned.set()
+        leave.wait(30)  # a web server's thread goes on serving after the run
+
+    thread = threading.Thread(target=request_thread, name="request-thread")
+    thread.start()
+    idle: list[bool] = []
+    try:
+        assert in_tool.wait(10)
+        waiter = threading.Thread(target=lambda: idle.append(agent.wait_for_idle()))
+        waiter.start()  # waits for the run, which its calling thread holds
+        release.set()
+        assert returned.wait(10)
+        waiter.join(5)
+        assert idle == [True]  # the run's end, not the end of the thread that held it
+    finally:
+        release.set()
+        leave.set()
+        thread.join(10)
+
+
 def test_agent_constructor_does_not_need_a_model_for_scripted_runs() -> None:
     agent = Agent(stream_fn=make_agent([])[1])
     assert agent.state.model.id == "unknown"

@@ -676,21 +676,23 @@ class Agent(AgentOptions):
                 self._state.error_message = None
             body = choose()
             # The run sees the caller's contextvars (an OpenTelemetry parent span, say).
+            worker: threading.Thread | None = None
             if here:
                 run._host()
             else:
-                run._thread = threading.Thread(
+                worker = threading.Thread(
                     target=contextvars.copy_context().run,
                     args=(self._work, run, body),
                     name="agentkit-agent",
                     daemon=True,
                 )
+                run._thread = worker
             if bind is not None:
                 bind(run)
-            if here:
+            if worker is None:
                 contextvars.copy_context().run(self._work, run, body)
             else:
-                start_worker(run._thread, lambda exc: self._abandon(run, stop=False, error=exc))
+                start_worker(worker, lambda exc: self._abandon(run, stop=False, error=exc))
             if block:
                 run.wait()
         except BaseException:

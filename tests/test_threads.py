@@ -324,6 +324,29 @@ def test_waiting_for_a_run_held_by_a_thread_that_lives_on_does_not_wait_for_that
         thread.join(10)
 
 
+def test_a_run_held_by_its_calling_thread_sees_a_copy_of_its_contextvars() -> None:
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[str] = []
+
+    def listener(event: Any) -> None:
+        seen.append(var.get())
+        var.set("set by a listener")
+
+    agent, _ = make_agent(["hi"])
+    agent.subscribe(listener)
+
+    def request_thread() -> str:
+        var.set("the request's")
+        agent.prompt("hi")
+        return var.get()
+
+    assert _on_a_thread(request_thread) == "the request's"  # nothing leaked back
+    assert seen[0] == "the request's"  # the run started from the caller's values
+    assert seen[-1] == "set by a listener"
+
+
 def test_agent_constructor_does_not_need_a_model_for_scripted_runs() -> None:
     agent = Agent(stream_fn=make_agent([])[1])
     assert agent.state.model.id == "unknown"

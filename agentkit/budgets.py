@@ -9,9 +9,10 @@ that cap. Peers: openai-agents ``max_turns``, pydantic-ai ``UsageLimits``, smola
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar, Token
 from datetime import datetime
 from typing import Any
@@ -111,6 +112,7 @@ class BudgetTracker:
         """When the run must end, in ``time.monotonic()`` seconds (``None``: no deadline)."""
         self._unlink: Callable[[], None] = lambda: None
         self._closed = False  # the run ended: a sub-agent given up on no longer counts
+        self._children: list[BudgetTracker] = []  # sub-agent runs under way (_children_lock)
         self._controller: AbortController | None = None
         now = time.time()
         ends = budgets.deadline_at(now)
@@ -228,6 +230,31 @@ class BudgetTracker:
             left.update(timeout=None, deadline=ends)
         return own.model_copy(update=left)
 
+    def adopt(self, child: BudgetTracker) -> None:
+        """A sub-agent's run starts under this run: if it is still going when this run ends
+        (given up on at the deadline, or after an abort's grace), its spend so far counts here
+        (:meth:`count_unfinished_children`), since its tool result never comes back."""
+        with _children_lock:
+            if not self._closed:
+                self._children.append(child)
+
+    def release(self, child: BudgetTracker) -> None:
+        """A sub-agent's run ended: its spend comes back through its tool call."""
+        with _children_lock:
+            self._children = [c for c in self._children if c is not child]
+
+    def count_unfinished_children(self) -> None:
+        """As this run ends: add the spend so far (requests, tool calls, tokens and cost) of
+        the sub-agent runs still going, and from now on ignore what sub-agents report."""
+        with _children_lock:
+            children, self._children = self._children, []
+            self._closed = True
+        for child in children:
+            spent = child.usage.model_copy(deep=True)  # it may still be counting on its thread
+            self.usage.requests += spent.requests
+            self.usage.tool_calls += spent.tool_calls
+            self.usage.add(spent)
+
     def add_child(self, usage: RunUsage) -> None:
         """Count a sub-agent run's requests and tool calls in this run's (its tokens and cost
         come back as its tool result's usage, which the batch adds)."""
@@ -241,8 +268,33 @@ class BudgetTracker:
 _current: ContextVar[BudgetTracker | None] = ContextVar("agentkit_run_budget", default=None)
 """The tracker of the run whose loop or tool call runs in this context."""
 
+_adopting: ContextVar[BudgetTracker | None] = ContextVar("agentkit_adopting", default=None)
+"""The run a sub-agent's run starting in this context belongs to (:func:`adopting_runs`)."""
+
 _children_lock = threading.Lock()
 """Guards the counts sub-agents running at once on tool threads add to their parent's usage."""
+
+
+@contextlib.contextmanager
+def adopting_runs(parent: BudgetTracker) -> Iterator[None]:
+    """Inside the block, a run that starts (a sub-agent's) is ``parent``'s child: see
+    :meth:`BudgetTracker.adopt`."""
+    token = _adopting.set(parent)
+    try:
+        yield
+    finally:
+        _adopting.reset(token)
+
+
+def adopt_into_parent(tracker: BudgetTracker) -> BudgetTracker | None:
+    """Called as a run starts, in its own context: make it the child of the run that adopts
+    runs starting here, if any (a run it starts in turn is not that run's child); return that
+    parent."""
+    parent = _adopting.get()
+    if parent is not None:
+        _adopting.set(None)
+        parent.adopt(tracker)
+    return parent
 
 
 def current_budget() -> BudgetTracker | None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._serialize import clean_message
 from .abort import ABORTED_TEXT, AbortController, AbortSignal
-from .budgets import Budgets, BudgetTracker
+from .budgets import Budgets, BudgetTracker, adopt_into_parent
 from .compaction import Compactor, ModelAccess
 from .config import (
     AgentLoopConfig,
@@ -262,6 +262,7 @@ def _run_loop(
     state = _LoopState(
         context, config, new_messages, emit, tracker.signal, stream_fn, tracker, tools, output
     )
+    parent = adopt_into_parent(tracker)  # a sub-agent's run: its parent counts it if given up
     scope = tracker.enter()  # sub-agents started by this run's tools draw from its budgets
     try:
         _turns(state)
@@ -270,6 +271,8 @@ def _run_loop(
         tools.close()
         tracker.close()
         tracker.leave(scope)
+        if parent is not None:
+            parent.release(tracker)
 
 
 def _turns(state: _LoopState) -> None:
@@ -543,6 +546,7 @@ def _at_final_answer(state: _LoopState, message: AssistantMessage) -> list[Any] 
 def _end_run(state: _LoopState) -> None:
     """Settle the run's result (stop reason, budget) and emit ``agent_end``."""
     result, limit = state.new_messages, state.tracker.limit
+    state.tracker.count_unfinished_children()  # sub-agents given up on: their spend so far
     finish_result(result)
     if limit is not None and result.stop_reason in ("stop", "aborted"):
         result.stop_reason, result.budget = "budget", limit

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._serialize import dumps, to_serialisable
 from .abort import AbortSignal
-from .budgets import REFUSED_TEXT, Budgets, current_budget
+from .budgets import REFUSED_TEXT, Budgets, adopting_runs, current_budget
 from .errors import AbortError
 from .events import AgentEvent
 from .results import RunResult, RunUsage
@@ -199,9 +199,11 @@ class _SubAgent:
                 inherited = _child_setups.set(())
                 child.subscribe(lambda e: on_update(SubAgentEvent(self.name, tool_call_id, e)))
                 links: list[Callable[[], None]] = []
+                adopting = adopting_runs(parent) if parent is not None else contextlib.nullcontext()
                 try:  # the parent's signal aborts the run from its first instant
                     bind = lambda run: links.append(signal.add_callback(run.abort))  # noqa: E731
-                    result = child._prompt_here(task, bind, budgets=budgets)
+                    with adopting:  # given up on, the child's spend still counts in the parent
+                        result = child._prompt_here(task, bind, budgets=budgets)
                 finally:
                     _child_setups.reset(inherited)
                     for unlink in links:

@@ -21,6 +21,7 @@ from agentkit import (
     ToolExecutionUpdateEvent,
     ToolResultMessage,
     Usage,
+    tool,
 )
 from agentkit.sessions import Session, open_store
 from agentkit.subagents import SubAgentEvent, child_runs
@@ -222,6 +223,42 @@ def test_the_parents_deadline_ends_the_childs_tool() -> None:
     assert runs == [] or [r.stop_reason for r in runs] in (["budget"], ["aborted"])
     if not runs:
         assert "deadline" in outcome.content[0].text
+
+
+def test_a_child_given_up_on_at_the_deadline_still_counts_its_spend_in_the_parent() -> None:
+    in_hook, release = threading.Event(), threading.Event()
+
+    def stubborn_hook(ctx: Any, signal: AbortSignal) -> None:
+        in_hook.set()
+        release.wait(WAIT)  # ignores every abort: the child's own deadline cannot end it
+
+    @tool
+    def lookup() -> str:
+        """Looks up."""
+        return "found"
+
+    child, _ = _child(
+        reply(tool_call("lookup"), usage=USAGE), "never", tools=[lookup],
+        before_tool_call=stubborn_hook,
+    )  # fmt: skip
+    parent, _ = _parent(
+        [_delegate("tides"), "late"], [child.as_tool()], budgets=Budgets(timeout=0.5)
+    )
+    try:
+        result = parent.prompt("go")
+        assert in_hook.is_set()  # the child was still going when the parent ended
+        assert result.stop_reason == "budget" and result.budget == "timeout"
+        (outcome,) = [m for m in result if m.role == "tool_result"]
+        assert "deadline" in outcome.content[0].text  # given up on, no result of its own
+        # The parent's request and the child's; the sub-agent call and the child's own.
+        assert (result.usage.requests, result.usage.tool_calls) == (2, 2)
+        assert result.usage.input == 2 * USAGE.input
+        counted = result.usage.model_copy(deep=True)
+    finally:
+        release.set()
+    for thread in [t for t in threading.enumerate() if t.name.startswith("agentkit-tool")]:
+        thread.join(WAIT)  # the child's run winds down on the call's thread
+    assert result.usage == counted  # what it reports later changes nothing
 
 
 def test_the_childs_spans_nest_under_the_parents_execute_tool_span() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from .base import (
     SessionConflictError,
+    SessionCorruptError,
     SessionInfo,
     SessionStore,
     SessionStoreError,
@@ -71,7 +72,7 @@ class RedisStore(SessionStore):
             pipe.lrange(self._key(name), 0, -1)
             pipe.hget(self._versions, name)
             raw, version = pipe.execute()
-        records = [r.decode("utf-8") for r in raw]
+        records = [_text(self, name, position, r) for position, r in enumerate(raw)]
         if version is not None:  # sessions written before the version was kept have none
             check_complete(self, name, range(len(records)), int(version))
         return records, len(records)
@@ -113,3 +114,12 @@ class RedisStore(SessionStore):
 
     def close(self) -> None:
         self._client.close()
+
+
+def _text(store: RedisStore, name: str, position: int, record: bytes) -> str:
+    """A stored record as text; one that is not UTF-8 (written behind agentkit's back) is a
+    corrupt record, named like any other."""
+    try:
+        return record.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SessionCorruptError(store.display_url, name, position, "is not UTF-8 text") from None

@@ -89,6 +89,20 @@ def test_a_corrupt_record_names_the_store_the_session_and_the_position(
     assert len(Session(name + "-intact", store).load()) == 3  # the others are fine
 
 
+@pytest.mark.parametrize("store_url", ["sqlite", "redis"], indirect=True)  # PostgreSQL refuses it
+def test_a_record_that_is_not_utf8_is_a_corrupt_record(store: SessionStore, name: str) -> None:
+    three_messages(store, name)
+    if isinstance(store, RedisStore):
+        store._client.lset(store._key(name), 1, b"\xff\xfe{not utf-8")
+    else:
+        with sqlite3.connect(store.path) as db:  # a blob where text belongs
+            db.execute("UPDATE agentkit_messages SET record = ? WHERE session = ? AND seq = 1",
+                       (b"\xff\xfe{not utf-8", name))  # fmt: skip
+    with pytest.raises(SessionCorruptError, match="at position 1 ") as raised:
+        Session(name, store).load()
+    assert raised.value.position == 1
+
+
 def test_a_deleted_record_is_detected(store: SessionStore, name: str) -> None:
     three_messages(store, name)
     delete_record(store, name, 1)

@@ -171,11 +171,14 @@ def build_agent(
     )
     agent.subscribe(Progress(io, args.json))
     agent.subscribe(JsonPrinter(io) if args.json else TextPrinter(io))
+    if args.mcp_header and not args.mcp_url:
+        raise CliError("--mcp-header goes to --mcp-url servers, and none was given")
     if args.mcp or args.mcp_url:
-        from .mcp_servers import attach_mcp_servers
+        from .mcp_servers import attach_mcp_servers, parse_headers
 
+        headers = parse_headers(args.mcp_header)
         try:
-            attach_mcp_servers(agent, args.mcp, args.mcp_url)
+            attach_mcp_servers(agent, args.mcp, args.mcp_url, headers)
         except AgentError as exc:
             raise CliError(str(exc)) from None
     return agent

@@ -70,4 +70,9 @@ def common_options() -> argparse.ArgumentParser:
         "--mcp-url", action="append", default=[], metavar="URL",
         help="add the tools of an MCP server at URL (streamable HTTP; repeatable)",
     )  # fmt: skip
+    common.add_argument(
+        "--mcp-header", action="append", default=[], metavar="'NAME: VALUE'",
+        help="send this header to every --mcp-url server, e.g. "
+        "\"Authorization: Bearer $TOKEN\" (repeatable)",
+    )  # fmt: skip
     return common

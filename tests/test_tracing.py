@@ -497,3 +497,39 @@ def test_a_failed_run_reaches_a_real_otlp_http_receiver() -> None:
     assert run.status.code == run.status.STATUS_CODE_ERROR
     assert attributes["error.type"].string_value == "timeout"
     assert {s.name for s in exported} >= {"chat scripted", "execute_tool wait_for_abort"}
+
+
+def test_a_compaction_is_a_span_under_its_run_and_on_its_own_when_asked_for(
+    exporter: tuple[InMemorySpanExporter, TracerProvider],
+) -> None:
+    from agentkit.compaction import Compaction
+
+    from .compaction_support import Windowed, agent_for
+
+    spans, provider = exporter
+    windowed = Windowed()
+    agent = agent_for(windowed, compaction=Compaction())
+    enable_tracing(agent, tracer_provider=provider)
+    turns = 0
+    while windowed.summaries == 0:  # until the conversation nears the window
+        assert agent.prompt(f"fetch page {turns}").stop_reason == "stop"
+        turns += 1
+        assert turns < 30
+    named = _by_name(spans.get_finished_spans())
+    (span,) = named["compaction"]
+    runs = {s.context.span_id: s for s in named["invoke_agent"]}
+    assert _parent_id(span) in runs  # under the run whose request it made fit
+    attributes = dict(span.attributes or {})
+    assert attributes["agentkit.compaction.reason"] == "threshold"
+    assert attributes["agentkit.compaction.strategy"] == "summarize"
+    assert attributes["agentkit.compaction.tokens_after"] < attributes[
+        "agentkit.compaction.tokens_before"]  # fmt: skip
+    assert attributes["agentkit.compaction.requests"] == 1
+    assert attributes["gen_ai.usage.input_tokens"] > 0
+    # the summary request is the compaction's, not a turn: no chat span of its own
+    assert len(named["chat windowed"]) == len(windowed.sizes) - windowed.summaries
+
+    spans.clear()
+    agent.compact()
+    (manual,) = _by_name(spans.get_finished_spans())["compaction"]
+    assert manual.parent is None and manual.attributes["agentkit.compaction.reason"] == "manual"

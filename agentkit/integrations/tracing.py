@@ -133,6 +133,7 @@ class _Tracer:
         self._chat_token: Any = None
         self._chat_started = 0.0
         self._tools: dict[str, Any] = {}  # tool_call_id -> execute_tool span
+        self._compaction: Any = None  # the compaction span under way
         self._tokens = [0, 0, 0]  # the run's input, output and cache-read tokens
         self._children: Any = None  # the token of the run's sub-agent setup
 
@@ -161,6 +162,10 @@ class _Tracer:
             self._start_tool(event)
         elif kind == "tool_execution_end":
             self._end_tool(event)
+        elif kind == "compaction_start":
+            self._start_compaction(event)
+        elif kind == "compaction_end":
+            self._end_compaction(event)
         elif kind == "agent_end":
             self._end_run(event.messages)
 
@@ -284,6 +289,40 @@ class _Tracer:
         if self._chat is not None:
             self._chat.end()
             self._chat = None
+
+    def _start_compaction(self, event: Any) -> None:
+        """A ``compaction`` span under the run (its summary request is not a turn, so it has
+        no ``chat`` span of its own): why, how, and the token estimates before and after."""
+        self._end_compaction(None)  # one that never ended (should not happen)
+        self._compaction = self._tracer.start_span(
+            "compaction",
+            context=self._parent(),
+            kind=self._kind.INTERNAL,
+            attributes={
+                "agentkit.compaction.reason": event.reason,
+                "agentkit.compaction.strategy": event.strategy,
+                "agentkit.compaction.tokens_before": event.tokens_before,
+                "agentkit.compaction.context_window": event.context_window,
+                **self._model_attributes(),
+            },
+        )
+
+    def _end_compaction(self, event: Any) -> None:
+        span, self._compaction = self._compaction, None
+        if span is None:
+            return
+        record = getattr(event, "compaction", None)
+        if record is not None:
+            span.set_attribute("agentkit.compaction.tokens_after", record.tokens_after)
+            span.set_attribute("agentkit.compaction.requests", record.requests)
+            span.set_attribute("gen_ai.usage.input_tokens", record.usage.input)
+            span.set_attribute("gen_ai.usage.output_tokens", record.usage.output)
+        elif event is not None:
+            span.set_attribute("error.type", "compaction_failed")
+            # the error may quote the summary model's answer: content, as for a tool's error
+            text = event.error if self._capture and event.error else "compaction failed"
+            span.set_status(self._status(self._code.ERROR, text[:200]))
+        span.end()
 
     def _start_tool(self, event: Any) -> None:
         attributes: dict[str, Any] = {

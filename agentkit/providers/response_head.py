@@ -1,11 +1,11 @@
 """Reading a response's head (status line and headers) without the ``email`` package.
 
-``http.client`` parses every response's header block with ``email.parser``, a general
-RFC 5322 parser that cost about a fifth of a streamed request's CPU (more than the SSE parsing
-and the message building together). :class:`FastHeadResponse` is ``http.client``'s own response
-with ``begin()`` reading the head directly: the status line as ``http.client`` reads it, each
-``Name: value`` line into the same :class:`http.client.HTTPMessage` (so urllib3 and every
-caller see the same object, names and values), and the body's framing (chunked, length,
+``http.client`` parses every response's header block with ``email.parser``, a general RFC 5322
+parser: about 30 µs a head here, against 9 µs read directly (3 % of the instructions of a whole
+model turn, request and tool call included). :class:`FastHeadResponse` is ``http.client``'s own
+response with ``begin()`` reading the head directly: the status line as ``http.client`` reads
+it, each ``Name: value`` line into the same :class:`http.client.HTTPMessage` (so urllib3 and
+every caller see the same object, names and values), and the body's framing (chunked, length,
 whether the connection closes) decided as ``http.client`` decides it. A head with anything
 unusual in it (an obsolete folded line, a line that is not a header) goes to ``email.parser``
 after all, so its reading never differs from the standard library's.

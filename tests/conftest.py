@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentkit import set_default_stream_fn
+from tests.providers.replay_server import ReplayServer
 from tests.servers import PostgresServer, RedisServer
 
 # --- fixtures ---------------------------------------------------------------------------------
@@ -33,6 +34,18 @@ def postgres_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def server() -> Iterator[ReplayServer]:
+    """A replay server of recorded provider streams on 127.0.0.1 for one test (tests in a
+    folder with a ``server`` fixture of its own get that one instead)."""
+    replay = ReplayServer()
+    replay.start()
+    try:
+        yield replay
+    finally:
+        replay.stop()
 
 
 @pytest.fixture

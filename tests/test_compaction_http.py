@@ -4,7 +4,6 @@ ContextOverflowError, and an agent with compaction compacts and retries the refu
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +43,6 @@ ANSWERS = {
     "anthropic-messages": "vendor/anthropic-thinking-text.sse",
     "google-generative-ai": "vendor/gemini-sse-thinking-text.sse",
 }
-
-
-@pytest.fixture
-def server() -> Iterator[ReplayServer]:
-    srv = ReplayServer()
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def refusal(status: int, name: str) -> Reply:

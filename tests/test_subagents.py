@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -344,14 +343,6 @@ def test_a_child_keeps_its_own_session_named_after_the_parents(tmp_path: Path) -
 
 
 # --- over real HTTP: the parent and the child on the replay server ------------------------------
-
-
-@pytest.fixture()
-def server() -> Iterator[ReplayServer]:
-    replay = ReplayServer()
-    replay.start()
-    yield replay
-    replay.stop()
 
 
 def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

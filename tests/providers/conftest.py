@@ -6,17 +6,6 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from replay_server import ReplayServer
-
-
-@pytest.fixture
-def server() -> Iterator[ReplayServer]:
-    srv = ReplayServer()
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture

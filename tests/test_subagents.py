@@ -26,7 +26,14 @@ from agentkit.sessions import Session, open_store
 from agentkit.subagents import SubAgentEvent, child_runs
 from agentkit.testing import ScriptedModel, reply, tool_call
 
-from .providers.replay_server import ReplayServer, Reply, chat_sse, make_model, options
+from .providers.replay_server import (
+    ReplayServer,
+    Reply,
+    call_delta,
+    chat_sse,
+    make_model,
+    options,
+)
 from .support import WAIT, signal_tool
 
 USAGE = Usage(input=100, output=10, cache_read=0, total_tokens=110)
@@ -345,11 +352,6 @@ def test_a_child_keeps_its_own_session_named_after_the_parents(tmp_path: Path) -
 # --- over real HTTP: the parent and the child on the replay server ------------------------------
 
 
-def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    function = {"name": name, "arguments": json.dumps(arguments)}
-    return {"tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": function}]}
-
-
 @pytest.mark.parametrize("where", ["child tool", "child stream"])
 def test_an_abort_from_another_thread_reaches_the_child_over_http(
     server: ReplayServer, where: str
@@ -364,10 +366,10 @@ def test_an_abort_from_another_thread_reaches_the_child_over_http(
         return "partial results"
 
     server.enqueue(
-        Reply(chat_sse(_call("p1", "researcher", {"task": "tides"}), finish="tool_calls"))
+        Reply(chat_sse(call_delta("p1", "researcher", {"task": "tides"}), finish="tool_calls"))
     )
     if where == "child tool":
-        server.enqueue(Reply(chat_sse(_call("c1", "slow_search", {}), finish="tool_calls")))
+        server.enqueue(Reply(chat_sse(call_delta("c1", "slow_search", {}), finish="tool_calls")))
     else:  # the child's answer stalls after its first bytes
         server.enqueue(
             Reply(chat_sse({"content": "Tides are"}, {"content": " caused by"}), stall_after=40)

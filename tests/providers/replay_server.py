@@ -262,6 +262,14 @@ def chat_sse(
     return body.encode()
 
 
+def call_delta(call_id: str, name: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
+    """A Chat Completions delta that calls ``name`` with ``arguments`` (JSON text as sent, or a
+    dict to encode), for :func:`chat_sse`."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    function = {"name": name, "arguments": text}
+    return {"tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": function}]}
+
+
 def options(**extra: Any) -> dict[str, Any]:
     """Stream options for tests: the fake key and tiny retry delays."""
     base: dict[str, Any] = {"api_key": API_KEY, "retry_base_delay_ms": 1, "timeout": (5, 5)}

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from replay_server import API_KEY, ReplayServer, Reply, chat_sse, make_model
+from replay_server import API_KEY, ReplayServer, Reply, call_delta, chat_sse, make_model
 
 from agentkit import Agent, AgentTool, AgentToolResult
 from agentkit.providers import stream_simple
@@ -209,8 +209,7 @@ def test_dict_messages_are_not_remembered() -> None:
 
 def look_call(call_id: str, n: int) -> dict[str, Any]:
     """A streamed delta calling the ``look`` tool with ``{"n": n}``."""
-    function = {"name": "look", "arguments": json.dumps({"n": n})}
-    return {"tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": function}]}
+    return call_delta(call_id, "look", {"n": n})
 
 
 def test_hooks_that_edit_the_transcript_are_seen_over_http(server: ReplayServer) -> None:

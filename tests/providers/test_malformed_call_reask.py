@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from replay_server import API_KEY, ReplayServer, Reply, chat_sse, make_model
+from replay_server import API_KEY, ReplayServer, Reply, call_delta, chat_sse, make_model
 
 from agentkit import Agent
 from agentkit.providers import complete, stream_simple
@@ -42,16 +42,7 @@ def last_user_text(body: dict[str, object]) -> str:
 
 
 def test_the_model_is_asked_again_with_a_note_and_the_run_goes_on(server: ReplayServer) -> None:
-    call = {
-        "tool_calls": [
-            {
-                "index": 0,
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "read_file", "arguments": '{"path": "notes.txt"}'},
-            }
-        ]
-    }
+    call = call_delta("call_1", "read_file", '{"path": "notes.txt"}')
     server.enqueue(
         rejected(),
         Reply(chat_sse(call, finish="tool_calls")),

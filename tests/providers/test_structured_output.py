@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from replay_server import API_KEY, ReplayServer, Reply, chat_sse, fixture_bytes, make_model
+from replay_server import (
+    API_KEY,
+    ReplayServer,
+    Reply,
+    call_delta,
+    chat_sse,
+    fixture_bytes,
+    make_model,
+)
 
 from agentkit import Agent, MessageUpdateEvent
 from agentkit.providers import stream_simple
@@ -305,16 +313,7 @@ def test_a_server_without_native_output_is_asked_through_a_tool(server: ReplaySe
 
 
 def test_the_output_tool_sits_beside_the_agents_own_tools(server: ReplayServer) -> None:
-    lookup_call = {
-        "tool_calls": [
-            {
-                "index": 0,
-                "id": "call_0",
-                "type": "function",
-                "function": {"name": "lookup", "arguments": '{"q": "UK"}'},
-            }
-        ]
-    }
+    lookup_call = call_delta("call_0", "lookup", '{"q": "UK"}')
     server.enqueue(
         Reply(body=chat_sse(lookup_call, finish="tool_calls")),
         Reply(body=output_tool_call(CITY_JSON)),

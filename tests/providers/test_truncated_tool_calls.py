@@ -13,7 +13,15 @@ import json
 from typing import Any
 
 import pytest
-from replay_server import API_KEY, ReplayServer, Reply, chat_sse, fixture_bytes, make_model
+from replay_server import (
+    API_KEY,
+    ReplayServer,
+    Reply,
+    call_delta,
+    chat_sse,
+    fixture_bytes,
+    make_model,
+)
 
 from agentkit import Agent, ToolResultMessage
 from agentkit.providers import complete, stream_simple
@@ -30,17 +38,7 @@ def sse(*events: dict[str, Any]) -> bytes:
 
 
 def chat_call(arguments: str) -> bytes:
-    delta = {
-        "tool_calls": [
-            {
-                "index": 0,
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "delete", "arguments": arguments},
-            }
-        ]
-    }
-    return chat_sse(delta, finish="tool_calls")
+    return chat_sse(call_delta("call_1", "delete", arguments), finish="tool_calls")
 
 
 def anthropic_call(arguments: str) -> bytes:

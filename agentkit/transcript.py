@@ -25,6 +25,7 @@ from .types import (
     ToolRef,
     Usage,
     UserMessage,
+    as_model,
     now_ms,
     role_of,
     to_tool_declaration,
@@ -67,11 +68,7 @@ def failure_message(
 
 def as_system_message(message: Any) -> SystemMessage:
     """A system message as a :class:`SystemMessage` (dicts are validated)."""
-    if isinstance(message, SystemMessage):
-        return message
-    if isinstance(message, dict):
-        return SystemMessage.model_validate(message)
-    return SystemMessage.model_validate(message, from_attributes=True)
+    return as_model(SystemMessage, message)
 
 
 def system_messages(messages: Sequence[Any]) -> list[SystemMessage]:
@@ -331,11 +328,7 @@ class CompactionRecord(BaseModel):
 
 def as_compaction(message: Any) -> CompactionRecord:
     """A compaction entry as a :class:`CompactionRecord` (a session loads it back as a dict)."""
-    if isinstance(message, CompactionRecord):
-        return message
-    if isinstance(message, dict):
-        return CompactionRecord.model_validate(message)
-    return CompactionRecord.model_validate(message, from_attributes=True)
+    return as_model(CompactionRecord, message)
 
 
 def latest_compaction(messages: Sequence[Any]) -> tuple[int, CompactionRecord] | None:

@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import TypedDict
@@ -198,6 +198,19 @@ def role_of(message: Any) -> str | None:
     """The ``role`` of a message object or dict, or ``None`` when it has none."""
     role = message.get("role") if isinstance(message, dict) else getattr(message, "role", None)
     return role if role.__class__ is str else None
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def as_model(cls: type[_Model], message: Any) -> _Model:
+    """``message`` as a ``cls``: itself when it is one, else validated from a dict or from
+    another object's attributes (a message of another library, say)."""
+    if isinstance(message, cls):
+        return message
+    if isinstance(message, dict):
+        return cls.model_validate(message)
+    return cls.model_validate(message, from_attributes=True)
 
 
 # --- models -----------------------------------------------------------------------------------

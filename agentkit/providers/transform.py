@@ -34,6 +34,7 @@ from ..types import (
     ToolCall,
     ToolResultMessage,
     UserMessage,
+    as_model,
     role_of,
 )
 
@@ -96,11 +97,7 @@ def _validate(message: Any) -> UserMessage | AssistantMessage | ToolResultMessag
     cls = _BY_ROLE.get(role_of(message) or "")
     if cls is None:
         return None
-    if isinstance(message, cls):
-        return message
-    if isinstance(message, dict):
-        return cls.model_validate(message)
-    return cls.model_validate(message, from_attributes=True)
+    return as_model(cls, message)
 
 
 def same_source(message: AssistantMessage, model: Model) -> bool:

@@ -60,10 +60,5 @@ def page_server(tmp_path: Path, gate: Gate) -> Iterator[UiServer]:
         )  # fmt: skip
         return Agent(model=model.model, stream_fn=model, tools=[look_up], session=session)
 
-    store = SqliteStore(tmp_path / "sessions.db")
-    server = UiServer(store, build_agent=build).start()
-    try:
+    with SqliteStore(tmp_path / "sessions.db") as store, UiServer(store, build_agent=build) as server:
         yield server
-    finally:
-        server.stop()
-        store.close()

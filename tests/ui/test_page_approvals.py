@@ -44,13 +44,8 @@ def approval_page(tmp_path: Path, refunds: list[int]) -> Iterator[UiServer]:
         return Agent(model=model.model, stream_fn=model, tools=[refund], session=session,
                      approvals=Approvals(defer=True))  # fmt: skip
 
-    store = SqliteStore(tmp_path / "sessions.db")
-    server = UiServer(store, build_agent=build).start()
-    try:
+    with SqliteStore(tmp_path / "sessions.db") as store, UiServer(store, build_agent=build) as server:
         yield server
-    finally:
-        server.stop()
-        store.close()
 
 
 def _start_waiting_run(server: UiServer) -> tuple[requests.Session, str]:

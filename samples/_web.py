@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -28,15 +28,21 @@ def demo_answer(messages: list[Any]) -> Reply | str:
     return reply("Let me look at the clock.", tool_call("current_time", {}))
 
 
-def web_model(stream_fn: StreamFn | None, model: Model | None) -> tuple[Model, StreamFn | None]:
+def web_model(
+    stream_fn: StreamFn | None,
+    model: Model | None,
+    answer: Callable[[list[Any]], Reply | str] = demo_answer,
+    delay: float = 0.02,
+) -> tuple[Model, StreamFn | None]:
     """The app's model: the one given; else the real model ``AGENTKIT_MODEL`` names; else the
-    offline demo model (which answers every request, for any number of runs)."""
+    offline demo model answering with ``answer`` after ``delay`` seconds (it answers every
+    request, for any number of runs)."""
     if stream_fn is None and model is None:
         spec = model_spec()
         if spec:
             model, stream_fn = real_model(spec)
         else:
-            stream_fn = rule_model(demo_answer, delay=0.02)
+            stream_fn = rule_model(answer, delay=delay)
     return model or SCRIPTED_MODEL, stream_fn
 
 

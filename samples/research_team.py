@@ -24,14 +24,14 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from _support import last_text, model_spec, real_model, rule_model
-from _web import web_command_line
+from _support import last_text
+from _web import web_command_line, web_model
 from flask import Flask, abort, jsonify, request
 
 from agentkit import Agent, Budgets, Model, ToolExecutionUpdateEvent
 from agentkit.loop import StreamFn
 from agentkit.subagents import SubAgentEvent, child_runs
-from agentkit.testing import SCRIPTED_MODEL, Reply, reply, tool_call
+from agentkit.testing import Reply, reply, tool_call
 
 LEAD_PROMPT = (
     "You lead a research team. For every question, ask the historian and the scientist at the "
@@ -59,20 +59,9 @@ def demo_answer(messages: list[Any]) -> Reply | str:
     return f"{who}'s notes on {last_text([last])!r}: it has a long story."
 
 
-def team_model(stream_fn: StreamFn | None, model: Model | None) -> tuple[Model, StreamFn | None]:
-    """The team's model: the one given; else ``AGENTKIT_MODEL``'s; else the offline demo."""
-    if stream_fn is None and model is None:
-        spec = model_spec()
-        if spec:
-            model, stream_fn = real_model(spec)
-        else:
-            stream_fn = rule_model(demo_answer, delay=0.01)
-    return model or SCRIPTED_MODEL, stream_fn
-
-
 def create_app(stream_fn: StreamFn | None = None, model: Model | None = None) -> Flask:
     """Build the app; given neither ``stream_fn`` nor ``model``, the offline demo model."""
-    model, stream_fn = team_model(stream_fn, model)
+    model, stream_fn = web_model(stream_fn, model, demo_answer, delay=0.01)  # the team's demo
     historian = Agent(
         model=model,
         stream_fn=stream_fn,

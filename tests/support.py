@@ -8,10 +8,11 @@ conftest, so each test reads as plain code.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,3 +281,18 @@ class Watched(io.StringIO):
         if self.marker in self.getvalue():
             self.seen.set()
         return written
+
+
+@contextlib.contextmanager
+def running_local_model(**options: Any) -> Iterator[Any]:
+    """An embedded model server (``agentkit.local.start_local_model(**options)``) for the
+    block, stopped after it; the test skips when the extra or its weights are not installed."""
+    local = pytest.importorskip("agentkit.local")
+    try:
+        server = local.start_local_model(**options)
+    except local.LocalModelError as exc:  # the extra or the weights are not installed
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()

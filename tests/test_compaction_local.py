@@ -14,6 +14,8 @@ from agentkit.errors import ContextOverflowError
 from agentkit.transcript import COMPACTION_ROLE, user_message
 from agentkit.types import AssistantMessage, TextContent, role_of
 
+from .support import running_local_model
+
 pytestmark = pytest.mark.integration
 
 CTX = 1024
@@ -21,15 +23,8 @@ CTX = 1024
 
 @pytest.fixture(scope="module")
 def small_server() -> Iterator[Any]:
-    local = pytest.importorskip("agentkit.local")
-    try:
-        server = local.start_local_model(n_ctx=CTX)
-    except local.LocalModelError as exc:  # the extra or the weights are not installed
-        pytest.skip(str(exc))
-    try:
+    with running_local_model(n_ctx=CTX) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def long_history() -> list[Any]:

@@ -24,6 +24,7 @@ from agentkit.types import (
     ToolResultMessage,
     UserMessage,
 )
+from tests.support import running_local_model
 
 pytestmark = pytest.mark.integration
 
@@ -44,14 +45,8 @@ def local_server() -> Iterator[Any]:
     here = Path(providers.__file__).resolve().parent.parent
     if Path(local.__file__).resolve().parent.parent != here:
         pytest.skip("agentkit.local comes from another checkout than these providers")
-    try:
-        server = local.start_local_model()
-    except local.LocalModelError as exc:  # the extra or the weights are not installed
-        pytest.skip(str(exc))
-    try:
+    with running_local_model() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("api", ["openai-completions", "openai-responses", "anthropic-messages"])

@@ -40,14 +40,16 @@ from agentkit.types import (  # noqa: E402
     Context,
     Model,
     StreamOptions,
-    ToolCall,
-    ToolResultMessage,
     Usage,
     role_of,
 )
+from tests.compaction_support import (  # noqa: E402  (the tests' measures of a request)
+    is_summary_request,
+    pairs_whole,
+    request_tokens,
+)
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron".split()
-SUMMARY_MARK = "working memory"  # words of the summarize strategy's system prompt
 
 
 def page(number: int, rng: random.Random, chars: tuple[int, int]) -> str:
@@ -68,30 +70,6 @@ def make_fetch(seed: int, chars: tuple[int, int] = (2000, 8000)) -> Any:
         return page(page_number, rng, chars)
 
     return fetch
-
-
-def request_tokens(context: Context) -> int:
-    """A request's size, measured apart from the compaction's own estimate: the JSON of each
-    message's content (and tool declarations), 4 characters a token."""
-    total = 0
-    for message in context.messages:
-        data = message.model_dump(mode="json") if hasattr(message, "model_dump") else message
-        total += len(json.dumps(data.get("content", ""))) // 4 + 4
-        for decl in data.get("tools_added") or ():
-            total += len(json.dumps(decl)) // 4
-    return total
-
-
-def pairs_whole(messages: list[Any]) -> bool:
-    """Whether every tool call of the request has its result there, and every result its call."""
-    calls = {
-        block.id
-        for m in messages
-        if isinstance(m, AssistantMessage) and m.stop_reason not in ("error", "aborted")
-        for block in m.content
-        if isinstance(block, ToolCall)
-    }
-    return calls == {m.tool_call_id for m in messages if isinstance(m, ToolResultMessage)}
 
 
 class WindowedModel:
@@ -119,8 +97,7 @@ class WindowedModel:
         if tokens > self.window:
             return reply(error=f"prompt is too long: {tokens} tokens > {self.window} maximum")
         usage = Usage(input=tokens, output=40, total_tokens=tokens + 40)
-        first = context.messages[0]
-        if role_of(first) == "system" and SUMMARY_MARK in str(getattr(first, "content", "")):
+        if is_summary_request(context):
             self.summary_requests += 1
             return reply(
                 "- The user is reading the archive page by page; each page was fetched and "

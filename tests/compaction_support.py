@@ -1,6 +1,6 @@
-"""What the compaction tests share with the child process of the crash test: a scripted model
-with an 8k window that measures every request and refuses one over the window in Anthropic's
-words, and a tool with a large result."""
+"""What the compaction tests share with the child process of the crash test (and the compaction
+benchmark): a scripted model with an 8k window that measures every request and refuses one over
+the window in Anthropic's words, a tool with a large result, and the checks of a request."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ from typing import Any
 
 from agentkit import Agent, tool
 from agentkit.testing import ScriptedModel, reply, tool_call
-from agentkit.types import Context, Model, StreamOptions, Usage, role_of
+from agentkit.types import (
+    AssistantMessage,
+    Context,
+    Model,
+    StreamOptions,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    role_of,
+)
 
 WINDOW = 8000
 BIG = "lorem ipsum dolor sit amet " * 240  # about 6,500 characters: 1,600 tokens a result
@@ -27,6 +36,19 @@ def request_tokens(context: Context) -> int:
         for decl in data.get("tools_added") or ():
             total += len(json.dumps(decl)) // 4
     return total
+
+
+def pairs_whole(messages: list[Any]) -> bool:
+    """Whether every tool call in ``messages`` has its result there, and every result its
+    call (an errored or aborted reply's calls never ran, so they need none)."""
+    calls = {
+        block.id
+        for m in messages
+        if isinstance(m, AssistantMessage) and m.stop_reason not in ("error", "aborted")
+        for block in m.content
+        if isinstance(block, ToolCall)
+    }
+    return calls == {m.tool_call_id for m in messages if isinstance(m, ToolResultMessage)}
 
 
 def is_summary_request(context: Context) -> bool:

@@ -44,6 +44,7 @@ from tests.compaction_support import (
     Windowed,
     agent_for,
     is_summary_request,
+    pairs_whole,
 )
 
 
@@ -53,15 +54,7 @@ def roles(messages: list[Any]) -> list[str | None]:
 
 def assert_pairs_whole(messages: list[Any]) -> None:
     """Every tool call in ``messages`` has its result there, and every result its call."""
-    calls = {
-        block.id
-        for m in messages
-        if isinstance(m, AssistantMessage) and m.stop_reason not in ("error", "aborted")
-        for block in m.content
-        if isinstance(block, ToolCall)
-    }
-    results = {m.tool_call_id for m in messages if isinstance(m, ToolResultMessage)}
-    assert calls == results
+    assert pairs_whole(messages)
 
 
 # --- the view ---------------------------------------------------------------------------------

@@ -46,10 +46,7 @@ from tests.compaction_support import (
     is_summary_request,
     pairs_whole,
 )
-
-
-def roles(messages: list[Any]) -> list[str | None]:
-    return [role_of(m) for m in messages]
+from tests.support import roles
 
 
 def assert_pairs_whole(messages: list[Any]) -> None:

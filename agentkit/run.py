@@ -270,8 +270,14 @@ def caller_hosts_run() -> bool:
     """
     if threading.current_thread() is threading.main_thread():
         return False
-    asyncio = sys.modules.get("asyncio")
-    return asyncio is None or asyncio.events._get_running_loop() is None
+    asyncio = sys.modules.get("asyncio")  # not imported: no loop can be running
+    if asyncio is None:
+        return True
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False
 
 
 def _wait_through_interrupts(run: Run) -> None:

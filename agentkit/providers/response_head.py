@@ -16,13 +16,6 @@ from __future__ import annotations
 import email.parser
 import http.client
 import re
-from typing import Any
-
-MAX_LINE = 65536
-"""Longest header line read (``http.client``'s limit)."""
-
-MAX_HEADERS = 100
-"""Most header lines read (``http.client``'s limit)."""
 
 _PLAIN_HEADER = re.compile(r"[\x21-\x39\x3b-\x7e]+:[^\r\n]*\r?\n\Z")
 """A header line the fast path takes: a name of visible characters but ``:``, then its value on
@@ -42,7 +35,7 @@ class FastHeadResponse(http.client.HTTPResponse):
             version, status, reason = self._read_status()
             if status != http.client.CONTINUE:
                 break
-            _read_lines(self.fp)  # the head of a 100 Continue: skipped
+            http.client._read_headers(self.fp)  # a 100 Continue's head: skipped
         self.code = self.status = status
         self.reason = reason.strip()
         if version in ("HTTP/1.0", "HTTP/0.9"):
@@ -51,7 +44,8 @@ class FastHeadResponse(http.client.HTTPResponse):
             self.version = 11
         else:
             raise http.client.UnknownProtocol(version)
-        self.headers = self.msg = parse_head(_read_lines(self.fp))
+        # the head's lines as http.client reads them, with its limits on length and number
+        self.headers = self.msg = parse_head(http.client._read_headers(self.fp))
         self._frame(status)
 
     def _frame(self, status: int) -> None:
@@ -75,21 +69,6 @@ class FastHeadResponse(http.client.HTTPResponse):
             self.length = 0
         if not self.will_close and not self.chunked and self.length is None:
             self.will_close = True
-
-
-def _read_lines(fp: Any) -> list[bytes]:
-    """The head's lines up to and including the blank line (or the end of the stream)."""
-    lines: list[bytes] = []
-    readline = fp.readline
-    while True:
-        line = readline(MAX_LINE + 1)
-        if len(line) > MAX_LINE:
-            raise http.client.LineTooLong("header line")
-        lines.append(line)
-        if len(lines) > MAX_HEADERS:
-            raise http.client.HTTPException(f"got more than {MAX_HEADERS} headers")
-        if line in _END:
-            return lines
 
 
 def parse_head(lines: list[bytes]) -> http.client.HTTPMessage:

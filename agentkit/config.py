@@ -75,7 +75,7 @@ BeforeToolCall = Callable[
 AfterToolCall = Callable[
     [AfterToolCallContext, AbortSignal], AfterToolCallResult | dict[str, Any] | None
 ]
-ToolExecution = Literal["parallel", "sequential"]
+ToolExecution = Literal["parallel", "sequential", "inline"]
 
 
 
@@ -174,7 +174,10 @@ class AgentLoopConfig(FieldsEqRepr):
     Raising replaces the result with an error result carrying the message."""
     tool_execution: ToolExecution = "parallel"
     """``"parallel"``: a batch's calls run at once (results still in source order);
-    ``"sequential"``: one after another. A tool marked sequential makes its batch sequential."""
+    ``"sequential"``: one after another. A tool marked sequential makes its batch sequential.
+    ``"inline"``: one after another on the run's own thread, with no tool thread and no hand-off
+    (the cheapest under load), but a call that ignores an abort cannot be given up on: the run
+    waits for it to return (see docs/threading.md)."""
     max_tool_workers: int = 32
     """How many tool calls of one parallel batch run at the same time."""
     tool_abort_grace: float = DEFAULT_TOOL_ABORT_GRACE

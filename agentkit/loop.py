@@ -254,6 +254,7 @@ def _run_loop(
         deps=config.deps,
         grace=config.tool_abort_grace,
         sequential=config.tool_execution == "sequential",
+        inline=config.tool_execution == "inline",
         executor=config.tool_executor,
         max_workers=config.max_tool_workers,
         budget=tracker,

@@ -506,7 +506,8 @@ class ToolRunner:
 
     ``executor`` is the user's (never shut down here) or ``None``: then agentkit's own daemon
     threads, at most ``max_workers``, made at the first batch, reused by later ones and stopped
-    by :meth:`close`.
+    by :meth:`close`. ``inline`` (``tool_execution="inline"``) runs every call on the run's own
+    thread instead, one after another, with no executor at all.
     """
 
     def __init__(
@@ -520,6 +521,7 @@ class ToolRunner:
         deps: Any = None,
         grace: float = DEFAULT_TOOL_ABORT_GRACE,
         sequential: bool = False,
+        inline: bool = False,
         executor: Executor | None = None,
         max_workers: int = 1,
         budget: BudgetTracker | None = None,
@@ -528,7 +530,7 @@ class ToolRunner:
         self.emit, self.signal = emit, signal
         self.before_tool_call, self.after_tool_call = before_tool_call, after_tool_call
         self.approvals, self.controls = approvals, ToolControls(deps)
-        self.grace, self.sequential = grace, sequential
+        self.grace, self.sequential, self.inline = grace, sequential, inline
         self.budget, self.usage = budget, usage if usage is not None else RunUsage()
         self._executor, self._owns_executor = executor, executor is None
         self._max_workers = max_workers
@@ -562,7 +564,7 @@ class ToolRunner:
         allowed = len(calls) if self.budget is None else self.budget.allowed_tool_calls(len(calls))
         calls, refused = calls[:allowed], calls[allowed:]
         self.usage.tool_calls += len(calls)
-        sequential = self.sequential or any(
+        sequential = self.sequential or self.inline or any(
             (t := find_tool(context.tools, c.name)) is not None and t.execution_mode == "sequential"
             for c in calls
         )
@@ -665,6 +667,7 @@ class ToolBatch:
         self._inbox: queue.SimpleQueue[_Update | _Finished | object] = queue.SimpleQueue()
         self._timers = _CallTimers(self._inbox)
         self._futures: list[Future[_Finished | None]] = []
+        self._failure: Exception | None = None  # inline: a listener of an update raised
 
     def run(self, calls: list[ToolCall]) -> list[ToolCallOutcome]:
         """Prepare every call, ask their approvals together, execute the prepared ones; the
@@ -737,6 +740,9 @@ class ToolBatch:
         runner = self.runner
         self._outcomes = [None] * len(self._prepared)
         self._remaining = len(self._prepared)
+        if runner.inline:
+            self._execute_here()
+            return
         try:
             items = wait_or_give_up(
                 self._get, runner.signal, self._wake, runner.grace, runner.budget, self._submit
@@ -774,6 +780,52 @@ class ToolBatch:
         runner.emit_end(outcome)
         self._remaining -= 1
 
+    def _execute_here(self) -> None:
+        """Inline mode: execute each prepared call in turn on this thread, the run's, emitting
+        its updates as they come. The run's deadline reaches a call through a timer that aborts
+        the run's signal, and a call's ``timeout`` as in threaded mode; but nothing here can give
+        up on a call that ignores its signal: the run waits for it to return."""
+        budget = self.runner.budget
+        deadline: threading.Timer | None = None
+        if budget is not None and budget.ends is not None and not budget.timed_out:
+            deadline = threading.Timer(max(0.0, budget.ends - time.monotonic()), budget.expire)
+            deadline.daemon, deadline.name = True, "agentkit-tool-deadline"
+            deadline.start()
+        try:
+            for index, prepared in enumerate(self._prepared):
+                item = prepared.scope.run(self._execute_call, index, self._update_here)
+                if self._failure is not None:
+                    raise self._failure  # a listener of one of its updates raised
+                self._take_timed_out()
+                self.finalize(item or self._not_executed(index))
+        finally:
+            if deadline is not None:
+                deadline.cancel()
+                deadline.join()
+            self._timers.close()
+
+    def _update_here(self, index: int, partial: Any) -> None:
+        """Inline mode: emit a call's update now, on the run's thread (dropped once the call
+        timed out). A listener that raises fails the run once the call returns, as in threaded
+        mode, instead of reaching the tool as if the tool had failed."""
+        if self._failure is not None:
+            return
+        try:
+            self._take_timed_out()
+            self._emit_update(_Update(index, partial))
+        except Exception as exc:
+            self._failure = exc
+
+    def _take_timed_out(self) -> None:
+        """Inline mode: finalize the calls whose timer fired (the only thing on the inbox)."""
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Finished):
+                self.finalize(item)
+
     def _get(self, timeout: float | None) -> Any:
         return self._inbox.get(timeout=timeout)
 
@@ -787,16 +839,18 @@ class ToolBatch:
             self._futures.append(future)
             future.add_done_callback(functools.partial(self._report, index))
 
-    def _execute_call(self, index: int) -> _Finished | None:
-        """On a tool thread: execute call ``index`` under its timer, unless the run was
-        aborted first (a call that never executed has no duration)."""
+    def _execute_call(
+        self, index: int, on_update: Callable[[int, Any], None] | None = None
+    ) -> _Finished | None:
+        """On a tool thread (or, inline, the run's): execute call ``index`` under its timer,
+        unless the run was aborted first (a call that never executed has no duration)."""
         signal = self.runner.signal
         if signal.aborted:
             return None
         prepared = self._prepared[index]
         try:
             call_signal = self._timers.start(index, prepared.tool, signal)
-            update = functools.partial(self._update, index)
+            update = functools.partial(on_update or self._update, index)
             result, is_error, duration = _execute(
                 prepared, call_signal, update, self.runner.controls
             )
@@ -814,7 +868,12 @@ class ToolBatch:
             item = future.result()
         except BaseException:  # noqa: BLE001 - its thread failed: reported as not executed
             item = None
-        self._inbox.put(item or _Finished(index, error_result(ABORTED_TEXT), True, None, True))
+        self._inbox.put(item or self._not_executed(index))
+
+    @staticmethod
+    def _not_executed(index: int) -> _Finished:
+        """The end of a call that never executed: the run was aborted first."""
+        return _Finished(index, error_result(ABORTED_TEXT), True, None, True)
 
     def _emit_update(self, item: _Update) -> None:
         if self._outcomes[item.index] is None:

@@ -13,8 +13,6 @@ import harness  # noqa: I001  (first: times the imports that follow)
 
 from importlib.metadata import version as _dist_version
 
-from concurrent.futures import Executor, Future
-
 from agentkit import Agent, Model, tool
 
 FRAMEWORK = "agentkit_threads"
@@ -25,27 +23,13 @@ NATIVE_TOOL = "sync"
 def add_args(parser) -> None:
     parser.add_argument(
         "--tools-on-loop-thread", action="store_true",
-        help="run each tool call on the run's own thread (an executor that calls it at once), "
-        "to measure what the tool thread costs; not how agentkit runs tools",
+        help="tool_execution='inline': each tool call on the run's own thread, as the raw "
+        "floor's are (not the default: a run cannot give up on a call that ignores an abort)",
     )
 
 
 def framework_name(args) -> str:
     return FRAMEWORK + ("_tools_on_loop_thread" if args.tools_on_loop_thread else "")
-
-
-class CallNow(Executor):
-    """An executor that runs each call at once on the submitting thread: the run's tools then
-    run on its loop's thread, as the raw floor's do. A run could not give up on a tool that
-    ignores an abort, which is why agentkit gives each call a thread; this only measures it."""
-
-    def submit(self, fn, /, *args, **kwargs):
-        future = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - handed to the future, as an executor does
-            future.set_exception(exc)
-        return future
 
 
 def version() -> str:
@@ -74,7 +58,8 @@ class State:
     def __init__(self, args):
         self.model = make_model(args.base_url)
         self.tool = tool(harness.tool_fn(args))
-        self.options = {"tool_executor": CallNow()} if getattr(args, "tools_on_loop_thread", False) else {}
+        inline = getattr(args, "tools_on_loop_thread", False)
+        self.options = {"tool_execution": "inline"} if inline else {}
 
     def new_agent(self) -> Agent:
         return Agent(model=self.model, system_prompt=harness.SYSTEM, tools=[self.tool],

@@ -252,6 +252,16 @@ def cpu_times() -> tuple[float, float]:
     return ru.ru_utime, ru.ru_stime
 
 
+def context_switches() -> tuple[int, int]:
+    """The process's context switches so far, every thread's: (voluntary, involuntary).
+
+    A voluntary one is a thread blocking (on I/O, a lock, or the interpreter lock, whose
+    waiters wake every switch interval to ask for it); an involuntary one is the kernel taking
+    the core from a runnable thread."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_nvcsw, ru.ru_nivcsw
+
+
 def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
 
@@ -312,13 +322,15 @@ def _begin_measure(args):
     rss0 = current_rss_mb()
     thr0 = thread_count()
     sampler.start()
-    return {"sampler": sampler, "rss0": rss0, "thr0": thr0, "cpu0": cpu_times(), "s0": s0}
+    return {"sampler": sampler, "rss0": rss0, "thr0": thr0, "cpu0": cpu_times(),
+            "csw0": context_switches(), "s0": s0}
 
 
 def _end_measure(m, args, cfg, batch: Batch, t0: float, t_release: float, wall: float) -> dict:
     sampler = m["sampler"]
     peak_threads = sampler.stop()
     cpu1 = cpu_times()
+    csw1 = context_switches()
     s1 = server_get(args.base_url, "/stats")
     s0 = m["s0"]
     n, turns = args.n, args.turns
@@ -390,6 +402,8 @@ def _end_measure(m, args, cfg, batch: Batch, t0: float, t_release: float, wall: 
         "cpu_sys_s": round(cpu_sys, 4),
         "sampler_cpu_s": round(sampler.cpu_s, 4),
         "cpu_ms_per_turn": round(cpu / model_turns * 1000, 3),
+        "voluntary_switches_per_turn": round((csw1[0] - m["csw0"][0]) / model_turns, 1),
+        "involuntary_switches_per_turn": round((csw1[1] - m["csw0"][1]) / model_turns, 1),
         "cpu_cores": round(cpu / wall, 3) if wall > 0 else None,
         "rss_before_mb": m["rss0"],
         "peak_rss_mb": peak,

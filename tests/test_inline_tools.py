@@ -182,3 +182,32 @@ def test_a_call_that_ignores_the_abort_is_waited_for_not_given_up_on() -> None:
     assert result.stop_reason == "aborted"
     (outcome,) = [m for m in result if m.role == "tool_result"]
     assert "did not stop" not in outcome.content[0].text  # its own end, not a give-up
+
+
+def test_a_sub_agent_called_inline_runs_on_its_parents_thread() -> None:
+    from agentkit import Agent
+    from agentkit.testing import ScriptedModel
+
+    child_model = ScriptedModel(["child's report"])
+    child_threads: list[threading.Thread] = []
+    child = Agent(
+        model=child_model.model,
+        stream_fn=child_model,
+        name="helper",
+        description="Helps.",
+        tool_execution="inline",
+        prepare_request=lambda request, signal: child_threads.append(threading.current_thread()),
+    )
+    parent, _ = make_agent(
+        [reply(tool_call("helper", {"task": "look"})), "parent's answer"],
+        tools=[child.as_tool()],
+        **INLINE,
+    )
+    recorder = Recorder()
+    parent.subscribe(recorder)
+    result = parent.prompt("go")
+    assert result.text == "parent's answer"
+    (outcome,) = [m for m in result if m.role == "tool_result"]
+    assert "child's report" in outcome.content[0].text
+    # The child's run was held by the parent's run thread, where the parent's listeners ran.
+    assert len(child_threads) == 1 and set(recorder.threads) == set(child_threads)

@@ -230,7 +230,8 @@ def test_summary_turn_without_tools_after_a_budget() -> None:
     assert "max_turns" in last.messages[-1].content[0].text
 
 
-def test_deadline_during_a_tool_aborts_it_and_ends_on_time() -> None:
+@pytest.mark.parametrize("execution", ["parallel", "inline"])
+def test_deadline_during_a_tool_aborts_it_and_ends_on_time(execution: str) -> None:
     seen = threading.Event()
 
     @tool
@@ -242,15 +243,18 @@ def test_deadline_during_a_tool_aborts_it_and_ends_on_time() -> None:
         return "finished"
 
     agent, _ = make_agent([reply(tool_call("slow", {})), "never"], tools=[slow],
-                          budgets=Budgets(timeout=0.3))
+                          budgets=Budgets(timeout=0.3), tool_execution=execution)
     started = time.monotonic()
     result = agent.prompt("go")
     assert time.monotonic() - started < WAIT
+    if execution == "inline":  # the run waited for the call, on its own thread
+        assert seen.is_set()
     assert seen.wait(WAIT)  # the tool got its abort (the run need not wait for it to stop)
     assert (result.stop_reason, result.budget) == ("budget", "timeout")
     calls, results = call_results(result)
     assert calls == results
-    assert not [t for t in threading.enumerate() if t.name == "agentkit-deadline"]
+    deadline_threads = ("agentkit-deadline", "agentkit-tool-deadline")
+    assert not [t for t in threading.enumerate() if t.name in deadline_threads]
 
 
 @pytest.mark.parametrize(

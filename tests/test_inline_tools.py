@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from agentkit import AbortSignal, AgentToolResult, Budgets, TextContent, tool
+from agentkit import AbortSignal, AgentToolResult, TextContent, tool
 from agentkit.testing import reply, tool_call
 
 from .support import WAIT, Recorder, make_agent, make_tool, run_loop
@@ -110,31 +110,6 @@ def test_a_calls_timeout_aborts_it_and_its_result_says_so() -> None:
     assert result.text == "done"
 
 
-def test_the_runs_deadline_reaches_a_running_call() -> None:
-    aborted = threading.Event()
-
-    @tool
-    def slow(signal: AbortSignal) -> str:
-        """Waits for the abort."""
-        if signal.wait(WAIT * 4):
-            aborted.set()
-            return "stopped"
-        return "finished"
-
-    agent, _ = make_agent(
-        [reply(tool_call("slow", {})), "never"],
-        tools=[slow],
-        budgets=Budgets(timeout=0.3),
-        **INLINE,
-    )
-    started = time.monotonic()
-    result = agent.prompt("go")
-    assert time.monotonic() - started < WAIT
-    assert aborted.is_set()  # the deadline aborted the call's signal while it ran
-    assert (result.stop_reason, result.budget) == ("budget", "timeout")
-    assert [t for t in threading.enumerate() if t.name == "agentkit-tool-deadline"] == []
-
-
 def test_an_abort_reaches_the_call_and_the_run_ends_after_its_batch() -> None:
     started = threading.Event()
 
@@ -182,32 +157,3 @@ def test_a_call_that_ignores_the_abort_is_waited_for_not_given_up_on() -> None:
     assert result.stop_reason == "aborted"
     (outcome,) = [m for m in result if m.role == "tool_result"]
     assert "did not stop" not in outcome.content[0].text  # its own end, not a give-up
-
-
-def test_a_sub_agent_called_inline_runs_on_its_parents_thread() -> None:
-    from agentkit import Agent
-    from agentkit.testing import ScriptedModel
-
-    child_model = ScriptedModel(["child's report"])
-    child_threads: list[threading.Thread] = []
-    child = Agent(
-        model=child_model.model,
-        stream_fn=child_model,
-        name="helper",
-        description="Helps.",
-        tool_execution="inline",
-        prepare_request=lambda request, signal: child_threads.append(threading.current_thread()),
-    )
-    parent, _ = make_agent(
-        [reply(tool_call("helper", {"task": "look"})), "parent's answer"],
-        tools=[child.as_tool()],
-        **INLINE,
-    )
-    recorder = Recorder()
-    parent.subscribe(recorder)
-    result = parent.prompt("go")
-    assert result.text == "parent's answer"
-    (outcome,) = [m for m in result if m.role == "tool_result"]
-    assert "child's report" in outcome.content[0].text
-    # The child's run was held by the parent's run thread, where the parent's listeners ran.
-    assert len(child_threads) == 1 and set(recorder.threads) == set(child_threads)

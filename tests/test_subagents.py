@@ -134,14 +134,15 @@ def test_parallel_calls_are_fresh_independent_runs_whose_usage_adds_into_the_par
     assert results["call-tides"].usage is not None and results["call-tides"].usage.input == 200
 
 
-def test_the_childs_events_reach_the_parents_listeners_in_order() -> None:
+@pytest.mark.parametrize("execution", ["parallel", "inline"])
+def test_the_childs_events_reach_the_parents_listeners_in_order(execution: str) -> None:
     loop_threads: list[threading.Thread] = []  # where the child's loop ran
     child, _ = _child(
         _report,
         prepare_request=lambda request, signal: loop_threads.append(threading.current_thread()),
     )
     tool_threads: list[threading.Thread] = []
-    parent, _ = _parent([_delegate("tides"), "ok"], [child.as_tool()])
+    parent, _ = _parent([_delegate("tides"), "ok"], [child.as_tool()], tool_execution=execution)
     updates: list[SubAgentEvent] = []
     parent.subscribe(
         lambda e: (
@@ -154,9 +155,14 @@ def test_the_childs_events_reach_the_parents_listeners_in_order() -> None:
         )
     )
     parent.prompt("go")
-    # The child's run had no worker of its own: its loop ran on the parent's tool thread.
+    # The child's run had no worker of its own: its loop ran on the parent's tool thread, or
+    # inline on the parent's own thread, where the parent's listeners (and so the child's
+    # events, live) run too.
     (loop_thread,) = loop_threads
-    assert loop_thread is not tool_threads[0] and loop_thread.name.startswith("agentkit-tool")
+    if execution == "inline":
+        assert loop_thread is tool_threads[0]
+    else:
+        assert loop_thread is not tool_threads[0] and loop_thread.name.startswith("agentkit-tool")
     assert all(isinstance(u, SubAgentEvent) for u in updates)
     assert {(u.agent, u.tool_call_id) for u in updates} == {("researcher", "call-tides")}
     kinds = [u.event.type for u in updates]

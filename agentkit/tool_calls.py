@@ -896,19 +896,22 @@ class ToolBatch:
                 self.runner.emit_end(outcome)
 
     def _close(self) -> None:
-        """Cancel the timers left; tell the runner when a call is still running."""
+        """Cancel the timers left; tell the runner when a call is still running; let go of
+        the futures, whose done callbacks refer back to this batch (a cycle that would leave
+        the whole batch, and the run it reaches, to the garbage collector)."""
         runner = self.runner
+        futures, self._futures = self._futures, []
         self._timers.close()
         if not self._remaining:
             if self._timers.still_running():
                 runner.abandoned = True  # a call that timed out is still running
             return
-        if not runner.signal.aborted and self._futures:
+        if not runner.signal.aborted and futures:
             # The run is failing mid-batch (a listener raised): give the running tools the
             # grace period to finish, but never hang the failure on them.
             from concurrent.futures import wait  # imported already: an executor runs the calls
 
-            wait(self._futures, timeout=runner.grace)
+            wait(futures, timeout=runner.grace)
         runner.abandoned = True
 
 

@@ -497,8 +497,11 @@ def test_the_default_executor_leaves_no_thread_and_is_a_real_executor() -> None:
     assert [t for t in threading.enumerate() if t.name.startswith("agentkit-tool")] == []
 
 
-@pytest.mark.parametrize("execution", ["parallel", "inline"])
-def test_a_run_with_tools_leaves_no_reference_cycles(execution: str) -> None:
+@pytest.mark.parametrize(
+    ("call", "execution"),
+    [("prompt", "parallel"), ("prompt", "inline"), ("stream", "parallel"), ("aprompt", "parallel")],
+)
+def test_a_run_with_tools_leaves_no_reference_cycles(call: str, execution: str) -> None:
     """Everything a run made is freed by reference counting when it is done with: a cycle
     (a tool batch and its futures' done callbacks, once) leaves each run's batches, and the
     agent they reach, to the garbage collector, whose collections then cost every thread of a
@@ -515,7 +518,12 @@ def test_a_run_with_tools_leaves_no_reference_cycles(execution: str) -> None:
             tools=[echo],
             tool_execution=execution,
         )
-        assert agent.prompt("go").text == "done"
+        if call == "stream":
+            with agent.stream("go") as stream:
+                assert [e for e in stream if e.type == "agent_end"]
+            return
+        result = asyncio.run(agent.aprompt("go")) if call == "aprompt" else agent.prompt("go")
+        assert result.text == "done"
 
     run_once()  # first-use imports and caches
     gc.collect()

@@ -415,7 +415,9 @@ def _execute(
     """Run a prepared call; whatever it raises, or a non-result, becomes an error result.
 
     ``BaseException`` is caught too: a ``SystemExit`` from argparse, a ``GeneratorExit`` or an
-    async tool's ``CancelledError`` ends this call, never its tool thread. A ``ToolRetry``
+    async tool's ``CancelledError`` ends this call, never its tool thread. Only Ctrl-C on the
+    main thread (an inline call of a loop run there) goes on up, as it would from any wait of
+    that loop. A ``ToolRetry``
     becomes the retry result of the run's ``controls``; the call's
     :class:`~agentkit.RunContext` is current on this thread while it runs.
     """
@@ -434,6 +436,9 @@ def _execute(
         tool = prepared.tool
         result, is_error = controls.retry_result(tool.name, tool.max_retries, str(exc)), True
     except BaseException as exc:  # noqa: BLE001 - reported as the call's result, see above
+        main = threading.current_thread() is threading.main_thread()
+        if main and isinstance(exc, KeyboardInterrupt):
+            raise  # Ctrl-C in an inline call of a loop run on the main thread: it stops the run
         result, is_error = error_result(_error_text(exc)), True
     finally:
         controls.leave(token)

@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from agentkit import AbortSignal, AgentToolResult, TextContent, tool
 from agentkit.testing import reply, tool_call
 
@@ -157,3 +159,17 @@ def test_a_call_that_ignores_the_abort_is_waited_for_not_given_up_on() -> None:
     assert result.stop_reason == "aborted"
     (outcome,) = [m for m in result if m.role == "tool_result"]
     assert "did not stop" not in outcome.content[0].text  # its own end, not a give-up
+
+
+def test_ctrl_c_in_an_inline_call_on_the_main_thread_stops_the_loop() -> None:
+    assert threading.current_thread() is threading.main_thread()  # run_loop runs here
+
+    def interrupted(*_: Any) -> str:
+        raise KeyboardInterrupt  # what Ctrl-C raises on the main thread
+
+    with pytest.raises(KeyboardInterrupt):
+        run_loop([reply(tool_call("t", {})), "never"], tools=[make_tool("t", interrupted)], **INLINE)
+    # On a tool thread it can only be the tool's own doing: the call's error, as before.
+    run = run_loop([reply(tool_call("t", {})), "done"], tools=[make_tool("t", interrupted)])
+    (outcome,) = [m for m in run.new_messages if m.role == "tool_result"]
+    assert outcome.is_error and "KeyboardInterrupt" in outcome.content[0].text

@@ -95,9 +95,10 @@ class BudgetTracker:
     """One run's spending against its :class:`Budgets`; used on the loop's thread only.
 
     With a deadline it owns the run's signal: a child of the caller's, which :meth:`expire`
-    aborts with a :class:`BudgetReached` reason. No thread watches the clock: the loop's own
-    waits (for the stream, a tool batch, an approval) end at :attr:`ends` and call
-    :meth:`expire`, so tools and the provider get the abort on time.
+    aborts with a :class:`BudgetReached` reason. The loop's own waits (for the stream, a tool
+    batch, an approval) end at :attr:`ends` and call :meth:`expire`, so tools and the provider
+    get the abort on time; only while the loop's thread works instead of waiting (an inline
+    tool call) does a timer watch the clock (:meth:`expiring_meanwhile`).
     """
 
     def __init__(self, budgets: Budgets, parent: AbortSignal, usage: RunUsage) -> None:
@@ -137,6 +138,24 @@ class BudgetTracker:
             self.limit = self.limit or "timeout"
             self._controller.abort(BudgetReached("timeout"))
         return True
+
+    @contextlib.contextmanager
+    def expiring_meanwhile(self) -> Iterator[None]:
+        """For a stretch in which the loop's thread runs work instead of waiting (an inline
+        tool call): a timer thread calls :meth:`expire` at the deadline meanwhile, and is
+        cancelled and joined when the stretch ends. Nothing when there is no deadline, or it
+        has already aborted the run."""
+        if self.ends is None or self.timed_out:
+            yield
+            return
+        timer = threading.Timer(max(0.0, self.ends - time.monotonic()), self.expire)
+        timer.daemon, timer.name = True, "agentkit-tool-deadline"
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            timer.join()
 
     @property
     def timed_out(self) -> bool:

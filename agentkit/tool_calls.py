@@ -10,6 +10,7 @@ a group of one per call; :func:`run_tool_call` runs a group of one without event
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import queue
@@ -417,8 +418,7 @@ def _execute(
     ``BaseException`` is caught too: a ``SystemExit`` from argparse, a ``GeneratorExit`` or an
     async tool's ``CancelledError`` ends this call, never its tool thread. Only Ctrl-C on the
     main thread (an inline call of a loop run there) goes on up, as it would from any wait of
-    that loop. A ``ToolRetry``
-    becomes the retry result of the run's ``controls``; the call's
+    that loop. A ``ToolRetry`` becomes the retry result of the run's ``controls``; the call's
     :class:`~agentkit.RunContext` is current on this thread while it runs.
     """
     started = time.monotonic()
@@ -791,22 +791,16 @@ class ToolBatch:
         the run's signal, and a call's ``timeout`` as in threaded mode; but nothing here can give
         up on a call that ignores its signal: the run waits for it to return."""
         budget = self.runner.budget
-        deadline: threading.Timer | None = None
-        if budget is not None and budget.ends is not None and not budget.timed_out:
-            deadline = threading.Timer(max(0.0, budget.ends - time.monotonic()), budget.expire)
-            deadline.daemon, deadline.name = True, "agentkit-tool-deadline"
-            deadline.start()
+        deadline = budget.expiring_meanwhile() if budget is not None else contextlib.nullcontext()
         try:
-            for index, prepared in enumerate(self._prepared):
-                item = prepared.scope.run(self._execute_call, index, self._update_here)
-                if self._failure is not None:
-                    raise self._failure  # a listener of one of its updates raised
-                self._take_timed_out()
-                self.finalize(item or self._not_executed(index))
+            with deadline:
+                for index, prepared in enumerate(self._prepared):
+                    item = prepared.scope.run(self._execute_call, index, self._update_here)
+                    if self._failure is not None:
+                        raise self._failure  # a listener of one of its updates raised
+                    self._take_timed_out()
+                    self.finalize(item or self._not_executed(index))
         finally:
-            if deadline is not None:
-                deadline.cancel()
-                deadline.join()
             self._timers.close()
 
     def _update_here(self, index: int, partial: Any) -> None:

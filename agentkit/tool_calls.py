@@ -221,8 +221,10 @@ class _CallTimers:
         def expire() -> None:
             unlink()
             text = TIMEOUT_TEXT.format(name=tool.name, timeout=timeout)
-            controller.abort(TimeoutError(text))
+            # The timed-out result goes first: the call's own end, which the abort may bring
+            # at once (a cancelled coroutine's CancelledError), must find it recorded.
             self._inbox.put(_Finished(index, error_result(text), True, timeout * 1000))
+            controller.abort(TimeoutError(text))
 
         timer = threading.Timer(timeout, expire)
         timer.daemon = True

@@ -14,6 +14,7 @@ from typing_extensions import TypedDict
 
 from agentkit import (
     AbortError,
+    AbortSignal,
     Agent,
     Approvals,
     AssistantMessage,
@@ -601,6 +602,31 @@ def test_a_deadline_does_not_wait_out_the_abort_grace_of_a_tool_that_ignores_it(
     calls, result_ids = call_results(result)
     assert calls == result_ids  # the call still has its result, right after its message
     assert result[2].is_error and "deadline" in result[2].content[0].text
+
+
+@pytest.mark.parametrize("mode", ["parallel", "inline"])
+def test_a_timed_out_call_that_ends_at_once_on_its_abort_still_reports_the_timeout(
+    mode: str,
+) -> None:
+    """The call's own end, brought at once by its timeout's abort (as a cancelled coroutine's
+    ``CancelledError`` is), never wins over the timed-out result: here the abort's callback holds
+    the timer until the call's end was announced, the widest the race can open."""
+    ended = threading.Event()
+
+    @tool(timeout=0.2)
+    def slow(signal: AbortSignal) -> str:
+        """Return as soon as the call is aborted."""
+        signal.add_callback(lambda: ended.wait(WAIT))
+        return "stopped by the abort" if signal.wait(WAIT) else "never aborted"
+
+    agent, _ = make_agent(
+        [reply(tool_call("slow", {})), "recovered"], tools=[slow], tool_execution=mode
+    )
+    agent.subscribe(lambda event: ended.set() if event.type == "tool_execution_end" else None)
+    result = agent.prompt("go")
+    timed_out = [m for m in result if isinstance(m, ToolResultMessage)][0]
+    assert timed_out.is_error and timed_out.content[0].text == "Tool slow timed out after 0.2 s"
+    assert result.text == "recovered"
 
 
 def test_an_async_tools_timeout_cancels_its_coroutine() -> None:

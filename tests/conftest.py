@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,20 @@ def server() -> Iterator[ReplayServer]:
         yield replay
     finally:
         replay.stop()
+
+
+@pytest.fixture
+def ctrl_c() -> Iterable[None]:
+    """Ctrl-C raises ``KeyboardInterrupt`` during the test, as in a terminal, even where the test
+    process was started with SIGINT ignored (a shell's background job: ``pytest &``). Python
+    raises it on the main thread only, so elsewhere the test is skipped."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("KeyboardInterrupt is raised on the main thread only")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture

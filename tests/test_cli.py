@@ -248,10 +248,9 @@ def run_chat(
 
 
 @pytest.mark.parametrize("target", ["main thread", "another thread"])
+@pytest.mark.usefixtures("ctrl_c")
 def test_chat_ctrl_c_aborts_the_run_not_the_session(workspace: Path, target: str) -> None:
     # The OS may deliver the SIGINT to any thread; the chat's main thread must notice it anyway.
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals are delivered to the main thread only")
     read_fd, write_fd = os.pipe()
     stdin = os.fdopen(read_fd, "r")
     writer = os.fdopen(write_fd, "w")

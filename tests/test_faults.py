@@ -169,14 +169,13 @@ def test_sigint_at_random_moments_always_aborts_and_waits_for_the_run(entry: str
 
 @pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
 @pytest.mark.parametrize("entry", ["prompt", "stream"])
+@pytest.mark.usefixtures("ctrl_c")
 def test_a_sigint_that_lands_on_another_thread_still_interrupts_the_main_thread(
     entry: str,
 ) -> None:
     # The OS may hand a Ctrl-C to any thread (here: the tool's own thread, as when it lands
     # while a tool starts a subprocess). Python only flags it for the main thread, which must
     # then raise KeyboardInterrupt although it is blocked waiting for the run.
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("KeyboardInterrupt is raised in the main thread only")
 
     def interrupted_tool(_id: str, _params: dict[str, Any], sig: AbortSignal, _u: Any) -> str:
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # to this thread, not main

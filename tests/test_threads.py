@@ -127,9 +127,8 @@ def test_steer_follow_up_and_abort_from_other_threads() -> None:
     assert len(agent.peek_queued_messages()) == 1
 
 
+@pytest.mark.usefixtures("ctrl_c")
 def test_keyboard_interrupt_aborts_the_run_and_the_agent_stays_usable() -> None:
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals are delivered to the main thread only")
     started = threading.Event()
 
     def blocking(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> str:

@@ -108,9 +108,8 @@ def test_a_tool_raising_system_exit_after_an_abort_is_reported_not_given_up_on()
 
 @pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
 @pytest.mark.parametrize("entry", ["prompt", "continue_", "stream"])
+@pytest.mark.usefixtures("ctrl_c")  # skips off the main thread; puts the handler back after
 def test_sigint_at_random_moments_always_aborts_and_waits_for_the_run(entry: str) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals are delivered to the main thread only")
     rng = random.Random(1234)
     armed = threading.Event()  # the handler raises only inside the measured block
 
@@ -119,7 +118,7 @@ def test_sigint_at_random_moments_always_aborts_and_waits_for_the_run(entry: str
             armed.clear()
             raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    signal.signal(signal.SIGINT, on_sigint)
     model = ScriptedModel(delay=0.0002)
     agent = Agent(model=model.model, stream_fn=model)
     main_id = threading.get_ident()
@@ -157,7 +156,6 @@ def test_sigint_at_random_moments_always_aborts_and_waits_for_the_run(entry: str
                 agent.stream_fn = model
     finally:
         armed.clear()
-        signal.signal(signal.SIGINT, previous)
     assert interrupted > 0
     assert not agent.state.is_streaming
     roles = [m.role for m in agent.state.messages]
@@ -176,7 +174,6 @@ def test_a_sigint_that_lands_on_another_thread_still_interrupts_the_main_thread(
     # The OS may hand a Ctrl-C to any thread (here: the tool's own thread, as when it lands
     # while a tool starts a subprocess). Python only flags it for the main thread, which must
     # then raise KeyboardInterrupt although it is blocked waiting for the run.
-
     def interrupted_tool(_id: str, _params: dict[str, Any], sig: AbortSignal, _u: Any) -> str:
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # to this thread, not main
         sig.wait(60)  # the run's abort ends the call

@@ -31,6 +31,17 @@ from .errors import (
 )
 from .loop import set_default_stream_fn
 from .output import OutputSpec
+from .policy import (
+    BatchOutcome,
+    Ending,
+    EndRun,
+    ModelRequest,
+    PreparedCall,
+    RunPolicy,
+    RunScope,
+    ToolBatchRun,
+    ToolCallRun,
+)
 from .results import (
     BudgetExceededError,
     OutputValidationError,
@@ -174,6 +185,16 @@ __all__ = [
     "OutputSpec",
     "RunContext",
     "current_run_context",
+    # the run seam: policies around a run
+    "BatchOutcome",
+    "EndRun",
+    "Ending",
+    "ModelRequest",
+    "PreparedCall",
+    "RunPolicy",
+    "RunScope",
+    "ToolBatchRun",
+    "ToolCallRun",
     # messages and content
     "AssistantMessage",
     "Cost",

@@ -9,36 +9,35 @@ called on that thread, one at a time, in event order, after the state was update
 from __future__ import annotations
 
 import contextvars
-import importlib
+import dataclasses
 import threading
-from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ._serialize import to_serialisable
-from .abort import ABORTED_TEXT, AbortController, AbortSignal
-from .config import (
-    AgentLoopConfig,
-    AgentOptions,
-    StreamFn,
-    check_run_options,
-    get_default_stream_fn,
-    merge_options,
-)
+from .abort import AbortController, AbortSignal
+from .agent_state import AgentState, PendingMessageQueue, QueueMode, resolve_model
+from .config import AgentLoopConfig, StreamFn, get_default_stream_fn
 from .errors import AgentBusyError, AgentError, CannotContinueError, CompactionError
 from .events import (
     AgentEndEvent,
     AgentEvent,
     MessageEndEvent,
     MessageStartEvent,
-    MessageUpdateEvent,
     ToolExecutionEndEvent,
-    ToolExecutionStartEvent,
     TurnEndEvent,
 )
 from .interrupts import InterruptLane
-from .loop import run_agent_loop, run_agent_loop_continue
+from .loop import request_once, run_agent_loop, run_agent_loop_continue
+from .options import (
+    AgentOptions,
+    Envelope,
+    check_run_options,
+    merge_options,
+    run_policies,
+    run_stream_fn,
+)
 from .results import RunResult, as_run_result
 from .run import (
     AgentRunStream,
@@ -50,11 +49,11 @@ from .run import (
     running_agent,
     start_worker,
 )
+from .settle import settle_interrupted
 from .transcript import (
     create_initial_system_message,
     failure_message,
     get_current_system_message,
-    get_current_system_prompt,
     user_message,
 )
 from .types import (
@@ -77,7 +76,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Agent", "AgentRunStream", "AgentState", "PendingMessageQueue", "Run", "resolve_model"]
 
-QueueMode = Literal["all", "one-at-a-time"]
 
 BUSY_PROMPT = (
     "Agent is already processing a prompt. Use steer() or follow_up() to queue messages, "
@@ -86,109 +84,6 @@ BUSY_PROMPT = (
 BUSY_CONTINUE = "Agent is already processing. Wait for completion before continuing."
 BUSY_RESET = "Agent is already processing. Wait for completion before resetting."
 BUSY_COMPACT = "Agent is already processing. Wait for completion before compacting."
-
-
-def resolve_model(model: Model | str | None) -> Model:
-    """``model`` as a :class:`Model`: ``"provider:id"`` is looked up in the provider catalog,
-    as the command line does; ``None`` is the placeholder model."""
-    if model is None:
-        return placeholder_model()
-    if isinstance(model, Model):
-        return model
-    if not isinstance(model, str):
-        raise TypeError(f"model must be a Model or 'provider:id', not {type(model).__name__}")
-    # The catalog lives with the providers, which load only when a model is named this way.
-    catalog = importlib.import_module(".providers.catalog", __package__)
-    return cast(Model, catalog.model_from_spec(model))
-
-
-class PendingMessageQueue:
-    """Messages waiting to be injected into a run; ``mode`` says how many a poll takes."""
-
-    def __init__(self, mode: QueueMode = "one-at-a-time") -> None:
-        self.mode: QueueMode = mode
-        # Guards _items: steer()/follow_up() come from any thread, the loop drains on its own.
-        self._lock = threading.Lock()
-        self._items: deque[Any] = deque()
-
-    def enqueue(self, message: Any) -> None:
-        """Add a message at the end."""
-        with self._lock:
-            self._items.append(message)
-
-    def peek(self) -> list[Any]:
-        """What the next :meth:`drain` would return, without taking it."""
-        with self._lock:
-            return self._peek_locked()
-
-    def _peek_locked(self) -> list[Any]:
-        if self.mode == "all":
-            return list(self._items)
-        return [self._items[0]] if self._items else []
-
-    def drain(self) -> list[Any]:
-        """Take every message (``"all"``) or the first one (``"one-at-a-time"``)."""
-        with self._lock:
-            taken = self._peek_locked()
-            for _ in taken:
-                self._items.popleft()
-            return taken
-
-    def clear(self) -> None:
-        """Drop every waiting message."""
-        with self._lock:
-            self._items.clear()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
-
-
-class AgentState:
-    """The agent's live state. ``messages`` and ``tools`` setters store a shallow copy;
-    ``system_prompt`` is read-only, replayed from the transcript's system messages."""
-
-    def __init__(self, model: Model, thinking_level: ThinkingLevel) -> None:
-        self._model: Model = model
-        self.thinking_level: ThinkingLevel = thinking_level
-        self._messages: list[Any] = []
-        self._tools: list[AgentTool] = []
-        self.is_streaming: bool = False
-        self.streaming_message: Any = None
-        self.pending_tool_calls: frozenset[str] = frozenset()
-        self.error_message: str | None = None
-
-    @property
-    def model(self) -> Model:
-        """The model the next run uses; a ``"provider:id"`` string is looked up in the catalog."""
-        return self._model
-
-    @model.setter
-    def model(self, value: Model | str) -> None:
-        self._model = resolve_model(value)
-
-    @property
-    def messages(self) -> list[Any]:
-        """The transcript (the live list)."""
-        return self._messages
-
-    @messages.setter
-    def messages(self, value: Sequence[Any]) -> None:
-        self._messages = list(value)
-
-    @property
-    def tools(self) -> list[AgentTool]:
-        """The executable tools (the live list); changes apply from the next run."""
-        return self._tools
-
-    @tools.setter
-    def tools(self, value: Sequence[AgentTool]) -> None:
-        self._tools = list(value)
-
-    @property
-    def system_prompt(self) -> str:
-        """The prompt the transcript's system messages amount to."""
-        return get_current_system_prompt(self._messages)
 
 
 class Agent(AgentOptions):
@@ -228,6 +123,7 @@ class Agent(AgentOptions):
         """
         self.name, self.description = name, description
         self._loop = AgentLoopConfig(model=placeholder_model())
+        self._envelope = Envelope()
         self._stream_fn: StreamFn = stream_fn or get_default_stream_fn()
         self.stream_options = stream_options
         for name, value in options.items():
@@ -245,7 +141,10 @@ class Agent(AgentOptions):
         # A session (agentkit.sessions.Session) supplies the history and keeps every message.
         self._session_writer: SessionWriter | None = None
         if session is not None:
-            self._session_writer = session.attach(initial, self._state.tools, self._loop.deps)
+            tools, deps, approvals = self._state.tools, self._loop.deps, self.approvals
+            self._session_writer = session.attach(
+                initial, lambda messages: settle_interrupted(messages, tools, deps, approvals)
+            )
             initial = self._session_writer.messages
         self._state.messages = initial
 
@@ -293,6 +192,27 @@ class Agent(AgentOptions):
         return agent_tool(
             self, name=name, description=description, input_type=input_type, session=session
         )
+
+    def fresh_copy(self, session: Session | None = None) -> Agent:
+        """A new agent with this one's settings (every option, hooks and policies included)
+        and its starting transcript, in ``session``: a sub-agent's run (see
+        :mod:`agentkit.subagents`)."""
+        state = self.state
+        child = Agent(
+            model=state.model,
+            tools=list(state.tools),
+            messages=list(state.messages),
+            thinking_level=state.thinking_level,
+            stream_fn=self.stream_fn,
+            steering_mode=self.steering_mode,
+            follow_up_mode=self.follow_up_mode,
+            session=session,
+            name=self.name,
+            description=self.description,
+        )
+        child._loop = dataclasses.replace(self._loop)
+        child._envelope = dataclasses.replace(self._envelope)
+        return child
 
     @property
     def stream_fn(self) -> StreamFn:
@@ -458,7 +378,7 @@ class Agent(AgentOptions):
         it (:class:`~agentkit.errors.ApprovalError`) until they are decided and resumed."""
         messages = self._state.messages
         if messages and role_of(messages[-1]) not in ("user", "assistant", "system"):
-            from .deferred import refuse_while_waiting
+            from .sessions.decisions import refuse_while_waiting
 
             refuse_while_waiting(messages)
 
@@ -558,14 +478,22 @@ class Agent(AgentOptions):
             emit(MessageStartEvent(record))
             emit(MessageEndEvent(record))
 
-        loop = self._loop
-        access = ModelAccess(
-            self._state.model, self.stream_fn, loop.stream_options, run.signal, RunUsage(),
-            loop.get_api_key, loop.tool_abort_grace,
-        )  # fmt: skip
+        loop, model, usage = self._loop, self._state.model, RunUsage()
+
+        def request(messages: list[Any], max_tokens: int) -> Any:
+            options = loop.stream_options.model_copy(update={"max_tokens": max_tokens})
+            final = request_once(
+                model, self.stream_fn, options, messages, run.signal,
+                get_api_key=loop.get_api_key, grace=loop.tool_abort_grace,
+            )  # fmt: skip
+            usage.requests += 1
+            usage.add(final.usage)
+            return final
+
+        access = ModelAccess(model, request)
         try:
             record = compact(
-                list(self._state.messages), loop.compaction or Compaction(), access, emit,
+                list(self._state.messages), self.compaction or Compaction(), access, emit,
                 append, reason="manual",
             )  # fmt: skip
         except CompactionError as exc:
@@ -758,19 +686,22 @@ class Agent(AgentOptions):
         deferred = [] if self._session_writer is None else self._session_writer.take_deferred()
         return deferred + self._steering.drain()
 
-    def _config(self, overrides: dict[str, Any]) -> AgentLoopConfig:
-        """The loop config for a run starting now: the run's own options (``overrides``) over
-        the agent's, with the state and queues."""
+    def _config(self, overrides: dict[str, Any]) -> tuple[AgentLoopConfig, StreamFn]:
+        """The loop config for a run starting now (the run's own options, ``overrides``, over
+        the agent's, with the state and queues, and the policy chain), and its stream
+        function (with failover, when the agent has fallback models)."""
         level = self._state.thinking_level
-        return merge_options(
+        config, envelope = merge_options(
             self._loop,
+            self._envelope,
             overrides,
             model=self._state.model,
             reasoning=None if level == "off" else level,
             get_steering_messages=self._poll_steering,
             get_follow_up_messages=self._follow_ups.drain,
-            interrupts=self._interrupts,
         )
+        config.policies = run_policies(envelope, self._interrupts)
+        return config, run_stream_fn(envelope, self.stream_fn)
 
     def _snapshot(self) -> AgentContext:
         return AgentContext(messages=list(self._state.messages), tools=list(self._state.tools))
@@ -782,7 +713,7 @@ class Agent(AgentOptions):
         skip_first_steering: bool,
         overrides: dict[str, Any],
     ) -> list[Any]:
-        config = self._config(overrides)
+        config, stream_fn = self._config(overrides)
         if skip_first_steering:
             drain = self._poll_steering
             skipped = threading.Event()
@@ -800,40 +731,18 @@ class Agent(AgentOptions):
             config,
             lambda event: self._process_event(run, event),
             run.signal,
-            self.stream_fn,
+            stream_fn,
         )
 
     def _run_continue(self, run: Run, overrides: dict[str, Any]) -> list[Any]:
+        config, stream_fn = self._config(overrides)
         return run_agent_loop_continue(
             self._snapshot(),
-            self._config(overrides),
+            config,
             lambda event: self._process_event(run, event),
             run.signal,
-            self.stream_fn,
+            stream_fn,
         )
-
-    def _reduce(self, event: AgentEvent, aborted: bool = False) -> None:
-        """Update the state for ``event`` (SPEC 5.6), before any listener sees it."""
-        state = self._state
-        if isinstance(event, (MessageStartEvent, MessageUpdateEvent)):
-            state.streaming_message = event.message
-        elif isinstance(event, MessageEndEvent):
-            state.streaming_message = None
-            state.messages.append(event.message)
-        elif isinstance(event, ToolExecutionStartEvent):
-            state.pending_tool_calls = state.pending_tool_calls | {event.tool_call_id}
-        elif isinstance(event, ToolExecutionEndEvent):
-            state.pending_tool_calls = state.pending_tool_calls - {event.tool_call_id}
-        elif isinstance(event, TurnEndEvent):
-            message = event.message
-            if role_of(message) == "assistant" and getattr(message, "error_message", None):
-                state.error_message = message.error_message
-        elif isinstance(event, AgentEndEvent):
-            state.streaming_message = None
-            if aborted and state.error_message is None:
-                # Aborted during tools: the run ended after its batch without an aborted
-                # assistant message, so record here why it ended.
-                state.error_message = ABORTED_TEXT
 
     def _process_event(self, run: Run, event: AgentEvent) -> None:
         if self._active is not run:
@@ -842,7 +751,7 @@ class Agent(AgentOptions):
             self._session_writer.message_end(event.message)  # durable before it is announced
         elif self._session_writer is not None and isinstance(event, ToolExecutionEndEvent):
             self._session_writer.tool_end(event)  # its result too, before its end is announced
-        self._reduce(event, run.signal.aborted)
+        self._state.reduce(event, run.signal.aborted)
         for listener in self._listeners:
             listener(event)
 
@@ -866,7 +775,7 @@ class Agent(AgentOptions):
             AgentEndEvent([failure]),
         ]
         for event in events:
-            self._reduce(event)
+            self._state.reduce(event)
             for listener in self._listeners:
                 try:
                     listener(event)

@@ -20,11 +20,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from .abort import ABORTED_TEXT, AbortSignal
+from .policy import PreparedCall, RunPolicy, RunScope
+from .transcript import DEFERRED, ApprovalDecision, ApprovalRequest
 from .types import ToolCall
+
+__all__ = ["DEFERRED", "ApprovalDecision", "ApprovalRequest", "Approvals"]
 
 Policy = Collection[str] | Callable[[ToolCall], bool]
 """Which calls need approval besides the tools marked ``requires_approval``: tool names, or a
@@ -36,43 +39,7 @@ run (at resume time, possibly days later); return a reason to refuse it after al
 the world changed), or ``None`` to let it run."""
 
 
-@dataclass(frozen=True)
-class ApprovalRequest:
-    """A tool call waiting for a decision: ``id`` is the tool call's id, ``arguments`` the
-    validated arguments it would run with, ``requested_at`` when it was asked (seconds since the
-    epoch), ``signal`` the run's abort signal (an ``on_request`` that asks someone can stop
-    asking when it fires; ``None`` for a request read from a session)."""
-
-    id: str
-    tool_name: str
-    arguments: dict[str, Any]
-    requested_at: float = field(default_factory=time.time)
-    signal: AbortSignal | None = field(default=None, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class ApprovalDecision:
-    """The outcome of a request: ``approved`` or not, with the decider's ``reason``.
-
-    ``arguments``, on an approval, replaces the call's arguments (an edited call; they are
-    validated again). ``deferred`` means nobody decided yet: the call waits in the session and
-    the run ends. ``decided_at`` and ``expires_at`` (seconds since the epoch) date a recorded
-    decision; one resumed after it expired denies the call.
-    """
-
-    approved: bool
-    reason: str | None = None
-    arguments: dict[str, Any] | None = None
-    deferred: bool = False
-    decided_at: float | None = None
-    expires_at: float | None = None
-
-
-DEFERRED = ApprovalDecision(False, "waiting for approval", deferred=True)
-"""The decision of a request nobody waits for: the call waits for a decision recorded later."""
-
-
-class Approvals:
+class Approvals(RunPolicy):
     """A thread-safe broker between runs that need approvals and the people who give them.
 
     ``timeout`` (seconds) rejects the calls of a batch nobody decided on in time (one timeout
@@ -121,6 +88,41 @@ class Approvals:
             return True
         policy = self._policy
         return bool(policy(call)) if callable(policy) else call.name in policy
+
+    def review_calls(self, run: RunScope, calls: list[PreparedCall]) -> None:
+        """The run-policy hook: ask about the batch's calls that need a decision, all at once,
+        and defer, allow or deny each as the decisions come. A broker that fails (its
+        ``on_request`` raised) denies the calls it asked about, with the error."""
+        asking = []
+        for call in calls:
+            if call.verdict is not None:
+                continue
+            if self.needs_approval(call.tool_call, call.tool.requires_approval):
+                asking.append(call)
+            elif call.needs_review:
+                call.allow()  # approved for good earlier (approve(..., always=True))
+        if not asking:
+            return
+        deadline = run.deadline
+        until = deadline.ends if deadline is not None else None
+        try:
+            decisions = self.request_batch([c.tool_call for c in asking], run.signal, until)
+        except Exception as exc:
+            for call in asking:
+                call.deny(str(exc) or type(exc).__name__)
+            return
+        if deadline is not None and deadline.expire():
+            for call in asking:
+                call.deny(ABORTED_TEXT)
+            return
+        for call, decision in zip(asking, decisions, strict=True):
+            if decision.deferred:
+                call.defer()
+            elif decision.approved:
+                call.allow(decision.arguments)
+            else:
+                reason = f": {decision.reason}" if decision.reason else ""
+                call.deny(f"Tool call {call.tool_call.name} was rejected{reason}")
 
     def pending(self) -> list[ApprovalRequest]:
         """The requests waiting for a decision now, oldest first (a batch's calls appear

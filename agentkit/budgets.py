@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from .abort import AbortController, AbortSignal
 from .errors import BudgetReached
-from .results import RunUsage
+from .policy import BatchHandler, BatchOutcome, RunPolicy, RunScope, ToolBatchRun
+from .results import RunResult, RunUsage
 from .transcript import user_message
 from .types import UserMessage
 
@@ -91,8 +92,24 @@ class Budgets(BaseModel):
         return min(ends) if ends else None
 
 
-class BudgetTracker:
-    """One run's spending against its :class:`Budgets`; used on the loop's thread only.
+class BudgetPolicy(RunPolicy):
+    """The built-in budgets policy (``Agent(budgets=...)``): each run gets a
+    :class:`BudgetTracker` of ``budgets``."""
+
+    name = "budgets"
+
+    def __init__(self, budgets: Budgets) -> None:
+        self.budgets = budgets
+
+    def for_run(self, run: RunScope) -> RunPolicy:
+        return BudgetTracker(self.budgets, run.signal, run.result.usage, run)
+
+
+class BudgetTracker(RunPolicy):
+    """One run's spending against its :class:`Budgets`, and the policy that enforces them:
+    before each turn (a reached limit ends the run, or once turns it into a summary turn),
+    around each batch (calls past ``max_tool_calls`` are refused) and at the deadline (its
+    waits end there and the run is aborted). Used on the loop's thread only.
 
     With a deadline it owns the run's signal: a child of the caller's, which :meth:`expire`
     aborts with a :class:`BudgetReached` reason. The loop's own waits (for the stream, a tool
@@ -101,8 +118,19 @@ class BudgetTracker:
     tool call) does a timer watch the clock (:meth:`expiring_meanwhile`).
     """
 
-    def __init__(self, budgets: Budgets, parent: AbortSignal, usage: RunUsage) -> None:
+    name = "budgets"
+
+    def __init__(
+        self,
+        budgets: Budgets,
+        parent: AbortSignal,
+        usage: RunUsage,
+        run: RunScope | None = None,
+    ) -> None:
         self.budgets = budgets
+        self.run = run
+        self._parent: BudgetTracker | None = None  # the run this one is a sub-agent's run of
+        self._scope: Token[BudgetTracker | None] | None = None  # undone by end()
         self.usage = usage
         self.limit: str | None = None
         self.summarizing = False
@@ -136,6 +164,8 @@ class BudgetTracker:
             return False
         if self._controller is not None and not self._controller.signal.aborted:
             self.limit = self.limit or "timeout"
+            if self.run is not None:
+                self.run.end("budget", budget=self.limit)
             self._controller.abort(BudgetReached("timeout"))
         return True
 
@@ -198,6 +228,60 @@ class BudgetTracker:
         self.summarizing = True
         limit = self.limit or "budget"
         return user_message(SUMMARY_PROMPT.format(limit=limit))
+
+    # --- the run-policy hooks ------------------------------------------------------------------
+
+    def start(self, run: RunScope) -> None:
+        """The run's signal is this tracker's (its deadline aborts it); sub-agents started by
+        the run's tools draw from its budgets, and a sub-agent's run is its parent's child."""
+        if self.ends is not None:
+            run.set_signal(self.signal, self)
+        self._parent = adopt_into_parent(self)
+        self._scope = self.enter()
+
+    def before_turn(self, run: RunScope, pending: list[Any]) -> None:
+        """A reached limit ends the run (keeping ``pending`` in the transcript) or, once,
+        turns the next turn into a summary without tools."""
+        limit = self.reached()
+        if limit is None:
+            return
+        self.limit = limit
+        summary = None if self.summarizing else self.start_summary()
+        if summary is None:
+            run.end("budget", budget=limit)
+            return
+        pending.append(summary)
+        run.options = run.options.model_copy(update={"tool_choice": "none"})
+        run.wrapping_up = True
+        run.end("budget", budget=limit, at_once=False)
+
+    def wrap_batch(
+        self, run: RunScope, batch: ToolBatchRun, call_next: BatchHandler
+    ) -> BatchOutcome:
+        """Calls past the ``max_tool_calls`` budget are refused with an error result."""
+        calls = batch.calls
+        allowed = self.allowed_tool_calls(len(calls))
+        if allowed == len(calls):
+            return call_next(batch)
+        batch.calls, refused = calls[:allowed], calls[allowed:]
+        outcome = call_next(batch) if batch.calls else BatchOutcome([])
+        limit = self.limit or "max_tool_calls"
+        for call in refused:
+            text = REFUSED_TEXT.format(name=call.name, limit=limit)
+            outcome.messages.append(run.refuse_call(call, text))
+        run.end("budget", budget=limit, at_once=False)
+        return outcome
+
+    def end(self, run: RunScope, result: RunResult) -> None:
+        """Count the sub-agents given up on, and let go of the caller's signal."""
+        self.count_unfinished_children()  # sub-agents given up on: their spend so far
+        self.close()
+        if self._scope is not None:
+            self.leave(self._scope)
+            self._scope = None
+        if self._parent is not None:
+            self._parent.release(self)
+        self.run = None  # the run refers to this tracker: no cycle outlives it
 
     def close(self) -> None:
         """Unlink from the caller's signal; sub-agents that end later add nothing."""

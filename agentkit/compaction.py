@@ -31,24 +31,18 @@ Each compaction emits ``compaction_start`` and ``compaction_end`` around its rec
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._serialize import LLM_ROLES
-from .abort import AbortSignal
 from .errors import AbortError, CompactionError, ContextOverflowError, ProviderError
-from .events import (
-    AgentEvent,
-    CompactionEndEvent,
-    CompactionStartEvent,
-    DoneEvent,
-    ErrorEvent,
-)
-from .results import RunResult, RunUsage
+from .events import AgentEvent, CompactionEndEvent, CompactionStartEvent
+from .policy import ModelRequest, RequestHandler, RunPolicy, RunScope
 from .transcript import (
     COMPACTION_ROLE,
     SUMMARY_TEXT,
@@ -60,11 +54,9 @@ from .transcript import (
 )
 from .types import (
     AssistantMessage,
-    Context,
     FieldsEqRepr,
     ImageContent,
     Model,
-    StreamOptions,
     SystemMessage,
     TextContent,
     ThinkingContent,
@@ -75,15 +67,11 @@ from .types import (
     role_of,
 )
 
-if TYPE_CHECKING:
-    from .budgets import BudgetTracker
-    from .event_stream import AssistantMessageEventStream
-
 __all__ = [
     "Compaction",
     "CompactionJob",
+    "CompactionPolicy",
     "CompactionRecord",
-    "Compactor",
     "ModelAccess",
     "SUMMARY_TEXT",
     "choose_cut",
@@ -324,52 +312,19 @@ def choose_cut(
 
 @dataclass(eq=False, repr=False)
 class ModelAccess(FieldsEqRepr):
-    """How a compaction reaches the run's model: its stream function, request options, abort
-    signal and usage totals (which the run's budgets read), so a summary request is one of the
-    run's requests."""
+    """How a compaction reaches the run's model: its ``model`` and ``request``, the run's one
+    request path (:meth:`~agentkit.policy.RunScope.complete`: its abort, deadline and usage), so
+    a summary request is one of the run's requests."""
 
     model: Model
-    stream_fn: Callable[[Model, Context, Any], AssistantMessageEventStream]
-    options: StreamOptions
-    signal: AbortSignal
-    usage: RunUsage
-    get_api_key: Callable[[str], str | None] | None = None
-    grace: float = 2.0
-    budget: BudgetTracker | None = None
+    request: Callable[[list[Any], int], AssistantMessage]
+    """``request(messages, max_tokens)``: the final message, an ``error`` or ``aborted`` one
+    when the request failed."""
 
     def complete(self, messages: list[Any], max_tokens: int) -> AssistantMessage:
-        """One request without tools; the final message, counted in the run's usage. A failed
-        or aborted request raises :class:`CompactionError` with its message."""
-        from .tool_calls import wait_or_give_up  # the loop's wait: abortable, with the grace
-
-        api_key = self.get_api_key(self.model.provider) if self.get_api_key else None
-        options = self.options.model_copy(
-            update={
-                "api_key": api_key or self.options.api_key,
-                "signal": self.signal,
-                "reasoning": None,
-                "max_tokens": max_tokens,
-                "tool_choice": None,
-                "output_schema": None,
-            }
-        )
-        response = self.stream_fn(self.model, Context(messages=messages), options)
-        final: AssistantMessage | None = None
-        events = wait_or_give_up(response.get, self.signal, response.wake, self.grace, self.budget)
-        try:
-            for event in events:
-                if event is None or isinstance(event, (DoneEvent, ErrorEvent)):
-                    final = response.result()
-                    break
-        finally:
-            events.close()
-            close = getattr(response, "close", None)
-            if close is not None:
-                close()
-        if final is None:
-            raise CompactionError("the summary request was aborted")
-        self.usage.requests += 1
-        self.usage.add(final.usage)
+        """One request without tools; the final message. A failed or aborted request raises
+        :class:`CompactionError` with its message."""
+        final = self.request(messages, max_tokens)
         if final.stop_reason in ("error", "aborted"):
             raise CompactionError(f"the summary request failed: {final.error_message}")
         return final
@@ -624,42 +579,54 @@ def _make_record(
 # --- the loop's side --------------------------------------------------------------------------
 
 
-class Compactor:
-    """What the loop calls around a request when ``compaction`` is set: :meth:`before_request`
-    (compact when the estimate crosses the threshold), :meth:`overflowed` (was the request
-    refused as too long?), :meth:`after_overflow` (compact for the retry) and :meth:`give_up`
-    (end the run with what to do)."""
+class CompactionPolicy(RunPolicy):
+    """The built-in compaction policy (``Agent(compaction=...)``), around each model request:
+    it compacts first when the request nears the context window, and when the provider refuses
+    the request as too long it compacts and sends it once more; a second refusal ends the run
+    saying what to do. The messages of the current turn (from ``run.turn_start``) are always
+    kept; a summary request is one of the run's (``run.complete``)."""
 
-    def __init__(
-        self,
-        settings: Compaction,
-        access: ModelAccess,
-        emit: Callable[[AgentEvent], None],
-        append: Callable[[CompactionRecord], None],
-    ) -> None:
-        self.settings, self.access = settings, access
-        self.emit, self.append = emit, append
+    name = "compaction"
 
-    @property
-    def window(self) -> int:
-        """The context window compaction keeps to (0: unknown)."""
-        return self.settings.window_for(self.access.model)
+    def __init__(self, settings: Compaction) -> None:
+        self.settings = settings
 
-    def before_request(self, messages: list[Any], protect_from: int) -> None:
-        """Compact if the next request's estimated input crosses the threshold; a compaction
-        that cannot be made leaves the request to go as it is."""
-        window = self.window
-        if window <= 0 or estimate_tokens(messages) <= self.settings.threshold * window:
-            return
+    def wrap_request(
+        self, run: RunScope, request: ModelRequest, call_next: RequestHandler
+    ) -> AssistantMessage:
+        settings = self.settings
+        access = ModelAccess(run.model, lambda m, n: run.complete(m, max_tokens=n))
+        window = settings.window_for(run.model)
+        messages = run.context.messages
+        if window > 0 and estimate_tokens(messages) > settings.threshold * window:
+            try:
+                compact(
+                    messages, settings, access, run.emit, _appender(run),
+                    reason="threshold", protect_from=run.turn_start,
+                )  # fmt: skip
+                request = dataclasses.replace(request, context=run.view())
+            except CompactionError:
+                pass  # reported in compaction_end; an overflow gets its own try
+        message = call_next(request)
+        if not self._overflowed(message, run.result.error):
+            return message
         try:
             compact(
-                messages, self.settings, self.access, self.emit, self.append,
-                reason="threshold", protect_from=protect_from,
+                messages, settings, access, run.emit, _appender(run),
+                reason="overflow", protect_from=run.turn_start,
             )  # fmt: skip
-        except CompactionError:
-            pass  # reported in compaction_end; an overflow gets its own try
+            failed = None
+        except CompactionError as exc:
+            failed = str(exc)
+        if failed is None:
+            run.result.error = None  # the refused request stays on record; try once more
+            message = call_next(dataclasses.replace(request, context=run.view()))
+            if not self._overflowed(message, run.result.error):
+                return message
+        self._give_up(run, message, window, failed)
+        return message
 
-    def overflowed(self, message: AssistantMessage, error: BaseException | None) -> bool:
+    def _overflowed(self, message: AssistantMessage, error: BaseException | None) -> bool:
         """Whether ``message`` is a request the provider refused as over the context window."""
         if message.stop_reason != "error" or not self.settings.retry_on_overflow:
             return False
@@ -667,34 +634,30 @@ class Compactor:
             return True
         if isinstance(error, ProviderError):
             return False
-        from .providers.overflow import any_api_overflow  # a stream function without the error
+        from .providers.overflow import any_api_overflow  # the providers load when first needed
 
-        return any_api_overflow(message.error_message or "")
+        return any_api_overflow(message.error_message or "")  # a stream function without one
 
-    def after_overflow(self, messages: list[Any], protect_from: int) -> str | None:
-        """Compact after an overflow; ``None`` when done (the request is worth sending again),
-        else why the compaction failed."""
-        try:
-            compact(
-                messages, self.settings, self.access, self.emit, self.append,
-                reason="overflow", protect_from=protect_from,
-            )  # fmt: skip
-        except CompactionError as exc:
-            return str(exc)
-        return None
-
-    def give_up(self, result: RunResult, message: AssistantMessage, failed: str | None) -> None:
+    @staticmethod
+    def _give_up(
+        run: RunScope, message: AssistantMessage, window: int, failed: str | None
+    ) -> None:
         """End the run on an overflow compaction could not cure, saying what to do
         (``failed``: why the compaction itself failed, if it did)."""
-        window = f" ({self.window} tokens)" if self.window > 0 else ""
+        size = f" ({window} tokens)" if window > 0 else ""
         detail = (
             f"the compaction failed: {failed}"
             if failed
             else f"the request was refused again: {message.error_message}"
         )
-        text = OVERFLOW_ADVICE.format(window=window, detail=detail)
-        error = ContextOverflowError(text, status=getattr(result.error, "status", None))
-        result.stop_reason, result.error, result.error_message = "error", error, text
+        text = OVERFLOW_ADVICE.format(window=size, detail=detail)
+        error = ContextOverflowError(text, status=getattr(run.result.error, "status", None))
+        run.end("error", text, error=error)
+
+
+def _appender(run: RunScope) -> Callable[[CompactionRecord], None]:
+    """How a compaction record joins the run's transcript: with its message events."""
+    return lambda record: run.append([record])
 
 
 def is_compaction(message: Any) -> bool:

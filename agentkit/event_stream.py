@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from .errors import StreamEndedError
 from .events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from .types import AssistantMessage
-from .waits import get_item
+from .waits import WAKE, _Wake, get_item
 
 E = TypeVar("E")
 R = TypeVar("R")
@@ -31,17 +31,11 @@ class _End:
     """Queue token: no more events."""
 
 
-class _Wake:
-    """Queue token: a waiting consumer should look up (see :meth:`EventStream.wake`)."""
-
-
 PRODUCER_EXIT_TIMEOUT = 1.0
 """Seconds :meth:`EventStream.result` waits for a producer thread that has settled the stream
 (a producer exits right after its terminal event, so this is only a bound)."""
 
 _END = _End()
-WAKE = _Wake()
-"""What :meth:`EventStream.get` returns after :meth:`EventStream.wake` was called."""
 
 _here = threading.local()
 """``consuming``: whether this thread reads the stream a producer is about to make at once."""

@@ -17,10 +17,15 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .abort import AbortController, AbortSignal
+from .policy import BatchHandler, BatchOutcome, RequestHandler, RunPolicy, RunScope, ToolBatchRun
 from .types import AgentToolResult, TextContent
+
+if TYPE_CHECKING:
+    from .policy import ModelRequest
+    from .types import AssistantMessage
 
 __all__ = ["INTERRUPTED_TEXT", "Interrupt", "InterruptLane", "interrupted_result"]
 
@@ -42,6 +47,14 @@ class Interrupt:
 
     message: Any
 
+    keeps_run = True
+    """The loop's test: an abort for this reason cuts the response short, not the run."""
+
+    def tool_result(self, tool_name: str) -> AgentToolResult:
+        """The result a call this interrupt stopped gets instead of its own."""
+        text = TOOL_INTERRUPTED_TEXT.format(name=tool_name, message=self.text)
+        return AgentToolResult(content=[TextContent(text=text)], details={}, is_error=True)
+
     @property
     def text(self) -> str:
         """The message's text (its text blocks joined)."""
@@ -61,14 +74,16 @@ def interrupted_result(signal: AbortSignal, tool_name: str) -> AgentToolResult |
     reason = signal.reason
     if not signal.aborted or not isinstance(reason, Interrupt):
         return None
-    text = TOOL_INTERRUPTED_TEXT.format(name=tool_name, message=reason.text)
-    return AgentToolResult(content=[TextContent(text=text)], details={}, is_error=True)
+    return reason.tool_result(tool_name)
 
 
-class InterruptLane:
-    """One agent's interrupts. :meth:`interrupt` is called from any thread; the loop opens a
-    :meth:`turn` around each model request and tool batch, and takes the messages with
-    :meth:`take` when it polls for steering."""
+class InterruptLane(RunPolicy):
+    """One agent's interrupts, and the built-in policy that hears them. :meth:`interrupt` is
+    called from any thread; as a run policy it opens a :meth:`turn` around each model request
+    and tool batch, and the agent takes the messages with :meth:`take` when it polls for
+    steering."""
+
+    name = "interrupts"
 
     def __init__(self) -> None:
         # Guards _messages and _controller: interrupt() comes from any thread, the loop opens
@@ -84,6 +99,21 @@ class InterruptLane:
             controller = self._controller
         if controller is not None:
             controller.abort(Interrupt(message))
+
+    def wrap_request(
+        self, run: RunScope, request: ModelRequest, call_next: RequestHandler
+    ) -> AssistantMessage:
+        """Each request runs under a turn signal an interrupt can abort."""
+        with self.turn(run.signal) as signal:
+            return call_next(request.with_signal(signal))
+
+    def wrap_batch(
+        self, run: RunScope, batch: ToolBatchRun, call_next: BatchHandler
+    ) -> BatchOutcome:
+        """Each tool batch runs under a turn signal an interrupt can abort."""
+        with self.turn(run.signal) as signal:
+            batch.signal = signal
+            return call_next(batch)
 
     def take(self) -> list[Any]:
         """Every waiting message, oldest first; the lane is then empty."""

@@ -3,27 +3,33 @@ the order they run.
 
 A run alternates model requests and tool batches until the model stops asking for tools and no
 steering or follow-up message is waiting (SPEC section 4). A run's state lives in one
-``_LoopState``, made when it starts and dropped when it ends; the loop keeps nothing between
-runs (the process-wide default stream function lives in :mod:`agentkit.config`). The loop runs on the calling thread, and so does
-every ``emit``, in order; a tool batch (:mod:`agentkit.tool_calls`) fans out to the run's tool
-executor while this thread pumps the calls' progress. The run's envelope (budgets, typed output,
-usage) is called at named points: before a turn, after a request, at the final answer.
+:class:`_Run`, made when it starts and dropped when it ends; the loop keeps nothing between
+runs. The loop runs on the calling thread, and so does every ``emit``, in order; a tool batch
+(:mod:`agentkit.tool_calls`) fans out to the run's tool executor while this thread pumps the
+calls' progress.
+
+Everything beyond pi's loop is a run policy (:mod:`agentkit.policy`), called at named points:
+``start``, ``before_turn``, ``wrap_request``, ``review_calls`` (inside the tool batch),
+``wrap_batch``, ``wrap_tool_call``, ``at_final_answer`` and ``end``. The loop imports none of
+them; the :class:`~agentkit.Agent` turns its options (budgets, typed output, compaction,
+approvals, the interrupt lane) into the chain, ``config.policies``.
+
+Two facts the loop takes from its arguments rather than from a policy: an abort whose reason
+has ``keeps_run`` set (an :class:`~agentkit.interrupts.Interrupt`) cuts a response short
+without ending the run; and when ``stream_fn`` is not given, the process-wide default
+(:func:`~agentkit.config.get_default_stream_fn`) makes the requests.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from ._request import request_once, snapshot, stream_response
 from ._serialize import clean_message
 from .abort import ABORTED_TEXT, AbortController, AbortSignal
-from .budgets import Budgets, BudgetTracker, adopt_into_parent
-from .compaction import Compactor, ModelAccess
 from .config import (
     AgentLoopConfig,
     StreamFn,
@@ -32,53 +38,42 @@ from .config import (
     set_default_stream_fn,
 )
 from .errors import CannotContinueError
-from .event_stream import EventStream, consuming_here
+from .event_stream import EventStream
 from .events import (
     AgentEndEvent,
     AgentEvent,
     AgentStartEvent,
-    DoneEvent,
-    ErrorEvent,
     MessageEndEvent,
     MessageStartEvent,
-    MessageUpdateEvent,
-    StartEvent,
     TurnEndEvent,
     TurnStartEvent,
 )
-from .failover import failover_stream_fn
-from .hooks import (
-    RequestContext,
-    TurnContext,
-    TurnUpdate,
-    coerce_hook_result,
+from .hooks import RequestContext, TurnContext, TurnUpdate, coerce_hook_result
+from .policy import (
+    BatchOutcome,
+    Ending,
+    EndRun,
+    ModelRequest,
+    RunPolicy,
+    RunScope,
+    ToolBatchRun,
+    chain,
+    overrides,
 )
-from .interrupts import INTERRUPTED_TEXT, Interrupt
-from .output import OutputSpec
-from .results import OutputValidationError, RunResult, finish_result
-from .tool_calls import ToolRunner, run_tool_call, wait_or_give_up
-from .transcript import (
-    ToolDeclarations,
-    compacted_view,
-    declare_tool_changes,
-    failure_message,
-)
+from .results import RunResult, finish_result
+from .tool_calls import ToolRunner, execute_tool, run_tool_call
+from .transcript import ToolDeclarations, compacted_view, declare_tool_changes
 from .types import (
     AgentContext,
     AssistantMessage,
     Context,
-    FieldsEqRepr,
     Model,
     StreamOptions,
     ToolCall,
     ToolResultMessage,
     role_of,
 )
-
-if TYPE_CHECKING:
-
-    # an Approvals broker is made by the application, which imports the module
-    pass
+from .waits import Deadline
 
 __all__ = [
     "AgentContext",
@@ -90,6 +85,7 @@ __all__ = [
     "check_can_continue",
     "default_convert_to_llm",
     "get_default_stream_fn",
+    "request_once",
     "run_agent_loop",
     "run_agent_loop_continue",
     "run_tool_call",
@@ -97,7 +93,6 @@ __all__ = [
 ]
 
 Emit = Callable[[AgentEvent], None]
-
 
 
 # --- entry points -----------------------------------------------------------------------------
@@ -209,26 +204,174 @@ def _loop_stream(run: Callable[[Emit], list[Any]]) -> EventStream[AgentEvent, li
     return stream
 
 
-# --- the turns --------------------------------------------------------------------------------
+# --- the run, as its policies see it ----------------------------------------------------------
 
 
-@dataclass(eq=False, repr=False)
-class _LoopState(FieldsEqRepr):
+class _Run(RunScope):
     """One run's state, made by :func:`_run_loop` and dropped when the run ends."""
 
-    context: AgentContext
-    config: AgentLoopConfig
-    new_messages: RunResult
-    emit: Emit
-    signal: AbortSignal
-    stream_fn: StreamFn
-    tracker: BudgetTracker
-    tools: ToolRunner
-    output: OutputSpec | None = None
-    output_failures: int = 0
-    declarations: ToolDeclarations = field(default_factory=ToolDeclarations)
-    interrupted: bool = False
-    """The last response was cut off by an interrupt (the run goes on)."""
+    def __init__(
+        self,
+        context: AgentContext,
+        config: AgentLoopConfig,
+        result: RunResult,
+        emit: Emit,
+        signal: AbortSignal,
+        stream_fn: StreamFn,
+    ) -> None:
+        self.context, self.config, self.result = context, config, result
+        self.emit = emit
+        self.signal, self.stream_fn = signal, stream_fn
+        self.model: Model = config.model
+        self.options: StreamOptions = config.stream_options
+        self.deadline: Deadline | None = None
+        self.state: dict[str, Any] = {}
+        self.turn_start = 0
+        self.wrapping_up = False
+        self.interrupted = False
+        self.declarations = ToolDeclarations()
+        self.policies: list[RunPolicy] = []
+        self.tools = ToolRunner(
+            emit,
+            signal,
+            before_tool_call=config.before_tool_call,
+            after_tool_call=config.after_tool_call,
+            deps=config.deps,
+            grace=config.tool_abort_grace,
+            sequential=config.tool_execution == "sequential",
+            inline=config.tool_execution == "inline",
+            executor=config.tool_executor,
+            max_workers=config.max_tool_workers,
+            usage=result.usage,
+        )
+        self._ending: Ending | None = None
+        self._stop = False  # the ending asked the loop to stop at its next point
+        self._ending_lock = threading.Lock()  # end() may come from a deadline's timer thread
+        self._sent: AssistantMessage | None = None  # the last response the base request made
+        self.send: Callable[[ModelRequest], AssistantMessage] = self._send
+        self.run_batch: Callable[[ToolBatchRun], BatchOutcome] = self._run_batch
+
+    def adopt(self, policies: Sequence[RunPolicy]) -> None:
+        """Take each policy's object for this run and build the chains around the request,
+        the batch and each call."""
+        self.policies = [policy.for_run(self) for policy in policies]
+        self.send = chain(self.policies, "wrap_request", self, self._send)
+        self.run_batch = chain(self.policies, "wrap_batch", self, self._run_batch)
+        self.tools.policies = self.policies
+        self.tools.scope = self
+        if any(overrides(p, "wrap_tool_call") for p in self.policies):
+            self.tools.execute_call = chain(self.policies, "wrap_tool_call", self, execute_tool)
+
+    def close(self) -> None:
+        """Stop the run's tool threads and let go of the chains, which refer back to this run
+        (cycles that would leave the run, and all it reaches, to the garbage collector)."""
+        self.tools.close()
+        self.send = self.run_batch = _ended
+        self.tools.scope, self.tools.execute_call, self.tools.policies = None, None, []
+
+    def hooks(self, name: str) -> list[RunPolicy]:
+        """The run's policies that have their own ``name`` hook, in order."""
+        return [p for p in self.policies if overrides(p, name)]
+
+    # --- RunScope ---
+
+    def append(self, messages: Sequence[Any]) -> None:
+        for message in messages:
+            self.emit(MessageStartEvent(message))
+            self.emit(MessageEndEvent(message))
+            self.context.messages.append(message)
+            self.result.append(message)
+
+    def end(
+        self,
+        reason: str,
+        message: str | None = None,
+        *,
+        error: BaseException | None = None,
+        budget: str | None = None,
+        pending_approvals: Sequence[Any] = (),
+        detail: dict[str, Any] | None = None,
+        at_once: bool = True,
+    ) -> None:
+        if reason == "stop":  # the run ends as it stands: its last message says how
+            with self._ending_lock:
+                self._stop = self._stop or at_once
+            return
+        ending = Ending(reason, message, error, budget, list(pending_approvals), detail)
+        self.end_with(ending, at_once)
+
+    def end_with(self, ending: Ending, at_once: bool = True) -> None:
+        """Keep ``ending`` unless one was asked for first; stop at the next point if asked."""
+        with self._ending_lock:
+            if self._ending is None:
+                self._ending = ending
+            self._stop = self._stop or at_once
+
+    @property
+    def ending(self) -> Ending | None:
+        return self._ending
+
+    @property
+    def stops(self) -> bool:
+        """Whether an ending asked the loop to stop."""
+        return self._stop
+
+    def set_signal(self, signal: AbortSignal, deadline: Deadline | None = None) -> None:
+        self.signal = self.tools.signal = signal
+        self.deadline = self.tools.deadline = deadline
+
+    def view(self) -> Context:
+        config = self.config
+        messages = compacted_view(self.context.messages)  # the transcript itself if uncompacted
+        if config.transform_context is not None:
+            messages = config.transform_context(messages, self.signal)
+        return Context(messages=list(config.convert_to_llm(messages)))
+
+    def complete(self, messages: list[Any], *, max_tokens: int | None = None) -> AssistantMessage:
+        config = self.config
+        options = self.options
+        if max_tokens is not None:
+            options = options.model_copy(update={"max_tokens": max_tokens})
+        final = request_once(
+            self.model, self.stream_fn, options, messages, self.signal,
+            get_api_key=config.get_api_key, grace=config.tool_abort_grace,
+            deadline=self.deadline,
+        )  # fmt: skip
+        self.result.usage.requests += 1
+        self.result.usage.add(final.usage)
+        return final
+
+    def run_tools(self, message: AssistantMessage, calls: list[ToolCall]) -> BatchOutcome:
+        results, terminate = _run_tools(self, message, calls)
+        return BatchOutcome(results, not terminate)
+
+    def refuse_call(self, call: ToolCall, text: str) -> ToolResultMessage:
+        return self.tools.fail_call(call, text)
+
+    # --- the innermost handlers ---
+
+    def _send(self, request: ModelRequest) -> AssistantMessage:
+        """The request itself: stream the response into the transcript and count it."""
+        final = _stream_assistant_response(self, request)
+        self._sent = final
+        self.result.append(final)
+        self.result.usage.requests += 1
+        self.result.usage.add(final.usage)
+        return final
+
+    def _run_batch(self, batch: ToolBatchRun) -> BatchOutcome:
+        messages, terminate = self.tools.run_batch(
+            self.context, batch.message, batch.calls, batch.signal
+        )
+        return BatchOutcome(messages, terminate)
+
+
+def _ended(item: Any) -> Any:
+    """What a closed run's chains are: a request or batch after the end is a mistake."""
+    raise RuntimeError("the run has ended")
+
+
+# --- the turns --------------------------------------------------------------------------------
 
 
 def _run_loop(
@@ -239,83 +382,87 @@ def _run_loop(
     signal: AbortSignal,
     stream_fn: StreamFn,
 ) -> None:
-    """Run the turns inside the run's envelope: the budget tracker owns the run's signal (its
-    deadline aborts it) and, like the run's tool threads, is closed however the run ends."""
-    tracker = BudgetTracker(config.budgets or Budgets(), signal, new_messages.usage)
-    output = config.output_type
-    if config.fallback_models:
-        stream_fn = failover_stream_fn(stream_fn, config.fallback_models, config.failover_cooldown)
-    tools = ToolRunner(
-        emit,
-        tracker.signal,
-        before_tool_call=config.before_tool_call,
-        after_tool_call=config.after_tool_call,
-        approvals=config.approvals,
-        deps=config.deps,
-        grace=config.tool_abort_grace,
-        sequential=config.tool_execution == "sequential",
-        inline=config.tool_execution == "inline",
-        executor=config.tool_executor,
-        max_workers=config.max_tool_workers,
-        budget=tracker,
-        usage=new_messages.usage,
-    )
-    state = _LoopState(
-        context, config, new_messages, emit, tracker.signal, stream_fn, tracker, tools, output
-    )
-    parent = adopt_into_parent(tracker)  # a sub-agent's run: its parent counts it if given up
-    scope = tracker.enter()  # sub-agents started by this run's tools draw from its budgets
+    """Run the turns between the policies' ``start`` and ``end``; the run's tool threads are
+    closed and every ``end`` hook called however the run ends."""
+    run = _Run(context, config, new_messages, emit, signal, stream_fn)
+    ended = False
     try:
-        _turns(state)
-        _end_run(state)
+        run.adopt(config.policies)
+        for policy in run.hooks("start"):
+            _guarded(run, policy.start, run)
+            if run.stops:
+                break
+        if not run.stops:
+            _turns(run)
+        finish_result(new_messages, run.ending, ABORTED_TEXT if run.signal.aborted else None)
+        ended = True
+        _end_policies(run)
+        emit(AgentEndEvent(new_messages))
     finally:
-        tools.close()
-        tracker.close()
-        tracker.leave(scope)
-        if parent is not None:
-            parent.release(tracker)
+        try:
+            if not ended:
+                _end_policies(run, failing=True)
+        finally:
+            run.close()
 
 
-def _turns(state: _LoopState) -> None:
-    """The turns of a run (SPEC 4.2), until the run is to end; the envelope is called before a
-    turn, after each request and at the final answer."""
-    config = state.config
+def _end_policies(run: _Run, failing: bool = False) -> None:
+    """Every policy's ``end``, the outermost last; the first failure is raised once all ran
+    (while the run is failing already, it is that failure that propagates)."""
+    failure: BaseException | None = None
+    for policy in reversed(run.hooks("end")):
+        try:
+            policy.end(run, run.result)
+        except BaseException as exc:  # noqa: BLE001 - every end hook runs; raised below
+            failure = failure or exc
+    if failure is not None and not failing:
+        raise failure
+
+
+def _guarded(run: _Run, hook: Callable[..., Any], *args: Any) -> Any:
+    """Call a hook; an :class:`EndRun` it raises becomes the run's ending."""
+    try:
+        return hook(*args)
+    except EndRun as stop:
+        run.end_with(stop.ending)
+        return None
+
+
+def _turns(run: _Run) -> None:
+    """The turns of a run (SPEC 4.2), until the run is to end; the policies are called before
+    a turn, around each request and batch, and at the final answer."""
+    config = run.config
     last_turn: TurnContext | None = None
     explicit_continuation = False
-    if _resume_approvals(state):
-        return
     pending = _poll(config.get_steering_messages)
-    # where this turn's own messages begin (a compaction keeps them)
-    turn_start = len(state.context.messages) - len(state.new_messages)
+    run.turn_start = len(run.context.messages) - len(run.result)  # this turn's own messages
     while True:
         has_more_tool_calls = True
         while has_more_tool_calls or pending:
             if last_turn is not None:
-                starting = _next_turn(state, last_turn, pending)
+                starting = _next_turn(run, last_turn, pending)
                 if starting is None:
                     return
                 pending = starting
-                turn_start = len(state.context.messages)
-            _add_incoming(state, pending)
-            _before_request(state)
-            message = _request(state, turn_start)
+                run.turn_start = len(run.context.messages)
+            _add_incoming(run, pending)
+            _before_request(run)
+            message = _request(run)
+            if message is None:
+                return  # a policy ended the run instead of making the request
             stopped = message.stop_reason in ("error", "aborted")
-            failed = stopped and not state.interrupted  # an interrupted run goes on
             calls = [] if stopped else _tool_calls_of(message)
-            tool_results, has_more_tool_calls = _run_tools(state, message, calls)
-            last_turn = TurnContext(message, tool_results, state.context, state.new_messages)
-            decision = _finish_turn(state, last_turn)
-            if failed or decision == "end" or (calls and state.signal.aborted):
-                return  # a run aborted during tools ends after that batch
-            if state.tools.waiting:  # calls deferred to a decision recorded later
-                _wait_for_approval(state, state.tools.waiting)
+            tool_results, has_more_tool_calls = _run_tools(run, message, calls)
+            last_turn = TurnContext(message, tool_results, run.context, run.result)
+            decision = _finish_turn(run, last_turn)
+            if _ends_here(run, stopped, decision, bool(calls)):
                 return
             explicit_continuation = decision == "continue"
             pending = _poll(config.get_steering_messages)
             if has_more_tool_calls or pending:
                 explicit_continuation = False
             elif not calls and message.stop_reason == "stop":
-                retry = _at_final_answer(state, message)
+                retry = _at_final_answer(run, message)
                 if retry is None:
                     return
                 pending = retry
@@ -325,123 +472,108 @@ def _turns(state: _LoopState) -> None:
         explicit_continuation = False
 
 
-def _next_turn(state: _LoopState, last_turn: TurnContext, pending: list[Any]) -> list[Any] | None:
-    """Between two turns: the envelope, ``prepare_next_turn`` and the steering queue, then
-    ``turn_start``. Return the messages the turn starts with, ``None`` when the run ends."""
-    if _before_turn(state, pending):
-        return None
-    config = state.config
+def _ends_here(run: _Run, stopped: bool, decision: str | None, had_calls: bool) -> bool:
+    """Whether the run ends after this turn: its response failed (an interrupted one goes
+    on), ``finish_turn`` said end, it was aborted during its tools (it ends after that batch),
+    or a policy asked it to end."""
+    failed = stopped and not run.interrupted
+    return failed or decision == "end" or (had_calls and run.signal.aborted) or run.stops
+
+
+def _next_turn(run: _Run, last_turn: TurnContext, pending: list[Any]) -> list[Any] | None:
+    """Between two turns: the policies' ``before_turn``, ``prepare_next_turn`` and the
+    steering queue, then ``turn_start``. Return the messages the turn starts with, ``None``
+    when the run ends (the pending messages, drained from a queue, stay in the transcript)."""
+    for policy in run.hooks("before_turn"):
+        _guarded(run, policy.before_turn, run, pending)
+        if run.stops:
+            run.append(pending)
+            return None
+    config = run.config
     prepared: list[Any] = []
     if config.prepare_next_turn is not None:
         update = coerce_hook_result(config.prepare_next_turn(last_turn), TurnUpdate)
-        _apply_update(state, update)
+        _apply_update(run, update)
         if update is not None and update.messages:
             prepared = list(update.messages)
     if not pending:
         pending = _poll(config.get_steering_messages)
-    state.emit(TurnStartEvent())
+    run.emit(TurnStartEvent())
     return prepared + pending
 
 
-def _before_turn(state: _LoopState, pending: list[Any]) -> bool:
-    """The envelope before a turn: if a budget is reached, end the run (keeping ``pending``
-    messages in the transcript) or, once, turn it into a summary turn without tools.
-    Return whether the run ends."""
-    tracker = state.tracker
-    limit = tracker.reached()
-    if limit is None:
-        return False
-    tracker.limit = limit
-    summary = None if tracker.summarizing else tracker.start_summary()
-    if summary is not None:
-        pending.append(summary)
-        options = state.config.stream_options
-        state.config.stream_options = options.model_copy(update={"tool_choice": "none"})
-        return False
-    _append_messages(state, pending)  # drained from a queue: they stay in the transcript
-    return True
-
-
-def _add_incoming(state: _LoopState, messages: list[Any]) -> None:
+def _add_incoming(run: _Run, messages: list[Any]) -> None:
     """Start the turn's messages (a tool-set change declared before them) in the transcript."""
-    context = state.context
-    _append_messages(
-        state,
-        state.declarations(context.messages, context.tools, [clean_message(m) for m in messages]),
+    context = run.context
+    run.append(
+        run.declarations(context.messages, context.tools, [clean_message(m) for m in messages])
     )
 
 
-def _append_messages(state: _LoopState, messages: list[Any]) -> None:
-    for message in messages:
-        state.emit(MessageStartEvent(message))
-        state.emit(MessageEndEvent(message))
-        state.context.messages.append(message)
-        state.new_messages.append(message)
-
-
-def _before_request(state: _LoopState) -> None:
+def _before_request(run: _Run) -> None:
     """``prepare_request``: the last change to the context, model or thinking level."""
-    hook = state.config.prepare_request
+    hook = run.config.prepare_request
     if hook is not None:
         request = RequestContext(
-            context=state.context,
-            model=state.config.model,
-            thinking_level=state.config.reasoning or "off",
+            context=run.context,
+            model=run.model,
+            thinking_level=run.config.reasoning or "off",
         )
-        _apply_update(state, coerce_hook_result(hook(request, state.signal), TurnUpdate))
+        _apply_update(run, coerce_hook_result(hook(request, run.signal), TurnUpdate))
 
 
-def _apply_update(state: _LoopState, update: TurnUpdate | None) -> None:
+def _apply_update(run: _Run, update: TurnUpdate | None) -> None:
     if update is None:
         return
     if update.context is not None:
-        state.context = update.context
+        run.context = update.context
     if update.model is not None:
-        state.config.model = update.model
+        run.model = update.model
     if update.thinking_level is not None:
-        state.config.reasoning = None if update.thinking_level == "off" else update.thinking_level
+        run.config.reasoning = None if update.thinking_level == "off" else update.thinking_level
 
 
-def _request(state: _LoopState, turn_start: int) -> AssistantMessage:
-    """One model request, counted in the result. With ``compaction`` set, the transcript is
-    compacted first when the request nears the context window, and when the provider refuses
-    it as too long it is compacted and the request sent once more (:mod:`agentkit.compaction`);
-    the messages from ``turn_start`` on are this turn's own and always kept."""
-    settings = state.config.compaction
-    if settings is None:
-        message = _stream_assistant_response(state)
-        _after_request(state, message)
-        return message
-    config = state.config
-    access = ModelAccess(
-        config.model, state.stream_fn, config.stream_options, state.signal,
-        state.new_messages.usage, config.get_api_key, config.tool_abort_grace, state.tracker,
-    )  # fmt: skip
-    compactor = Compactor(
-        settings, access, state.emit, lambda record: _append_messages(state, [record])
-    )
-    compactor.before_request(state.context.messages, turn_start)
-    message = _stream_assistant_response(state)
-    _after_request(state, message)
-    if not compactor.overflowed(message, state.new_messages.error):
-        return message
-    failed = compactor.after_overflow(state.context.messages, turn_start)
-    if failed is None:
-        state.new_messages.error = None  # the refused request stays on record; try once more
-        message = _stream_assistant_response(state)
-        _after_request(state, message)
-        if not compactor.overflowed(message, state.new_messages.error):
-            return message
-    compactor.give_up(state.new_messages, message, failed)
+def _request(run: _Run) -> AssistantMessage | None:
+    """One model request through the policies' ``wrap_request`` chain; ``None`` when a policy
+    ended the run instead."""
+    run._sent = None
+    try:
+        message = run.send(build_request(run))
+    except EndRun as stop:
+        run.end_with(stop.ending)
+        return None
+    if message is not run._sent:
+        if run._sent is not None:
+            raise TypeError(
+                "a policy's wrap_request returned another message than the one call_next gave; "
+                "change a response as it streams (wrap request.stream_fn) instead"
+            )
+        _adopt_response(run, message)  # a policy answered without asking the model
     return message
 
 
-def _after_request(state: _LoopState, message: AssistantMessage) -> None:
-    """The envelope after a request: the response joins the result, counted in its usage."""
-    result = state.new_messages
-    result.append(message)
-    result.usage.requests += 1
-    result.usage.add(message.usage)
+def build_request(run: _Run) -> ModelRequest:
+    """The next request, from the transcript as it is now."""
+    config = run.config
+    context = run.view()
+    api_key = config.get_api_key(run.model.provider) if config.get_api_key is not None else None
+    options = run.options.model_copy(
+        update={
+            "api_key": api_key or run.options.api_key,
+            "signal": run.signal,
+            "reasoning": config.reasoning,
+        }
+    )
+    return ModelRequest(run.model, context, options, run.stream_fn, run.signal)
+
+
+def _adopt_response(run: _Run, message: AssistantMessage) -> None:
+    """A response a policy made up: into the transcript and the result, with its events."""
+    run._sent = message
+    run.context.messages.append(message)
+    run.emit(MessageStartEvent(message))
+    run.emit(MessageEndEvent(message))
+    run.result.append(message)
 
 
 def _tool_calls_of(message: AssistantMessage) -> list[ToolCall]:
@@ -449,112 +581,70 @@ def _tool_calls_of(message: AssistantMessage) -> list[ToolCall]:
 
 
 def _run_tools(
-    state: _LoopState, message: AssistantMessage, calls: list[ToolCall]
+    run: _Run, message: AssistantMessage, calls: list[ToolCall]
 ) -> tuple[list[ToolResultMessage], bool]:
-    """The turn's tool batch; return its result messages and whether the model is to see them
-    (not when every result asked to terminate)."""
+    """The turn's tool batch through the policies' ``wrap_batch`` chain; return its result
+    messages and whether the model is to see them (not when every result asked to
+    terminate). Calls deferred to a later decision end the run waiting for approval."""
     if not calls:
         return [], False
+    tools = run.tools
     if message.stop_reason == "length":
-        results, terminate = state.tools.fail_truncated(calls), False
+        outcome = BatchOutcome(tools.fail_truncated(calls))
     else:
-        with _turn_signal(state) as signal:  # an interrupt stops this batch, not the run
-            state.tools.signal = signal
-            try:
-                results, terminate = state.tools.run_batch(state.context, message, calls)
-            finally:
-                state.tools.signal = state.signal
-    entries = state.tools.take_entries()  # approval requests of deferred calls, announced
-    state.context.messages.extend([*entries, *results])
-    state.new_messages.extend([*entries, *results])
-    return results, not terminate
+        try:
+            outcome = run.run_batch(ToolBatchRun(message, list(calls), run.signal))
+        except EndRun as stop:
+            run.end_with(stop.ending)
+            outcome = BatchOutcome([])
+    entries = tools.take_entries()  # approval requests of deferred calls, announced
+    results = outcome.messages + _unanswered(run, calls, outcome.messages, entries)
+    run.context.messages.extend([*entries, *results])
+    run.result.extend([*entries, *results])
+    if tools.waiting:  # calls deferred to a decision recorded later: the run waits for it
+        run.end("approval", pending_approvals=tools.take_waiting())
+    return results, not outcome.terminate
 
 
-def _resume_approvals(state: _LoopState) -> bool:
-    """A batch whose calls waited for approval (:mod:`agentkit.deferred`): once every call is
-    decided, claim the batch (durably: of two resumers only one claim is stored), run it and
-    end its turn. Return whether the run ends here: a call is still undecided, or the results
-    asked to terminate."""
-    messages = state.context.messages
-    if not messages or role_of(messages[-1]) in ("user", "assistant", "system"):
-        return False  # the cheap test first: a waiting batch ends in entries or results
-    from .deferred import run_decided, waiting_batch
-
-    batch = waiting_batch(messages)
-    if batch is None:
-        return False
-    if batch.undecided:
-        _wait_for_approval(state, batch.pending())
-        state.emit(TurnEndEvent(batch.message, []))
-        return True
-    _append_messages(state, [batch.claim()])
-    results, terminate = run_decided(state.tools, state.context, batch)
-    entries = state.tools.take_entries()  # a held call asked now may wait again
-    state.context.messages.extend([*entries, *results])
-    state.new_messages.extend([*entries, *results])
-    state.emit(TurnEndEvent(batch.message, results))
-    if state.tools.waiting:
-        _wait_for_approval(state, state.tools.waiting)
-        return True
-    if terminate or state.signal.aborted:
-        return True
-    state.emit(TurnStartEvent())
-    return False
+def _unanswered(
+    run: _Run, calls: list[ToolCall], results: list[ToolResultMessage], entries: list[Any]
+) -> list[ToolResultMessage]:
+    """Results for the calls a policy's batch left without one (it ended the run first): the
+    transcript keeps every call paired with a result."""
+    answered = {r.tool_call_id for r in results} | {
+        getattr(e, "tool_call_id", None) for e in entries
+    }
+    ending = run.ending
+    why = f" ({ending.message or ending.reason})" if ending is not None else ""
+    return [
+        run.refuse_call(call, f"Tool call {call.name} was not executed: the run ended{why}")
+        for call in calls
+        if call.id not in answered
+    ]
 
 
-def _wait_for_approval(state: _LoopState, pending: list[Any]) -> None:
-    """End the run waiting for approval: its result lists every pending call."""
-    state.new_messages.stop_reason = "approval"
-    state.new_messages.pending_approvals = list(pending)
-
-
-def _finish_turn(state: _LoopState, turn: TurnContext) -> str | None:
+def _finish_turn(run: _Run, turn: TurnContext) -> str | None:
     """``finish_turn``'s decision (``"end"``, ``"continue"`` or none), then ``turn_end``."""
     decision = None
-    if state.config.finish_turn is not None:
-        value = state.config.finish_turn(turn, state.signal)
+    if run.config.finish_turn is not None:
+        value = run.config.finish_turn(turn, run.signal)
         if isinstance(value, dict):
             value = value.get("action")
         decision = value if value in ("end", "continue") else None
-    state.emit(TurnEndEvent(turn.message, turn.tool_results))
+    run.emit(TurnEndEvent(turn.message, turn.tool_results))
     return decision
 
 
-def _at_final_answer(state: _LoopState, message: AssistantMessage) -> list[Any] | None:
-    """The envelope at the final answer: validate it against ``output_type``. ``[]`` when it
-    is valid (stored in the result), the retry message when not, ``None`` when the retries are
-    spent (the run fails)."""
-    spec, result = state.output, state.new_messages
-    if spec is None or state.tracker.summarizing:
-        return []
-    try:
-        result.output = spec.validate_text(message.text)
-        return []
-    except ValueError as exc:
-        errors = str(exc)
-    if state.output_failures < spec.retries:
-        state.output_failures += 1
-        return [spec.retry_message(errors)]
-    failure = OutputValidationError(
-        f"The model's output did not match {spec.name} after {spec.retries} "
-        f"retr{'y' if spec.retries == 1 else 'ies'}:\n{errors}",
-        errors,
-    )
-    result.stop_reason, result.error, result.error_message = "error", failure, str(failure)
-    return None
-
-
-def _end_run(state: _LoopState) -> None:
-    """Settle the run's result (stop reason, budget) and emit ``agent_end``."""
-    result, limit = state.new_messages, state.tracker.limit
-    state.tracker.count_unfinished_children()  # sub-agents given up on: their spend so far
-    finish_result(result)
-    if limit is not None and result.stop_reason in ("stop", "aborted"):
-        result.stop_reason, result.budget = "budget", limit
-        result.error_message = None
-    elif state.signal.aborted and result.stop_reason == "stop":  # aborted during tools
-        result.stop_reason, result.error_message = "aborted", ABORTED_TEXT
-    state.emit(AgentEndEvent(state.new_messages))
+def _at_final_answer(run: _Run, message: AssistantMessage) -> list[Any] | None:
+    """The policies' ``at_final_answer``: ``[]`` when every one accepts the answer, the
+    messages of another turn when one asks for it, ``None`` when one ended the run."""
+    for policy in run.hooks("at_final_answer"):
+        more = _guarded(run, policy.at_final_answer, run, message)
+        if run.stops:
+            return None
+        if more:
+            return list(more)
+    return []
 
 
 def _poll(getter: Callable[[], list[Any]] | None) -> list[Any]:
@@ -566,130 +656,33 @@ def _poll(getter: Callable[[], list[Any]] | None) -> list[Any]:
 # --- one model request ------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _turn_signal(state: _LoopState) -> Iterator[AbortSignal]:
-    """The signal of one request or tool batch: the run's, or with an interrupt lane (an
-    Agent's) a child of it that ``agent.interrupt()`` aborts too."""
-    lane = state.config.interrupts
-    if lane is None:
-        yield state.signal
-        return
-    with lane.turn(state.signal) as signal:
-        yield signal
-
-
-def _request_options(
-    state: _LoopState, api_key: str | None, signal: AbortSignal | None = None
-) -> StreamOptions:
-    """This request's options: the config's ``stream_options`` plus key, signal and reasoning."""
-    options = state.config.stream_options
-    update: dict[str, Any] = {
-        "api_key": api_key or options.api_key,
-        "signal": signal or state.signal,
-        "reasoning": state.config.reasoning,
-    }
-    if state.output is not None and not state.tracker.summarizing:
-        update["output_schema"] = state.output.output_schema
-    return options.model_copy(update=update)
-
-
-def _stream_assistant_response(state: _LoopState) -> AssistantMessage:
+def _stream_assistant_response(run: _Run, request: ModelRequest) -> AssistantMessage:
     """Make one request and fold its stream into the transcript, emitting message events.
 
     If the stream function ignores an abort, the loop gives it ``tool_abort_grace`` seconds to
-    end, then ends the message as aborted itself. An interrupt aborts the request alone: its
-    response is kept as an aborted one, marked :data:`~agentkit.interrupts.INTERRUPTED_TEXT`.
+    end, then ends the message as aborted itself. An abort whose reason keeps the run going (an
+    interrupt) cuts the response alone: it is kept as an aborted one, its error message the
+    reason's text.
     """
-    with _turn_signal(state) as signal:
-        final, started = _stream_response(state, signal)
-    state.interrupted = (
+    signal = request.signal
+    final, started = stream_response(
+        request, run.context.messages, run.emit, run.result, run.config.tool_abort_grace,
+        run.deadline,
+    )  # fmt: skip
+    reason = signal.reason
+    run.interrupted = (
         final.stop_reason == "aborted"
-        and isinstance(signal.reason, Interrupt)
-        and not state.signal.aborted
+        and signal.aborted
+        and getattr(reason, "keeps_run", False)
+        and not run.signal.aborted
     )
-    if state.interrupted:
-        final.error_message = INTERRUPTED_TEXT
-    final.thinking_level = state.config.reasoning or "off"
+    if run.interrupted:
+        final.error_message = str(reason)
+    final.thinking_level = run.config.reasoning or "off"
     if not started:
-        state.context.messages.append(final)
-        state.emit(MessageStartEvent(_snapshot(final)))
-    state.emit(MessageEndEvent(final))
+        run.context.messages.append(final)
+        run.emit(MessageStartEvent(snapshot(final)))
+    run.emit(MessageEndEvent(final))
     return final
 
 
-def _stream_response(state: _LoopState, signal: AbortSignal) -> tuple[AssistantMessage, bool]:
-    """Make the request under ``signal``; fold its stream into the transcript, emitting the
-    start and update events. Return the final message and whether it started (then it is in
-    the transcript already, in its partial's place)."""
-    config = state.config
-    messages = compacted_view(state.context.messages)  # the transcript itself if not compacted
-    if config.transform_context is not None:
-        messages = config.transform_context(messages, signal)
-    llm_messages = config.convert_to_llm(messages)
-    api_key = None
-    if config.get_api_key is not None:
-        api_key = config.get_api_key(config.model.provider)
-    request_context = Context(messages=list(llm_messages))
-    options = _request_options(state, api_key, signal)
-    if state.tracker.ends is None:
-        # This thread reads the stream at once and to its end, so the request may be read on
-        # it (an abort shuts the request's socket). A run deadline needs the waits below to
-        # wake on time, so with one the request keeps a thread of its own.
-        with consuming_here():
-            response = state.stream_fn(config.model, request_context, options)
-    else:
-        response = state.stream_fn(config.model, request_context, options)
-
-    context_messages = state.context.messages
-    partial: AssistantMessage | None = None
-    final: AssistantMessage | None = None
-    events = wait_or_give_up(
-        response.get, signal, response.wake, config.tool_abort_grace, state.tracker
-    )
-    try:
-        for event in events:
-            if event is None:
-                final = response.result()  # raises: the stream ended without done or error
-                break
-            if isinstance(event, StartEvent):
-                partial = event.partial
-                context_messages.append(partial)
-                state.emit(MessageStartEvent(_snapshot(partial)))
-            elif isinstance(event, (DoneEvent, ErrorEvent)):
-                final = response.result()
-                if isinstance(event, ErrorEvent) and event.provider_error is not None:
-                    state.new_messages.error = event.provider_error  # raise_for_error raises it
-                break
-            elif partial is not None:
-                partial = event.partial
-                context_messages[-1] = partial
-                state.emit(MessageUpdateEvent(_snapshot(partial), event))
-    finally:
-        events.close()
-        close = getattr(response, "close", None)
-        if close is not None:
-            close()  # a request read on this thread and left early gives back its connection
-    if final is None:  # the stream ignored the abort for the whole grace period
-        final = _aborted_message(partial, config.model)
-    if partial is not None:
-        context_messages[-1] = final
-    return final, partial is not None
-
-
-def _snapshot(message: AssistantMessage) -> AssistantMessage:
-    """A shallow copy of a streaming message with its own content list (SPEC 3.2), so that a
-    listener never sees the provider's later appends to the message it was given.
-
-    ``copy.copy`` is pydantic's own shallow copy; it is built here rather than through
-    ``model_copy(update=...)``, which costs a third more, once per streamed delta."""
-    snapshot = copy.copy(message)
-    snapshot.__dict__["content"] = list(message.content)
-    return snapshot
-
-
-def _aborted_message(partial: AssistantMessage | None, model: Model) -> AssistantMessage:
-    """The message for a stream that did not end after an abort."""
-    if partial is not None:
-        partial = partial.model_copy()
-        partial.content = list(partial.content)
-    return failure_message("aborted", ABORTED_TEXT, model, partial=partial)

@@ -18,8 +18,10 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import from_json
 
+from .errors import OutputValidationError
+from .policy import ModelRequest, RequestHandler, RunPolicy, RunScope
 from .transcript import user_message
-from .types import OutputSchema, UserMessage
+from .types import AssistantMessage, OutputSchema, UserMessage
 
 DEFAULT_OUTPUT_RETRIES = 2
 """How many times a run sends validation errors back before it fails."""
@@ -117,6 +119,51 @@ class OutputSpec:
         if self.wrapped:
             return data.get("result") if isinstance(data, dict) else None
         return data
+
+
+class OutputPolicy(RunPolicy):
+    """The built-in typed-output policy (``output_type=...``): each request asks for the
+    spec's schema, and the final answer is validated; an invalid one goes back to the model
+    with the errors, at most ``spec.retries`` times, then the run fails with
+    :class:`~agentkit.errors.OutputValidationError`. A budget's summary turn
+    (``run.wrapping_up``) is asked for no schema and not validated."""
+
+    name = "output"
+
+    def __init__(self, spec: OutputSpec) -> None:
+        self.spec = spec
+        self.failures = 0
+
+    def for_run(self, run: RunScope) -> RunPolicy:
+        return OutputPolicy(self.spec)
+
+    def wrap_request(
+        self, run: RunScope, request: ModelRequest, call_next: RequestHandler
+    ) -> AssistantMessage:
+        if not run.wrapping_up:
+            update = {"output_schema": self.spec.output_schema}
+            request.options = request.options.model_copy(update=update)
+        return call_next(request)
+
+    def at_final_answer(self, run: RunScope, message: AssistantMessage) -> list[Any] | None:
+        spec = self.spec
+        if run.wrapping_up:
+            return None
+        try:
+            run.result.output = spec.validate_text(message.text)
+            return None
+        except ValueError as exc:
+            errors = str(exc)
+        if self.failures < spec.retries:
+            self.failures += 1
+            return [spec.retry_message(errors)]
+        failure = OutputValidationError(
+            f"The model's output did not match {spec.name} after {spec.retries} "
+            f"retr{'y' if spec.retries == 1 else 'ies'}:\n{errors}",
+            errors,
+        )
+        run.end("error", str(failure), error=failure)
+        return None
 
 
 def _schema_name(output_type: Any) -> str:

@@ -20,11 +20,13 @@ from .errors import (  # noqa: F401 - OutputValidationError stays importable fro
 )
 from .types import AssistantMessage, Usage
 
-RunStopReason = Literal["stop", "length", "error", "aborted", "budget", "approval"]
+RunStopReason = Literal["stop", "length", "error", "aborted", "budget", "approval", "guardrail"]
 """Why a run ended: it finished (``stop``), its last reply hit the token limit (``length``),
 it failed (``error``), it was aborted (``aborted``), a budget ended it (``budget``; the limit
-is in :attr:`RunResult.budget`) or tool calls wait for a decision recorded later
-(``approval``; they are in :attr:`RunResult.pending_approvals`)."""
+is in :attr:`RunResult.budget`), tool calls wait for a decision recorded later
+(``approval``; they are in :attr:`RunResult.pending_approvals`) or a guardrail tripped
+(``guardrail``). A run policy may end a run with a word of its own
+(:class:`~agentkit.policy.EndRun`)."""
 
 _HTTP_STATUS = re.compile(r"\(HTTP (\d{3})\)")
 
@@ -73,13 +75,16 @@ class RunResult(list[Any]):
         super().__init__(messages)
         self.output: Any = None
         self.usage: RunUsage = RunUsage()
-        self.stop_reason: RunStopReason = "stop"
+        self.stop_reason: RunStopReason | str = "stop"
         self.budget: str | None = None
         self.error_message: str | None = None
         self.error: BaseException | None = None
         self.pending_approvals: list[Any] = []
         """The calls that wait for a decision (:class:`~agentkit.ApprovalRequest`) when the
         run ended with stop reason ``approval``."""
+        self.ending: Any = None
+        """The :class:`~agentkit.policy.Ending` a policy asked for, if one ended the run (its
+        ``detail`` says more: a guardrail's name and reason, say)."""
 
     @property
     def messages(self) -> list[Any]:
@@ -136,19 +141,31 @@ class RunResult(list[Any]):
         )
 
 
-def finish_result(result: RunResult) -> RunResult:
-    """Fill ``stop_reason`` and ``error_message`` from the last assistant message, unless a
-    budget or an output failure already set them."""
-    if result.stop_reason != "stop":
-        return result
+def finish_result(
+    result: RunResult, ending: Any = None, aborted_text: str | None = None
+) -> RunResult:
+    """Settle how the run ended: the one writer of ``stop_reason``, ``error_message`` and
+    ``budget``, called once as a run ends.
+
+    The :class:`~agentkit.policy.Ending` a policy asked for wins (a budget, a wait for
+    approval, a guardrail, an invalid typed output), unless the last response failed: a
+    failure is never hidden. Otherwise the last assistant message says (``error``, ``aborted``,
+    ``length``); a run aborted between responses (during its tools) is ``aborted`` with
+    ``aborted_text``; else it stopped."""
     last = result.final_message
-    if last is None:
-        return result
-    if last.stop_reason in ("error", "aborted"):
-        result.stop_reason = last.stop_reason
-        result.error_message = last.error_message
-    elif last.stop_reason == "length":
+    failed = last is not None and last.stop_reason == "error"
+    if ending is not None and not (failed and ending.reason != "error"):
+        result.stop_reason, result.error_message = ending.reason, ending.message
+        result.budget, result.ending = ending.budget, ending
+        result.pending_approvals = list(ending.pending_approvals)
+        if ending.error is not None:
+            result.error = ending.error
+    elif last is not None and last.stop_reason in ("error", "aborted"):
+        result.stop_reason, result.error_message = last.stop_reason, last.error_message
+    elif last is not None and last.stop_reason == "length":
         result.stop_reason = "length"
+    elif aborted_text is not None:
+        result.stop_reason, result.error_message = "aborted", aborted_text
     return result
 
 

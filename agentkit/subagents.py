@@ -26,7 +26,6 @@ Each call of the tool is a **fresh run** of the child inside the parent's run:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -182,7 +181,7 @@ class _SubAgent:
         on_update: Callable[[Any], None],
     ) -> AgentToolResult:
         task = self._task(params)
-        budgets = self.agent._loop.budgets or Budgets()
+        budgets = self.agent.budgets or Budgets()
         parent = current_budget()
         if parent is not None:
             cut = parent.remaining(budgets)
@@ -314,20 +313,4 @@ def _parent_session_name() -> str | None:
 
 def _fresh_copy(template: Agent, session: Session | None) -> Agent:
     """A new agent with ``template``'s settings and starting transcript, in ``session``."""
-    from .agent import Agent
-
-    state = template.state
-    child = Agent(
-        model=state.model,
-        tools=list(state.tools),
-        messages=list(state.messages),
-        thinking_level=state.thinking_level,
-        stream_fn=template.stream_fn,
-        steering_mode=template.steering_mode,
-        follow_up_mode=template.follow_up_mode,
-        session=session,
-        name=template.name,
-        description=template.description,
-    )
-    child._loop = dataclasses.replace(template._loop)  # every option, hooks included
-    return child
+    return template.fresh_copy(session)

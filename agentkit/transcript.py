@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,6 +32,17 @@ from .types import (
     role_of,
     to_tool_declaration,
 )
+
+if TYPE_CHECKING:
+    from .abort import AbortSignal
+    from .types import ToolCall
+
+
+TRUNCATED_TEXT = (
+    'Tool call "{name}" was not executed: the response hit the output token limit, so its '
+    "arguments may be truncated. Re-issue the tool call with complete arguments."
+)
+"""The error result of a call from a reply cut off by its token limit: it never runs."""
 
 
 def user_message(text: str) -> UserMessage:
@@ -366,3 +379,126 @@ def _failed(message: Any) -> bool:
     """A failed or aborted request's message (an overflow refused, say): the providers never
     send one, and a compacted view leaves it out for every stream function."""
     return isinstance(message, AssistantMessage) and message.stop_reason in ("error", "aborted")
+
+
+# --- approvals: the requests, the decisions and the entries that keep them in a transcript -----
+
+APPROVAL_ROLES = frozenset({"approval_request", "approval_decision", "approval_resume"})
+"""The roles of the approval entries: never sent to the model."""
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A tool call waiting for a decision: ``id`` is the tool call's id, ``arguments`` the
+    validated arguments it would run with, ``requested_at`` when it was asked (seconds since the
+    epoch), ``signal`` the run's abort signal (an ``on_request`` that asks someone can stop
+    asking when it fires; ``None`` for a request read from a session)."""
+
+    id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    requested_at: float = field(default_factory=time.time)
+    signal: AbortSignal | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ApprovalDecision:
+    """The outcome of a request: ``approved`` or not, with the decider's ``reason``.
+
+    ``arguments``, on an approval, replaces the call's arguments (an edited call; they are
+    validated again). ``deferred`` means nobody decided yet: the call waits in the session and
+    the run ends. ``decided_at`` and ``expires_at`` (seconds since the epoch) date a recorded
+    decision; one resumed after it expired denies the call.
+    """
+
+    approved: bool
+    reason: str | None = None
+    arguments: dict[str, Any] | None = None
+    deferred: bool = False
+    decided_at: float | None = None
+    expires_at: float | None = None
+
+
+DEFERRED = ApprovalDecision(False, "waiting for approval", deferred=True)
+"""The decision of a request nobody waits for: the call waits for a decision recorded later."""
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+
+class ApprovalRequestEntry(_Entry):
+    """A call that waits: its id, tool and arguments (as validated, the ones it would run
+    with), when it was asked (seconds since the epoch); ``held`` for a call that needs no
+    decision but waits for the calls before it (a sequential batch)."""
+
+    role: Literal["approval_request"] = "approval_request"
+    tool_call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    requested_at: float = Field(default_factory=time.time)
+    held: bool = False
+    timestamp: int = Field(default_factory=now_ms)
+
+    def request(self) -> ApprovalRequest:
+        """The request as the broker's API shows it."""
+        return ApprovalRequest(
+            self.tool_call_id, self.tool_name, dict(self.arguments), self.requested_at
+        )
+
+
+class ApprovalDecisionEntry(_Entry):
+    """A recorded decision: approved or denied with a ``reason``; an approval may carry
+    edited ``arguments`` and an ``expires_at`` (seconds since the epoch)."""
+
+    role: Literal["approval_decision"] = "approval_decision"
+    tool_call_id: str
+    approved: bool
+    reason: str | None = None
+    arguments: dict[str, Any] | None = None
+    decided_at: float = Field(default_factory=time.time)
+    expires_at: float | None = None
+    timestamp: int = Field(default_factory=now_ms)
+
+    def decision(self) -> ApprovalDecision:
+        """The decision as the broker's API shows it."""
+        return ApprovalDecision(
+            self.approved,
+            self.reason,
+            None if self.arguments is None else dict(self.arguments),
+            decided_at=self.decided_at,
+            expires_at=self.expires_at,
+        )
+
+
+class ApprovalResumeEntry(_Entry):
+    """A resumer's claim on the waiting calls it is about to run or deny."""
+
+    role: Literal["approval_resume"] = "approval_resume"
+    tool_call_ids: list[str]
+    timestamp: int = Field(default_factory=now_ms)
+
+
+_ENTRIES: dict[str, type[_Entry]] = {
+    "approval_request": ApprovalRequestEntry,
+    "approval_decision": ApprovalDecisionEntry,
+    "approval_resume": ApprovalResumeEntry,
+}
+
+
+def decode_entry(data: dict[str, Any]) -> Any:
+    """A stored approval entry as its model (a record of another role stays a dict)."""
+    model = _ENTRIES.get(data.get("role", ""))
+    return model.model_validate(data) if model is not None else data
+
+
+def as_entry(message: Any) -> Any:
+    """A transcript message, an approval entry decoded from its stored dict if it is one."""
+    return decode_entry(message) if isinstance(message, dict) else message
+
+
+def request_entry(call: ToolCall, held: bool = False) -> ApprovalRequestEntry:
+    """The entry of a call that starts waiting."""
+    return ApprovalRequestEntry(
+        tool_call_id=call.id, tool_name=call.name, arguments=dict(call.arguments), held=held
+    )

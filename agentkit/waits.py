@@ -11,13 +11,26 @@ other threads never receive ``KeyboardInterrupt`` and wait in one piece.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from .abort import AbortSignal
 
 T = TypeVar("T")
+
+class _Wake:
+    """Queue token: a waiting consumer should look up (see :meth:`EventStream.wake`)."""
+
+
+WAKE = _Wake()
+"""What a waker puts on a queue to make its blocked consumer look up: what
+:meth:`~agentkit.event_stream.EventStream.get` returns after ``wake()``, and what a tool batch's
+inbox carries after an abort."""
 
 SLICE = 0.1
 """Longest single block of a main-thread wait (seconds): how late a Ctrl-C may be noticed."""
@@ -52,3 +65,69 @@ def get_item(get: Callable[[float | None], T], timeout: float | None = None) -> 
         except queue.Empty:
             pass
     raise queue.Empty
+
+
+class Deadline(Protocol):
+    """What ends a run's waits early: a budget's deadline (:class:`~agentkit.budgets.BudgetTracker`
+    is one). The run's waits (for the stream, a tool batch, an approval) end at :attr:`ends` and
+    call :meth:`expire`, which aborts the run's signal; no thread watches the clock except while
+    the run's own thread works instead of waiting (:meth:`expiring_meanwhile`)."""
+
+    ends: float | None
+    """When the run must end, in ``time.monotonic()`` seconds (``None``: no deadline)."""
+
+    def wait_time(self, timeout: float | None) -> float | None:
+        """``timeout`` cut to the time left before the deadline."""
+
+    def expire(self) -> bool:
+        """If the deadline has passed, abort the run (once); return whether it has."""
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the deadline has aborted the run (its waits then take only what is here)."""
+
+    def expiring_meanwhile(self) -> contextlib.AbstractContextManager[None]:
+        """A stretch in which the run's thread works instead of waiting: the deadline is
+        watched meanwhile."""
+
+
+def wait_or_give_up(
+    get: Callable[[float | None], Any],
+    signal: AbortSignal,
+    wake: Callable[[], None],
+    grace: float,
+    deadline: Deadline | None = None,
+    start: Callable[[], None] | None = None,
+) -> Generator[Any, None, None]:
+    """Yield what ``get(timeout)`` returns until the caller stops, or until ``grace`` seconds
+    after an abort (then the iteration ends: the caller gives up on what it waited for).
+
+    ``get`` raises ``queue.Empty`` on timeout and returns :data:`WAKE` when ``wake`` was called; ``wake`` runs when the signal
+    aborts. The stream wait and the tool batch wait both use it. The wait also ends at the
+    run's ``deadline``, which then aborts the signal. ``start()``, if given, runs once the wait
+    is set up, right before the first ``get``: the threads it sets going (a batch's calls) then
+    find this one about to block, not still busy.
+    """
+    remove_wake = signal.add_callback(wake)
+    give_up_at: float | None = None
+    try:
+        if start is not None:
+            start()
+        while True:
+            timeout = None if give_up_at is None else max(0.0, give_up_at - time.monotonic())
+            if deadline is not None and give_up_at is None:
+                timeout = deadline.wait_time(timeout)
+            try:
+                item = get(timeout)
+            except queue.Empty:
+                if give_up_at is None and deadline is not None and deadline.expire():
+                    continue  # the abort wakes this wait and starts the grace period
+                return
+            if item is WAKE:
+                if give_up_at is None:  # after the run's deadline, only what is already here
+                    timed_out = deadline is not None and deadline.timed_out
+                    give_up_at = time.monotonic() + (0.0 if timed_out else grace)
+                continue
+            yield item
+    finally:
+        remove_wake()

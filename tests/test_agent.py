@@ -22,7 +22,8 @@ from agentkit import (
     ToolResultMessage,
     UserMessage,
 )
-from agentkit.config import AgentLoopConfig, merge_options
+from agentkit.config import AgentLoopConfig
+from agentkit.options import Envelope, merge_options
 from agentkit.testing import ScriptedModel, reply, text, thinking, tool_call
 from agentkit.types import Model, placeholder_model
 
@@ -607,9 +608,12 @@ def test_run_options_beat_agent_options_beat_defaults() -> None:
     assert [r.options.tool_choice for r in model.requests] == [None, "required", "none"]
     assert (agent.tool_choice, agent.output_retries) == ("required", 4)  # run options don't stick
 
-    config = AgentLoopConfig(model=placeholder_model(), output_type=int, output_retries=3)
-    assert config.output_type.retries == 3  # the spec carries the one retry count
-    merged = merge_options(config, {"output_retries": 1, "deps": "d"}, reasoning="low")
-    assert (merged.output_type.retries, merged.deps, merged.reasoning) == (1, "d", "low")
-    assert merge_options(config, {"output_type": None}).output_type is None
-    assert (config.output_type.retries, config.deps) == (3, None)  # the agent's layer unchanged
+    config = AgentLoopConfig(model=placeholder_model())
+    envelope = Envelope(output_type=int, output_retries=3)
+    assert envelope.output_type.retries == 3  # the spec carries the one retry count
+    merged, outer = merge_options(
+        config, envelope, {"output_retries": 1, "deps": "d"}, reasoning="low"
+    )
+    assert (outer.output_type.retries, merged.deps, merged.reasoning) == (1, "d", "low")
+    assert merge_options(config, envelope, {"output_type": None})[1].output_type is None
+    assert (envelope.output_type.retries, config.deps) == (3, None)  # the agent's unchanged

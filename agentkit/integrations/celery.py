@@ -552,7 +552,7 @@ def submit(task: Any, session: Session, prompt: str | Any, **apply_options: Any)
     for attempt in range(SUBMIT_RETRIES):
         messages = session.load()
         if messages and role_of(messages[-1]) not in ("user", "assistant", "system"):
-            from ..deferred import refuse_while_waiting
+            from ..sessions.decisions import refuse_while_waiting
 
             refuse_while_waiting(messages)  # a message between calls and their results: refused
         try:

@@ -18,6 +18,7 @@ from .base import (
 )
 from .jsonl import read_jsonl
 from .session import (
+    CRASHED_TEXT,
     INTERRUPTED_TEXT,
     Session,
     SessionWriter,
@@ -25,7 +26,7 @@ from .session import (
     interrupted_tool_calls,
     open_store,
     settle_aborted,
-    settle_interrupted,
+    settle_plainly,
 )
 from .sqlite import SqliteStore
 
@@ -48,5 +49,6 @@ __all__ = [
     "open_store",
     "read_jsonl",
     "settle_aborted",
-    "settle_interrupted",
+    "settle_plainly",
+    "CRASHED_TEXT",
 ]

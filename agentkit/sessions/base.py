@@ -135,7 +135,7 @@ def decode_message(record: str | dict[str, Any]) -> Any:
     if data["role"] in LLM_ROLES:
         return _MESSAGE.validate_python(data)
     if data["role"].startswith("approval_"):  # an approval entry (agentkit.deferred)
-        from ..deferred import decode_entry
+        from ..transcript import decode_entry
 
         return decode_entry(data)
     return data

@@ -2,7 +2,7 @@
 and how an :class:`~agentkit.Agent` writes to it and resumes from it.
 
 ``Agent(session=Session("chat-42"))`` loads the session, settles tool calls a crash interrupted
-(:func:`settle_interrupted`), and appends each message when it ends, before any listener sees
+(by the agent's ``settle``, or :func:`settle_plainly`), and appends each message when it ends, before any listener sees
 its ``message_end``: what a listener was told about is already durable.
 """
 
@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from ..abort import ABORTED_TEXT
 from ..events import ToolExecutionEndEvent
-from ..tools import AgentTool, error_result
+from ..tools import error_result
+from ..transcript import TRUNCATED_TEXT
 from ..types import AssistantMessage, ToolCall, ToolResultMessage, role_of
 from .base import (
     SessionConflictError,
@@ -27,18 +28,27 @@ from .base import (
     decode_message,
     encode_message,
 )
+from .decisions import waiting_call_ids
 from .jsonl import read_jsonl, write_jsonl
 from .order import MOVABLE, deferral_marker, read_in_turn_order, release_marker
 
 if TYPE_CHECKING:
     from ..approvals import ApprovalRequest
 
-INTERRUPTED_TEXT = (
+CRASHED_TEXT = (
     "Tool call {name} ({id}) was interrupted: the process running it stopped before it "
     "finished. It was not re-run, because the tool is not marked idempotent; it may or may not "
     "have taken effect."
 )
 """The error result a non-idempotent tool call interrupted by a crash gets instead of a re-run."""
+
+INTERRUPTED_TEXT = CRASHED_TEXT
+"""The name :data:`CRASHED_TEXT` had in earlier releases (kept for code that imports it); an
+interrupt's own text is :data:`agentkit.interrupts.INTERRUPTED_TEXT`."""
+
+Settle = Callable[[Sequence[Any]], list[ToolResultMessage]]
+"""``settle(messages)``: results for the tool calls a crash left without one (see
+:meth:`Session.attach`)."""
 
 DEFAULT_PATH = "~/.agentkit/sessions.db"
 
@@ -123,7 +133,7 @@ class Session:
     def pending_approvals(self) -> list[ApprovalRequest]:
         """The tool calls that wait in this session for a decision (see docs/approvals.md),
         read from the store: any process may list them."""
-        from ..deferred import pending_approvals
+        from .decisions import pending_approvals
 
         return pending_approvals(self)
 
@@ -138,14 +148,14 @@ class Session:
         """Record the approval of a waiting call, durably, from any process; ``arguments``
         runs it with these instead, ``expires_in`` (seconds) denies it if it resumes later.
         A call is decided once: a second decision raises :class:`~agentkit.errors.ApprovalError`."""
-        from ..deferred import decide
+        from .decisions import decide
 
         decide(self, tool_call_id, approved=True, reason=reason, arguments=arguments,
                expires_in=expires_in)  # fmt: skip
 
     def deny(self, tool_call_id: str, reason: str | None = None) -> None:
         """Record the denial of a waiting call (the model reads ``reason``), as :meth:`approve`."""
-        from ..deferred import decide
+        from .decisions import decide
 
         decide(self, tool_call_id, approved=False, reason=reason)
 
@@ -168,14 +178,13 @@ class Session:
         records, _ = self.store.load(self.name)
         return write_jsonl(self.name, records, file)
 
-    def attach(
-        self, initial: Sequence[Any], tools: Sequence[AgentTool], deps: Any = None
-    ) -> SessionWriter:
+    def attach(self, initial: Sequence[Any], settle: Settle | None = None) -> SessionWriter:
         """Bind an agent to this session (what ``Agent(session=...)`` calls).
 
         A new session starts with ``initial`` (the agent's system message), stored. An existing
-        one keeps its own history, and tool calls a crash interrupted are settled first
-        (idempotent tools re-run with ``deps``, the agent's). If its history has no leading
+        one keeps its own history, and tool calls a crash interrupted are settled first, by
+        ``settle(messages)`` (the agent's: idempotent tools run again, see
+        :mod:`agentkit.settle`), or, without one, by :func:`settle_plainly`. If its history has no leading
         system message (:func:`agentkit.integrations.celery.submit` makes such sessions), the
         agent's own system message leads the transcript in memory, unstored.
 
@@ -192,7 +201,7 @@ class Session:
                 )
             self._attaching = True
         try:
-            writer = self._attach(initial, tools, deps)
+            writer = self._attach(initial, settle or settle_plainly)
             with self._lock:
                 self._writer = weakref.ref(writer)
             return writer
@@ -200,9 +209,7 @@ class Session:
             with self._lock:
                 self._attaching = False
 
-    def _attach(
-        self, initial: Sequence[Any], tools: Sequence[AgentTool], deps: Any
-    ) -> SessionWriter:
+    def _attach(self, initial: Sequence[Any], settle: Settle) -> SessionWriter:
         for _ in range(CONFLICT_RETRIES):
             messages, waiting = self._read()
             if messages:
@@ -213,7 +220,7 @@ class Session:
                 return SessionWriter(self, list(initial), [])
             except SessionConflictError:
                 continue  # another writer started the session meanwhile: read it again
-        settled = settle_interrupted(messages, tools, deps)
+        settled = settle(messages)
         if settled:
             self._append_past_inputs(settled)
         if waiting:  # the run that deferred them is gone: they stay where they are read
@@ -443,58 +450,25 @@ def interrupted_tool_calls(
     return None, []
 
 
-def settle_interrupted(
-    messages: Sequence[Any], tools: Sequence[AgentTool], deps: Any = None
-) -> list[ToolResultMessage]:
-    """Results for the tool calls a crash interrupted, in call order.
-
-    A tool marked ``idempotent`` runs again (on this thread, with ``deps`` as its
-    ``ctx.deps``, without the agent's hooks); any other gets an :data:`INTERRUPTED_TEXT` error
-    result that the model reads. Nothing that was not marked idempotent runs twice, and no call
-    of a reply cut off by its token limit runs at all (its arguments may be cut too): it gets
-    the result the loop gives such calls.
-    """
-    from ..loop import AgentContext, run_tool_call
-    from ..tool_calls import TRUNCATED_TEXT
-
+def settle_plainly(messages: Sequence[Any]) -> list[ToolResultMessage]:
+    """Results for the tool calls a crash interrupted, running nothing: each gets the
+    :data:`CRASHED_TEXT` error result the model reads (a call of a reply cut off by its token
+    limit, the result the loop gives such calls). How a session settles when the agent gives
+    it no way of its own (the agent re-runs idempotent tools: :mod:`agentkit.settle`)."""
     assistant, calls = interrupted_tool_calls(messages)
-    if calls and any(role_of(m) == "approval_request" for m in messages):
-        from ..deferred import waiting_call_ids
-
-        waiting = waiting_call_ids(messages)  # durably waiting for a decision: not interrupted
-        calls = [call for call in calls if call.id not in waiting]
-    results: list[ToolResultMessage] = []
-    by_name = {t.name: t for t in tools}
+    calls = [call for call in calls if call.id not in waiting_call_ids(messages)]
     cut_off = assistant is not None and assistant.stop_reason == "length"
-    for call in calls:
-        tool = by_name.get(call.name)
-        if cut_off:
-            result = error_result(TRUNCATED_TEXT.format(name=call.name))
-            is_error, duration = True, None
-        elif tool is not None and tool.idempotent and assistant is not None:
-            outcome = run_tool_call(
-                call,
-                tools=tools,
-                assistant_message=assistant,
-                context=AgentContext(messages=list(messages), tools=list(tools)),
-                deps=deps,
-            )
-            result, is_error, duration = outcome.result, outcome.is_error, outcome.duration_ms
-        else:
-            result = error_result(INTERRUPTED_TEXT.format(name=call.name, id=call.id))
-            is_error, duration = True, None
-        results.append(
-            ToolResultMessage(
-                tool_call_id=call.id,
-                tool_name=call.name,
-                content=list(result.content or []),
-                details=result.details,
-                usage=result.usage,
-                is_error=is_error,
-                duration_ms=duration,
-            )
-        )
-    return results
+    return [unsettled_result(call, cut_off) for call in calls]
+
+
+def unsettled_result(call: ToolCall, cut_off: bool = False) -> ToolResultMessage:
+    """The result of an interrupted call that does not run again."""
+    text = TRUNCATED_TEXT if cut_off else CRASHED_TEXT
+    result = error_result(text.format(name=call.name, id=call.id))
+    return ToolResultMessage(
+        tool_call_id=call.id, tool_name=call.name, content=list(result.content or []),
+        details=result.details, is_error=True,
+    )  # fmt: skip
 
 
 def settle_aborted(session: Session) -> None:

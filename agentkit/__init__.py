@@ -31,17 +31,7 @@ from .errors import (
 )
 from .loop import set_default_stream_fn
 from .output import OutputSpec
-from .policy import (
-    BatchOutcome,
-    Ending,
-    EndRun,
-    ModelRequest,
-    PreparedCall,
-    RunPolicy,
-    RunScope,
-    ToolBatchRun,
-    ToolCallRun,
-)
+from .policy import EndRun, RunPolicy, RunScope
 from .results import (
     BudgetExceededError,
     OutputValidationError,
@@ -140,6 +130,14 @@ _ELSEWHERE: dict[str, tuple[str, ...]] = {
         "get_current_system_prompt",
         "get_current_tools",
     ),
+    "agentkit.policy": (
+        "BatchOutcome",
+        "Ending",
+        "ModelRequest",
+        "PreparedCall",
+        "ToolBatchRun",
+        "ToolCallRun",
+    ),
     "agentkit.agent": ("PendingMessageQueue",),
     "agentkit.budgets": ("DEFAULT_MAX_TURNS",),
     "agentkit.tools": ("validate_tool_arguments",),
@@ -185,16 +183,10 @@ __all__ = [
     "OutputSpec",
     "RunContext",
     "current_run_context",
-    # the run seam: policies around a run
-    "BatchOutcome",
+    # the run seam: policies around a run (what their hooks get: agentkit.policy)
     "EndRun",
-    "Ending",
-    "ModelRequest",
-    "PreparedCall",
     "RunPolicy",
     "RunScope",
-    "ToolBatchRun",
-    "ToolCallRun",
     # messages and content
     "AssistantMessage",
     "Cost",

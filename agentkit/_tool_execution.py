@@ -26,7 +26,7 @@ from .hooks import (
     ToolCallOutcome,
     coerce_hook_result,
 )
-from .policy import EndRun, PreparedCall, RunPolicy, RunScope, ToolCallRun
+from .policy import EndRun, PreparedCall, RunPolicy, RunScope, ToolCallRun, ending_of
 from .tools import (
     RunContext,
     enter_run_context,
@@ -300,7 +300,7 @@ def ask_reviewers(
             reviewer.review_calls(scope, calls)  # type: ignore[arg-type]
         except EndRun as stop:
             if scope is not None:
-                ending = stop.ending
+                ending = ending_of(stop)
                 scope.end(ending.reason, ending.message, budget=ending.budget,
                           detail=ending.detail)  # fmt: skip
             for call in calls:

@@ -49,7 +49,6 @@ from .run import (
     running_agent,
     start_worker,
 )
-from .settle import settle_interrupted
 from .transcript import (
     create_initial_system_message,
     failure_message,
@@ -141,6 +140,8 @@ class Agent(AgentOptions):
         # A session (agentkit.sessions.Session) supplies the history and keeps every message.
         self._session_writer: SessionWriter | None = None
         if session is not None:
+            from .settle import settle_interrupted  # the approvals load with a session
+
             tools, deps, approvals = self._state.tools, self._loop.deps, self.approvals
             self._session_writer = session.attach(
                 initial, lambda messages: settle_interrupted(messages, tools, deps, approvals)

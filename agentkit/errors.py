@@ -46,6 +46,8 @@ time ran out; both say what they are for and never reach the caller of a run as 
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class AgentError(Exception):
     """Base of agentkit's own errors."""
@@ -260,3 +262,22 @@ class BudgetReached(AgentError):
     def __init__(self, limit: str) -> None:
         super().__init__(f"the run's budget {limit} was reached")
         self.limit = limit
+
+
+class EndRun(AgentError):  # noqa: N818 - a request to end a run, not a failure
+    """Raise from a run policy's hook (:mod:`agentkit.policy`) to end the run with a stop reason
+    of your own, e.g. ``raise EndRun("cost_cap", "this user's daily budget is spent")``: it
+    becomes the run's ``stop_reason``, ``message`` its ``error_message``, ``budget`` its
+    ``budget`` and ``detail`` (JSON data) is kept in ``RunResult.ending``. The transcript stays
+    whole: calls that had no result get one saying the run ended."""
+
+    def __init__(
+        self,
+        reason: str,
+        message: str | None = None,
+        *,
+        budget: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message or reason)
+        self.reason, self.message, self.budget, self.detail = reason, message, budget, detail

@@ -58,6 +58,7 @@ from .policy import (
     RunScope,
     ToolBatchRun,
     chain,
+    ending_of,
     overrides,
 )
 from .results import RunResult, finish_result
@@ -424,7 +425,7 @@ def _guarded(run: _Run, hook: Callable[..., Any], *args: Any) -> Any:
     try:
         return hook(*args)
     except EndRun as stop:
-        run.end_with(stop.ending)
+        run.end_with(ending_of(stop))
         return None
 
 
@@ -540,7 +541,7 @@ def _request(run: _Run) -> AssistantMessage | None:
     try:
         message = run.send(build_request(run))
     except EndRun as stop:
-        run.end_with(stop.ending)
+        run.end_with(ending_of(stop))
         return None
     if message is not run._sent:
         if run._sent is not None:
@@ -595,7 +596,7 @@ def _run_tools(
         try:
             outcome = run.run_batch(ToolBatchRun(message, list(calls), run.signal))
         except EndRun as stop:
-            run.end_with(stop.ending)
+            run.end_with(ending_of(stop))
             outcome = BatchOutcome([])
     entries = tools.take_entries()  # approval requests of deferred calls, announced
     results = outcome.messages + _unanswered(run, calls, outcome.messages, entries)

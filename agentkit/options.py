@@ -37,7 +37,6 @@ from .config import (
     TransformContext,
 )
 from .config import check_option as check_loop_option
-from .deferred import ApprovalsPolicy
 from .failover import DEFAULT_COOLDOWN, as_fallback_models, failover_stream_fn
 from .interrupts import InterruptLane
 from .output import DEFAULT_OUTPUT_RETRIES, OutputPolicy, OutputSpec
@@ -124,6 +123,8 @@ def run_policies(envelope: Envelope, interrupts: InterruptLane | None = None) ->
     builtins.append(BudgetPolicy(envelope.budgets or Budgets()))
     if envelope.compaction is not None:
         builtins.append(CompactionPolicy(envelope.compaction))
+    from .deferred import ApprovalsPolicy  # the approvals load with the first run, not before
+
     builtins.append(ApprovalsPolicy(envelope.approvals))
     return ordered(builtins, envelope.policies)
 

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .errors import EndRun
 from .types import AgentTool, AgentToolResult, FieldsEqRepr, ToolCall, ToolResultMessage
 
 if TYPE_CHECKING:
@@ -82,21 +83,9 @@ class Ending(FieldsEqRepr):
     detail: dict[str, Any] | None = None
 
 
-class EndRun(Exception):  # noqa: N818 - a request to end, not a failure
-    """Raise from any hook to end the run with an :class:`Ending` of your own, e.g.
-    ``raise EndRun("cost_cap", "this user's daily budget is spent")``. The transcript stays
-    whole: calls that had no result get one saying the run ended."""
-
-    def __init__(
-        self,
-        reason: str,
-        message: str | None = None,
-        *,
-        budget: str | None = None,
-        detail: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(message or reason)
-        self.ending = Ending(reason, message, budget=budget, detail=detail)
+def ending_of(stop: EndRun) -> Ending:
+    """The :class:`Ending` an :class:`~agentkit.errors.EndRun` asks for."""
+    return Ending(stop.reason, stop.message, budget=stop.budget, detail=stop.detail)
 
 
 # --- what the hooks are given -----------------------------------------------------------------

@@ -27,6 +27,7 @@ from agentkit import (
     UserMessage,
     tool,
 )
+from agentkit.budgets import BudgetPolicy
 from agentkit.loop import AgentContext, AgentLoopConfig, run_agent_loop
 from agentkit.testing import ScriptedModel, reply, tool_call
 
@@ -51,7 +52,9 @@ def loop_seconds_per_turn(budgets: Budgets, turns: int = 50) -> float:
         remaining["n"] -= 1
         return "continue" if remaining["n"] > 0 else "end"
 
-    config = AgentLoopConfig(model=model, finish_turn=finish_turn, budgets=budgets)
+    config = AgentLoopConfig(
+        model=model, finish_turn=finish_turn, policies=[BudgetPolicy(budgets)]
+    )
     started = time.perf_counter()
     result = run_agent_loop(
         [UserMessage(content="go")], AgentContext(), config, lambda e: None,

@@ -26,6 +26,7 @@ from .abort import ABORTED_TEXT, AbortSignal
 from .policy import PreparedCall, RunPolicy, RunScope
 from .transcript import DEFERRED, ApprovalDecision, ApprovalRequest
 from .types import ToolCall
+from .waits import wait_condition
 
 __all__ = ["DEFERRED", "ApprovalDecision", "ApprovalRequest", "Approvals"]
 
@@ -222,7 +223,7 @@ class Approvals(RunPolicy):
                         for request in undecided:
                             self._decisions[request.id] = ended(request)
                         break
-                    self._cond.wait(_remaining(deadline, until))
+                    wait_condition(self._cond, _remaining(deadline, until))
                 return [self._decisions[r.id] for r in requests]
         finally:
             remove()

@@ -232,6 +232,7 @@ class _Run(RunScope):
         self.interrupted = False
         self.declarations = ToolDeclarations()
         self.policies: list[RunPolicy] = []
+        self._hooks: dict[str, list[RunPolicy]] = {}  # by hook: the policies that have it
         self.tools = ToolRunner(
             emit,
             signal,
@@ -256,9 +257,13 @@ class _Run(RunScope):
         """Take each policy's object for this run and build the chains around the request,
         the batch and each call."""
         self.policies = [policy.for_run(self) for policy in policies]
+        self._hooks = {
+            name: [p for p in self.policies if overrides(p, name)]
+            for name in ("start", "before_turn", "review_calls", "at_final_answer", "end")
+        }
+        self.tools.reviewers = self._hooks["review_calls"]
         self.send = chain(self.policies, "wrap_request", self, self._send)
         self.run_batch = chain(self.policies, "wrap_batch", self, self._run_batch)
-        self.tools.policies = self.policies
         self.tools.scope = self
         if any(overrides(p, "wrap_tool_call") for p in self.policies):
             self.tools.execute_call = chain(self.policies, "wrap_tool_call", self, execute_tool)
@@ -268,11 +273,12 @@ class _Run(RunScope):
         (cycles that would leave the run, and all it reaches, to the garbage collector)."""
         self.tools.close()
         self.send = self.run_batch = _ended
-        self.tools.scope, self.tools.execute_call, self.tools.policies = None, None, []
+        self.tools.scope, self.tools.execute_call, self.tools.reviewers = None, None, []
+        self._hooks = {}
 
     def hooks(self, name: str) -> list[RunPolicy]:
         """The run's policies that have their own ``name`` hook, in order."""
-        return [p for p in self.policies if overrides(p, name)]
+        return self._hooks.get(name, [])
 
     # --- RunScope ---
 

@@ -42,6 +42,7 @@ from .results import RunResult, RunUsage
 from .run import running_agent
 from .tools import error_result
 from .types import AgentTool, AgentToolResult, TextContent, ToolResultMessage, Usage
+from .waits import wait_condition
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -257,7 +258,7 @@ class _SubAgent:
                 while key in self._busy:
                     if signal.aborted:
                         raise AbortError(f"sub-agent {self.name}: aborted waiting for its session")
-                    self._turns.wait()
+                    wait_condition(self._turns)
                 self._busy.add(key)
         finally:
             remove()

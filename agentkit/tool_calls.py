@@ -102,8 +102,8 @@ class ToolRunner:
         self.usage = usage if usage is not None else RunUsage()
         self.deadline: Deadline | None = None
         """What ends the batch's waits early (the run's budget deadline)."""
-        self.policies: list[RunPolicy] = []
-        """The run's policies: their ``review_calls`` review each batch's prepared calls."""
+        self.reviewers: list[RunPolicy] = []
+        """The run's policies that review each batch's prepared calls (``review_calls``)."""
         self.scope: RunScope | None = None
         """The run the policies are given."""
         self.execute_call: Callable[[ToolCallRun], Any] | None = None
@@ -277,7 +277,7 @@ class ToolBatch:
         requires approval runs only when a policy allowed it."""
         runner = self.runner
         prepared = [s for s in slots if isinstance(s, Prepared)]
-        reviewers = [p for p in runner.policies if overrides(p, "review_calls")]
+        reviewers = runner.reviewers
         if not reviewers and not any(p.tool.requires_approval for p in prepared):
             return list(slots)
         reviews = {id(p): PreparedCall(as_it_runs(p), p.tool, p.args) for p in prepared}
@@ -528,10 +528,11 @@ def run_tool_call(
         after_tool_call=after_tool_call,
         deps=deps,
     )
-    runner.policies = [*([approvals] if approvals is not None else []), *policies]
+    chained = [*([approvals] if approvals is not None else []), *policies]
+    runner.reviewers = [p for p in chained if overrides(p, "review_calls")]
     runner.scope = _OneCall(runner.signal, context)
-    if any(overrides(p, "wrap_tool_call") for p in runner.policies):
-        runner.execute_call = chain(runner.policies, "wrap_tool_call", runner.scope, execute_tool)
+    if any(overrides(p, "wrap_tool_call") for p in chained):
+        runner.execute_call = chain(chained, "wrap_tool_call", runner.scope, execute_tool)
     try:
         outcomes = ToolBatch(runner, tools, context, assistant_message).run([tool_call])
     finally:

@@ -54,6 +54,25 @@ def wait_event(event: threading.Event, timeout: float | None = None) -> bool:
     return any(event.wait(step) for step in _steps(timeout))
 
 
+def wait_condition(condition: threading.Condition, timeout: float | None = None) -> bool:
+    """``condition.wait(timeout)`` (its lock held by the caller), interruptible by Ctrl-C on the
+    main thread (see the module): returns ``False`` when the time ran out. Callers re-check their
+    predicate in a loop, as with any condition."""
+    if threading.current_thread() is not threading.main_thread():
+        return condition.wait(timeout)
+    return any(condition.wait(step) for step in _steps(timeout))
+
+
+def pause(seconds: float, signal: AbortSignal | None = None) -> bool:
+    """Sleep ``seconds`` (a negative time is none), ended early by ``signal``'s abort; return
+    whether the signal aborted it. Ctrl-C on the main thread ends it too."""
+    seconds = max(seconds, 0.0)
+    if signal is not None:
+        return signal.wait(seconds)
+    wait_event(threading.Event(), seconds)
+    return False
+
+
 def get_item(get: Callable[[float | None], T], timeout: float | None = None) -> T:
     """``get(timeout)`` of a queue (raising ``queue.Empty`` when the time is up),
     interruptible by Ctrl-C on the main thread (see the module)."""

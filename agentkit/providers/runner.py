@@ -27,7 +27,6 @@ import email.utils
 import json
 import random
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from ..errors import AbortError, ContextOverflowError, ProviderError
 from ..event_stream import AssistantMessageEventStream
 from ..transcript import user_message
 from ..types import Context, Model, StreamOptions, apply_on_payload, as_stream_options
+from ..waits import pause
 from .builder import ABORTED_MESSAGE, MessageBuilder
 from .http import StreamingRequest, _RequestAborted, scrub
 from .json_stream import JsonArrayStream
@@ -319,11 +319,8 @@ def backoff(base_ms: float, attempt: int) -> float:
 
 def _wait(signal: Any, seconds: float) -> None:
     """Wait between attempts; an abort ends the wait at once."""
-    if signal is not None:
-        if signal.wait(max(seconds, 0.0)):
-            raise _RequestAborted()
-    else:
-        threading.Event().wait(max(seconds, 0.0))
+    if pause(seconds, signal):
+        raise _RequestAborted()
 
 
 def _limited(call: _Call) -> Iterator[None]:

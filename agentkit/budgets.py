@@ -20,11 +20,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from .abort import AbortController, AbortSignal
-from .errors import BudgetReached
-from .policy import BatchHandler, BatchOutcome, RunPolicy, RunScope, ToolBatchRun
+from .errors import BudgetReached, EndRun
+from .policy import (
+    BatchHandler,
+    BatchOutcome,
+    ModelRequest,
+    RequestHandler,
+    RunPolicy,
+    RunScope,
+    ToolBatchRun,
+)
 from .results import RunResult, RunUsage
 from .transcript import user_message
-from .types import UserMessage
+from .types import AssistantMessage, UserMessage
 
 DEFAULT_MAX_TURNS = 100
 """The model requests a run may make unless its budgets say otherwise."""
@@ -102,7 +110,9 @@ class BudgetPolicy(RunPolicy):
         self.budgets = budgets
 
     def for_run(self, run: RunScope) -> RunPolicy:
-        return BudgetTracker(self.budgets, run.signal, run.result.usage, run)
+        child = _adopting.get() is not None  # a sub-agent's run: it draws from its parent's
+        tracker = ChildBudgetTracker if child else BudgetTracker
+        return tracker(self.budgets, run.signal, run.result.usage, run)
 
 
 class BudgetTracker(RunPolicy):
@@ -130,6 +140,8 @@ class BudgetTracker(RunPolicy):
         self.budgets = budgets
         self.run = run
         self._parent: BudgetTracker | None = None  # the run this one is a sub-agent's run of
+        self._drawn = {"max_turns": 0, "max_tool_calls": 0}  # by running sub-agents (lock)
+        self.drawn = {"max_turns": 0, "max_tool_calls": 0}  # from the parent, by this run
         self._scope: Token[BudgetTracker | None] | None = None  # undone by end()
         self.usage = usage
         self.limit: str | None = None
@@ -307,9 +319,11 @@ class BudgetTracker(RunPolicy):
         are those of the batch's start plus what earlier sub-agents added."""
         b, u = self.budgets, self.usage
         left: dict[str, Any] = {}
+        with _children_lock:
+            drawn = dict(self._drawn)
         for name, spent in (
-            ("max_turns", u.requests),
-            ("max_tool_calls", u.tool_calls),
+            ("max_turns", u.requests + drawn["max_turns"]),
+            ("max_tool_calls", u.tool_calls + drawn["max_tool_calls"]),
             ("max_input_tokens", u.input + u.cache_read),
             ("max_output_tokens", u.output),
             ("max_cost", u.cost.total),
@@ -342,9 +356,36 @@ class BudgetTracker(RunPolicy):
                 self._children.append(child)
 
     def release(self, child: BudgetTracker) -> None:
-        """A sub-agent's run ended: its spend comes back through its tool call."""
+        """A sub-agent's run ended: its requests and tool calls count in this run's now, in
+        place of what it drew (its tokens and cost come back as its tool result's usage, which
+        the batch adds)."""
         with _children_lock:
             self._children = [c for c in self._children if c is not child]
+            for limit, count in child.drawn.items():
+                self._drawn[limit] -= count
+            if not self._closed:
+                self.usage.requests += child.usage.requests
+                self.usage.tool_calls += child.usage.tool_calls
+
+    def draw(self, limit: str, wanted: int) -> int:
+        """A sub-agent's run takes ``wanted`` requests (``limit="max_turns"``) or tool calls
+        (``"max_tool_calls"``) from this run's allowance, and so from its parent's: how many
+        it got. Siblings running at once share what is left, so together they never make more
+        than this run may (each takes one request at a time, as it goes)."""
+        with _children_lock:
+            cap = getattr(self.budgets, limit)
+            spent = self.usage.requests if limit == "max_turns" else self.usage.tool_calls
+            left = wanted if cap is None else cap - spent - self._drawn[limit]
+            granted = max(0, min(wanted, left))
+            self._drawn[limit] += granted
+        parent = self._parent
+        if granted and parent is not None:
+            more = parent.draw(limit, granted)
+            if more < granted:
+                with _children_lock:
+                    self._drawn[limit] -= granted - more
+                granted = more
+        return granted
 
     def count_unfinished_children(self) -> None:
         """As this run ends: add the spend so far (requests, tool calls, tokens and cost) of
@@ -358,14 +399,36 @@ class BudgetTracker(RunPolicy):
             self.usage.tool_calls += spent.tool_calls
             self.usage.add(spent)
 
-    def add_child(self, usage: RunUsage) -> None:
-        """Count a sub-agent run's requests and tool calls in this run's (its tokens and cost
-        come back as its tool result's usage, which the batch adds)."""
+
+class ChildBudgetTracker(BudgetTracker):
+    """A sub-agent's run's tracker: its own budgets (cut to what the parent had left when it
+    started), and each request and tool call drawn from the parent's allowance as it goes, so
+    that sub-agents of one parallel batch share the parent's turns and tool calls instead of
+    each getting all that was left."""
+
+    def wrap_request(
+        self, run: RunScope, request: ModelRequest, call_next: RequestHandler
+    ) -> AssistantMessage:
+        parent = self._parent
+        if parent is not None:
+            if not parent.draw("max_turns", 1):
+                self.limit = self.limit or "max_turns"
+                raise EndRun("budget", budget=self.limit)
+            with _children_lock:
+                self.drawn["max_turns"] += 1
+        return call_next(request)
+
+    def allowed_tool_calls(self, wanted: int) -> int:
+        allowed = super().allowed_tool_calls(wanted)
+        parent = self._parent
+        if parent is None or not allowed:
+            return allowed
+        granted = parent.draw("max_tool_calls", allowed)
         with _children_lock:
-            if self._closed:
-                return  # the run's result was handed over; its counts stay as they were
-            self.usage.requests += usage.requests
-            self.usage.tool_calls += usage.tool_calls
+            self.drawn["max_tool_calls"] += granted
+        if granted < allowed:
+            self.limit = self.limit or "max_tool_calls"
+        return granted
 
 
 _current: ContextVar[BudgetTracker | None] = ContextVar("agentkit_run_budget", default=None)

@@ -210,9 +210,7 @@ class _SubAgent:
                         unlink()
             finally:
                 child.close()
-        if parent is not None:
-            parent.add_child(result.usage)
-        return self._result(result)
+        return self._result(result)  # its requests and tool calls counted as it ended
 
     def _task(self, params: dict[str, Any]) -> str:
         if self.input_type is None:

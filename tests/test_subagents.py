@@ -209,6 +209,35 @@ def test_the_child_draws_from_the_parents_remaining_budget() -> None:
     assert result.usage.requests == 3
 
 
+@pytest.mark.parametrize("execution", ["parallel", "inline"])
+def test_children_of_one_batch_share_the_parents_turns_and_tool_calls(execution: str) -> None:
+    def search_forever(context: Any, options: Any) -> Any:
+        return reply(tool_call("search"), usage=USAGE)
+
+    searches: list[str] = []
+    both_started = threading.Barrier(2, timeout=WAIT) if execution == "parallel" else None
+
+    def search(signal: AbortSignal) -> str:
+        searches.append("s")
+        if both_started is not None and len(searches) <= 2:
+            both_started.wait()  # the siblings run at once, each with a search under way
+        return "more"
+
+    child, child_model = _child(*[search_forever] * 20, tools=[signal_tool("search", search)])
+    parent, parent_model = _parent(
+        [_delegate("tides", "moons"), "never asked"], [child.as_tool()],
+        budgets=Budgets(max_turns=4, max_tool_calls=5), tool_execution=execution,
+    )  # fmt: skip
+    result = parent.prompt("go")
+    runs = child_runs(result)
+    # The parent's request left 3 turns, shared by both children: never 3 each.
+    assert len(child_model.requests) == 3
+    assert sum(run.usage.requests for run in runs) == 3
+    assert result.usage.requests == 4 and len(parent_model.requests) == 1
+    assert result.usage.tool_calls <= 5 and len(searches) <= 3
+    assert result.stop_reason == "budget"
+
+
 def test_the_parents_deadline_ends_the_childs_tool() -> None:
     child_tool_aborted = threading.Event()
 

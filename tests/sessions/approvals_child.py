@@ -3,7 +3,8 @@ session, says ``ready`` on stdout at the moment to kill it, then waits to be kil
 
 Usage: ``python approvals_child.py STORE_URL SESSION MODE``: ``batch`` starts a run whose batch
 has a slow ``charge`` (killed while it runs) and a ``transfer`` that needs approval; ``resume``
-resumes the decided batch and is killed while the approved ``transfer`` runs."""
+resumes the decided batch and is killed while the approved ``transfer`` runs; ``refund``
+resumes a decided ``refund`` (idempotent) and is killed after its side effect."""
 
 from __future__ import annotations
 
@@ -33,7 +34,20 @@ def transfer(to: str, amount: int) -> str:
     return "sent"
 
 
+@tool(requires_approval=True, idempotent=True)
+def refund(order: str) -> str:
+    """Refund an order (idempotent: a second refund of it changes nothing)."""
+    print("ready", flush=True)  # after the side effect: the refund went out
+    FOREVER.wait()
+    return "refunded"
+
+
 def main(store_url: str, name: str, mode: str) -> None:
+    if mode == "refund":  # resumes a decided refund and is killed after its side effect
+        agent = Agent(model=ScriptedModel([]).model, stream_fn=ScriptedModel([]), tools=[refund],
+                      session=Session(name, store_url), approvals=Approvals(defer=True))  # fmt: skip
+        agent.continue_()
+        return
     model = ScriptedModel([reply(tool_call("charge", {"amount": 5}),
                                  tool_call("transfer", {"to": "ann", "amount": 50}))])  # fmt: skip
     agent = Agent(model=model.model, stream_fn=model, tools=[charge, transfer],

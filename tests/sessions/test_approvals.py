@@ -270,6 +270,58 @@ def test_kills_during_the_batch_and_during_the_resume_lose_nothing_and_run_nothi
     assert_paired(Session(name, store_url).load())
 
 
+refunds: list[str] = []
+
+
+@tool(requires_approval=True, idempotent=True)
+def refund(order: str) -> str:
+    """Refund an order (idempotent)."""
+    refunds.append(order)
+    return f"refunded {order}"
+
+
+def refund_agent(session: Session, **approvals: Any) -> Agent:
+    model = ScriptedModel([reply(tool_call("refund", {"order": "A7"})), "Refunded."])
+    return Agent(model=model.model, stream_fn=model, tools=[refund], session=session,
+                 approvals=Approvals(defer=True, **approvals))  # fmt: skip
+
+
+def test_an_approved_idempotent_call_whose_resumer_died_runs_again_on_its_decision(
+    store_url: str, name: str
+) -> None:
+    from tests.sessions.test_faults import kill_when_ready
+
+    refunds.clear()
+    result = refund_agent(Session(name, store_url)).prompt("refund order A7")
+    (request,) = result.pending_approvals
+    Session(name, store_url).approve(request.id)
+    # The resumer claims the batch, refunds, and is killed before the result is stored.
+    kill_when_ready(start_child_script(HERE / "approvals_child.py", store_url, name, "refund"))
+    agent = refund_agent(Session(name, store_url))  # a fresh agent, with its broker
+    (settled,) = [m for m in agent.state.messages if isinstance(m, ToolResultMessage)]
+    assert not settled.is_error and settled.content[0].text == "refunded A7"
+    assert refunds == ["A7"]  # run again here, on the recorded approval
+    assert_paired(Session(name, store_url).load())
+
+
+def test_an_expired_approval_of_a_claimed_idempotent_call_is_not_run_again(
+    tmp_path: Path,
+) -> None:
+    from agentkit.transcript import ApprovalDecisionEntry
+
+    refunds.clear()
+    url, name = f"sqlite:///{tmp_path / 's.db'}", "expired-refund"
+    (request,) = refund_agent(Session(name, url)).prompt("refund order A7").pending_approvals
+    session = Session(name, url)
+    session.load()
+    session.append(ApprovalDecisionEntry(tool_call_id=request.id, approved=True, expires_at=1.0),
+                   ApprovalResumeEntry(tool_call_ids=[request.id]))  # fmt: skip
+    agent = refund_agent(Session(name, url))  # the claim's process died: settle on load
+    (settled,) = [m for m in agent.state.messages if isinstance(m, ToolResultMessage)]
+    assert settled.is_error and "expired" in settled.content[0].text
+    assert refunds == []
+
+
 def start_child_script(script: Path, store_url: str, name: str, mode: str
                        ) -> subprocess.Popen[str]:  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -53,6 +53,7 @@ from .transcript import (
     create_initial_system_message,
     failure_message,
     get_current_system_message,
+    run_end_entry,
     user_message,
 )
 from .types import (
@@ -378,7 +379,7 @@ class Agent(AgentOptions):
         """A prompt would land between calls waiting for approval and their results: refuse
         it (:class:`~agentkit.errors.ApprovalError`) until they are decided and resumed."""
         messages = self._state.messages
-        if messages and role_of(messages[-1]) not in ("user", "assistant", "system"):
+        if messages and role_of(messages[-1]) not in ("assistant", "system"):
             from .sessions.decisions import refuse_while_waiting
 
             refuse_while_waiting(messages)
@@ -391,9 +392,14 @@ class Agent(AgentOptions):
         never loses queued messages to it."""
         messages = self._state.messages
         if self._session_writer is not None and messages and role_of(messages[-1]) not in (
-            "user", "assistant", "system"
+            "assistant", "system"
         ):  # calls may wait for approval: read the decisions recorded since (any process)
             self._session_writer.catch_up(messages)
+            from .sessions.decisions import waiting_batch
+
+            batch = waiting_batch(messages)
+            if batch is not None and batch.inputs:  # heard after the batch: memory reorders
+                self._session_writer.reorders()
         if not any(role_of(m) != "system" for m in messages):
             raise CannotContinueError("No messages to continue from")
         if role_of(messages[-1]) == "assistant":
@@ -750,11 +756,23 @@ class Agent(AgentOptions):
             raise AgentError("Agent listener invoked outside active run")
         if self._session_writer is not None and isinstance(event, MessageEndEvent):
             self._session_writer.message_end(event.message)  # durable before it is announced
+        elif self._session_writer is not None and isinstance(event, AgentEndEvent):
+            self._record_ending(as_run_result(event.messages))
         elif self._session_writer is not None and isinstance(event, ToolExecutionEndEvent):
             self._session_writer.tool_end(event)  # its result too, before its end is announced
         self._state.reduce(event, run.signal.aborted)
         for listener in self._listeners:
             listener(event)
+
+    def _record_ending(self, result: RunResult) -> None:
+        """Keep how the run ended in the session when its last message does not say it (an
+        abort during tools, a budget, a guardrail, a policy's reason), for every reader of the
+        session; in memory too, so memory and store stay alike. No event announces it: a run's
+        events are the loop's (SPEC 3.3)."""
+        entry = run_end_entry(result.stop_reason, result)
+        if entry is not None and self._session_writer is not None:
+            self._session_writer.message_end(entry)
+            self._state.messages.append(entry)
 
     def _handle_run_failure(self, run: Run, exc: BaseException) -> list[Any]:
         """Record a failed run as a failure assistant message and its events (SPEC 5.5).

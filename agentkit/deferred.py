@@ -158,12 +158,15 @@ class ApprovalsPolicy(RunPolicy):
             run.end("approval", pending_approvals=batch.pending())
             run.emit(TurnEndEvent(batch.message, []))
             return
+        messages = run.context.messages
+        inputs = [messages.pop(i) for i in reversed(batch.inputs)][::-1]
         run.append([batch.claim()])
         self._resuming = RecordedDecisions(batch, self.broker)
         try:
             outcome = run.run_tools(batch.message, batch.runnable_calls())
         finally:
             self._resuming = None
+            messages.extend(inputs)  # stored behind the batch: heard after its results
         run.emit(TurnEndEvent(batch.message, outcome.messages))
         if run.ending is None and (outcome.terminate or run.signal.aborted):
             run.end("stop")

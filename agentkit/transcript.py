@@ -479,7 +479,25 @@ class ApprovalResumeEntry(_Entry):
     timestamp: int = Field(default_factory=now_ms)
 
 
+RUN_END_ROLE = "run_end"
+
+
+class RunEndEntry(_Entry):
+    """How a run ended, kept in the transcript when its last message does not say it (an abort
+    during tools, a budget, a guardrail, a policy's own reason, a failed typed output), so that
+    every reader of a session (the page, ``agentkit sessions``, an export) sees it. Never sent
+    to the model."""
+
+    role: Literal["run_end"] = "run_end"
+    stop_reason: str
+    error_message: str | None = None
+    budget: str | None = None
+    detail: dict[str, Any] | None = None
+    timestamp: int = Field(default_factory=now_ms)
+
+
 _ENTRIES: dict[str, type[_Entry]] = {
+    "run_end": RunEndEntry,
     "approval_request": ApprovalRequestEntry,
     "approval_decision": ApprovalDecisionEntry,
     "approval_resume": ApprovalResumeEntry,
@@ -487,7 +505,8 @@ _ENTRIES: dict[str, type[_Entry]] = {
 
 
 def decode_entry(data: dict[str, Any]) -> Any:
-    """A stored approval entry as its model (a record of another role stays a dict)."""
+    """A stored approval or run-end entry as its model (a record of another role stays a
+    dict)."""
     model = _ENTRIES.get(data.get("role", ""))
     return model.model_validate(data) if model is not None else data
 
@@ -495,6 +514,23 @@ def decode_entry(data: dict[str, Any]) -> Any:
 def as_entry(message: Any) -> Any:
     """A transcript message, an approval entry decoded from its stored dict if it is one."""
     return decode_entry(message) if isinstance(message, dict) else message
+
+
+def run_end_entry(stop_reason: str, result: Any) -> RunEndEntry | None:
+    """The entry that records how a run ended, or ``None`` when its transcript says it already:
+    it stopped, waits for approval (its entries say so), or its last assistant message carries
+    the same stop reason (a failed, aborted or cut-off response)."""
+    if stop_reason in ("stop", "approval"):
+        return None
+    last = result.final_message
+    if last is not None and last.stop_reason == stop_reason:
+        return None
+    ending = getattr(result, "ending", None)
+    detail = getattr(ending, "detail", None)
+    return RunEndEntry(
+        stop_reason=stop_reason, error_message=result.error_message, budget=result.budget,
+        detail=detail,
+    )  # fmt: skip
 
 
 def request_entry(call: ToolCall, held: bool = False) -> ApprovalRequestEntry:

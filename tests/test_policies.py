@@ -341,3 +341,27 @@ def test_a_policy_that_is_not_one_is_refused_where_it_is_given() -> None:
     agent, _ = make_agent(["a"])
     with pytest.raises(TypeError, match="RunPolicy"):
         agent.prompt("x", policies=["nope"])
+
+
+def test_how_a_run_ended_is_kept_in_its_session_when_its_messages_do_not_say(
+    tmp_path: Any,
+) -> None:
+    from agentkit.sessions import Session
+    from agentkit.ui.view import transcript
+
+    class Stop(RunPolicy):
+        def before_turn(self, run: RunScope, pending: list[Any]) -> None:
+            raise EndRun("guardrail", "the answer leaked a key", budget="secrets")
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    model = ScriptedModel([reply(tool_call("echo", {"text": "x"})), "never", "fine"])
+    agent = Agent(model=model.model, stream_fn=model, tools=[echo], policies=[Stop()],
+                  session=Session("ended", url))  # fmt: skip
+    assert agent.prompt("go").stop_reason == "guardrail"
+    stored = Session("ended", url).load()
+    assert stored[-1].role == "run_end" and stored[-1].stop_reason == "guardrail"
+    assert (stored[-1].error_message, stored[-1].budget) == ("the answer leaked a key", "secrets")
+    assert agent.state.messages[-1] == stored[-1]  # memory and store alike
+    assert transcript(stored)[1].stop_reason == "guardrail"  # the page's "last stop"
+    agent.prompt("again", policies=[])
+    assert Session("ended", url).load()[-1].role == "assistant"  # a run that stopped: no entry

@@ -134,7 +134,7 @@ def decode_message(record: str | dict[str, Any]) -> Any:
         raise ValueError("a message must be a JSON object with a string 'role'")
     if data["role"] in LLM_ROLES:
         return _MESSAGE.validate_python(data)
-    if data["role"].startswith("approval_"):  # an approval entry (agentkit.deferred)
+    if data["role"].startswith("approval_") or data["role"] == "run_end":  # a transcript entry
         from ..transcript import decode_entry
 
         return decode_entry(data)

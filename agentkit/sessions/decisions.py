@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,9 @@ from ..types import AssistantMessage, ToolCall, ToolResultMessage, role_of
 
 if TYPE_CHECKING:
     from .session import Session
+
+_AFTER_A_BATCH = APPROVAL_ROLES | {"tool_result", "user"}
+"""The roles that may follow a batch whose calls wait."""
 
 DECIDE_ATTEMPTS = 20
 """How often :func:`decide` reloads and retries when other writers keep appending."""
@@ -45,6 +48,8 @@ class WaitingBatch:
     calls: list[ToolCall]
     requests: dict[str, ApprovalRequestEntry]
     decisions: dict[str, ApprovalDecisionEntry]
+    inputs: list[int] = field(default_factory=list)
+    """Where the user messages stored after the batch while it waited are (ascending)."""
 
     @property
     def undecided(self) -> list[ApprovalRequestEntry]:
@@ -76,10 +81,14 @@ class WaitingBatch:
 
 def waiting_batch(messages: Sequence[Any]) -> WaitingBatch | None:
     """The transcript's waiting batch, or ``None``: its last assistant message is followed only
-    by tool results and approval entries, and some of its calls wait (asked, never claimed,
-    without a result)."""
+    by tool results, approval entries and user messages (stored into the session directly, not
+    by a run, while the batch waited: they wait with it, to be heard after it), and some of its
+    calls wait (asked, never claimed, without a result)."""
     index = len(messages) - 1
-    while index >= 0 and role_of(messages[index]) in APPROVAL_ROLES | {"tool_result"}:
+    inputs: list[int] = []
+    while index >= 0 and (role := role_of(messages[index])) in _AFTER_A_BATCH:
+        if role == "user":
+            inputs.append(index)
         index -= 1
     if index < 0 or not isinstance(messages[index], AssistantMessage):
         return None
@@ -105,7 +114,7 @@ def waiting_batch(messages: Sequence[Any]) -> WaitingBatch | None:
     calls = [c for c in message.content if isinstance(c, ToolCall) and c.id in requests]
     if not calls:
         return None
-    return WaitingBatch(message, calls, requests, decisions)
+    return WaitingBatch(message, calls, requests, decisions, inputs[::-1])
 
 
 def waiting_call_ids(messages: Sequence[Any]) -> set[str]:
@@ -116,8 +125,8 @@ def waiting_call_ids(messages: Sequence[Any]) -> set[str]:
 
 def may_wait(messages: Sequence[Any]) -> bool:
     """A cheap test, without decoding: whether the transcript's tail could hold a waiting
-    batch (it ends in an approval entry or a tool result)."""
-    return bool(messages) and role_of(messages[-1]) in APPROVAL_ROLES | {"tool_result"}
+    batch (it ends in an approval entry, a tool result or a user message)."""
+    return bool(messages) and role_of(messages[-1]) in _AFTER_A_BATCH
 
 
 def refuse_while_waiting(messages: Sequence[Any]) -> None:

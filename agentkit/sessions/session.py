@@ -362,6 +362,13 @@ class SessionWriter:
             self._diverged = False
             return self._lead + ordered
 
+    def reorders(self) -> None:
+        """The run about to start keeps its memory in another order than the store reads it
+        (user messages stored behind a batch that waited are heard after its results): the
+        memory is read again from the store at the run's end."""
+        with self._lock:
+            self._diverged = True
+
     def detach(self) -> None:
         """The agent is done with the session: another agent may attach to its object."""
         self.detached = True

@@ -152,10 +152,14 @@ def transcript(messages: list[Any]) -> tuple[list[Entry], Totals]:
         elif role in LLM_ROLES:
             entry.blocks = content_text(getattr(message, "content", ""))
         else:
+            data = to_jsonable(message)
             entry.record = pretty(message)
-            said = record_summary(to_jsonable(message))
+            said = record_summary(data)
             if said:
                 entry.blocks.append(Block("text", said))
+            if role == "run_end" and isinstance(data, dict):  # how the run ended
+                entry.stop_reason = totals.stop_reason = str(data.get("stop_reason"))
+                entry.error = data.get("error_message")
         entries.append(entry)
     return entries, totals
 
@@ -175,5 +179,9 @@ def record_summary(data: Any) -> str:
         return f"{verdict} {call}{edited}{reason}"
     if role == "approval_resume":
         return f"Resumed {', '.join(data.get('tool_call_ids') or [])}."
+    if role == "run_end":
+        limit = f" ({data['budget']})" if data.get("budget") else ""
+        said = f": {data['error_message']}" if data.get("error_message") else ""
+        return f"The run ended: {data.get('stop_reason')}{limit}{said}"
     summary = data.get("summary")
     return summary if isinstance(summary, str) else ""

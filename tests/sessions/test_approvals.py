@@ -322,6 +322,29 @@ def test_an_expired_approval_of_a_claimed_idempotent_call_is_not_run_again(
     assert refunds == []
 
 
+def test_a_user_message_stored_behind_waiting_calls_waits_with_them(
+    store_url: str, name: str
+) -> None:
+    (ann, bob) = wait_for_approval(store_url, name)
+    session = Session(name, store_url)
+    session.load()
+    session.append(UserMessage(content="Also, say hello to Cy."))  # straight into the store
+    agent, _ = make_agent(Session(name, store_url))  # a fresh agent: nothing is settled
+    assert [m for m in agent.state.messages if isinstance(m, ToolResultMessage)] == []
+    assert [r.id for r in Session(name, store_url).pending_approvals()] == [ann.id, bob.id]
+    Session(name, store_url).approve(ann.id)
+    Session(name, store_url).deny(bob.id, "too much")
+    model = ScriptedModel(["Paid ann; bob was refused. Hello, Cy!"])
+    agent = Agent(model=model.model, stream_fn=model, tools=[transfer],
+                  session=Session(name, store_url), approvals=Approvals(defer=True))  # fmt: skip
+    result = agent.continue_()
+    assert result.stop_reason == "stop" and ran == [{"to": "ann", "amount": 50}]
+    seen = [m.role for m in model.requests[-1].context.messages]
+    assert seen == ["system", "user", "assistant", "tool_result", "tool_result", "user"]
+    assert_paired(agent.state.messages)
+    assert_paired(Session(name, store_url).load())
+
+
 def start_child_script(script: Path, store_url: str, name: str, mode: str
                        ) -> subprocess.Popen[str]:  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -71,5 +71,6 @@ def test_abort_from_the_page(page_server: UiServer, gate: Gate, browser_page: An
     assert gate.aborted.wait(WAIT)
     page.wait_for_selector(".call .badge.error")  # reloaded: the aborted call has its result
     not_pwned(page)
-    roles = [m.role for m in Session("to-abort", page_server.store).load()]
-    assert roles == ["system", "user", "assistant", "tool_result"]
+    stored = Session("to-abort", page_server.store).load()
+    assert [m.role for m in stored] == ["system", "user", "assistant", "tool_result", "run_end"]
+    assert stored[-1].stop_reason == "aborted"  # the session says the run was aborted

@@ -138,8 +138,9 @@ def test_live_events_steer_and_abort_over_http(page_server: UiServer, gate: Gate
     events.close()
     assert seen[0] == "agent_start" and seen[-1] == "end" and "agent_end" in seen
     data = [json.loads(m.model_dump_json()) for m in Session("live", page_server.store).load()]
-    assert [m["role"] for m in data] == ["system", "user", "assistant", "tool_result"]
-    assert data[-1]["is_error"]  # the aborted call has its result; the steer was never heard
+    assert [m["role"] for m in data] == ["system", "user", "assistant", "tool_result", "run_end"]
+    assert data[-2]["is_error"]  # the aborted call has its result; the steer was never heard
+    assert data[-1]["stop_reason"] == "aborted"  # and the session says how the run ended
     again = client.post(base + "/s/live/abort", data={"csrf": token}, headers=headers, timeout=WAIT)
     assert again.status_code == 409
 

@@ -263,7 +263,8 @@ class BudgetTracker(RunPolicy):
             run.end("budget", budget=limit)
             return
         pending.append(summary)
-        run.options = run.options.model_copy(update={"tool_choice": "none"})
+        update = {"tool_choice": "none", "output_schema": None}  # an answer in plain words
+        run.options = run.options.model_copy(update=update)
         run.wrapping_up = True
         run.end("budget", budget=limit, at_once=False)
 

@@ -131,6 +131,10 @@ class RecordedDecisions(Approvals):
         return ApprovalDecision(True, entry.reason)  # edited arguments are in the call already
 
 
+_NOTHING = RunPolicy()
+"""A policy with no hook of its own."""
+
+
 class ApprovalsPolicy(RunPolicy):
     """The built-in approvals policy (``Agent(approvals=...)``): it asks the broker about a
     batch's calls that need a decision, all at once, and defers, allows or denies each as the
@@ -147,6 +151,9 @@ class ApprovalsPolicy(RunPolicy):
         self._resuming: RecordedDecisions | None = None  # the batch start() resumes
 
     def for_run(self, run: RunScope) -> RunPolicy:
+        messages = run.context.messages
+        if self.broker is None and (not may_wait(messages) or waiting_batch(messages) is None):
+            return _NOTHING  # no broker and nothing to resume: this run costs nothing here
         return ApprovalsPolicy(self.broker)
 
     def start(self, run: RunScope) -> None:

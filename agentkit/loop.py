@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._request import request_once, snapshot, stream_response
-from ._serialize import clean_message
+from ._serialize import LLM_ROLES, clean_message
 from .abort import ABORTED_TEXT, AbortController, AbortSignal
 from .config import (
     AgentLoopConfig,
@@ -63,7 +63,12 @@ from .policy import (
 )
 from .results import RunResult, finish_result
 from .tool_calls import ToolRunner, execute_tool, run_tool_call
-from .transcript import ToolDeclarations, compacted_view, declare_tool_changes
+from .transcript import (
+    COMPACTION_ROLE,
+    ToolDeclarations,
+    compacted_view,
+    declare_tool_changes,
+)
 from .types import (
     AgentContext,
     AssistantMessage,
@@ -231,6 +236,7 @@ class _Run(RunScope):
         self.wrapping_up = False
         self.interrupted = False
         self.declarations = ToolDeclarations()
+        self._seen = _Seen()
         self.policies: list[RunPolicy] = []
         self._hooks: dict[str, list[RunPolicy]] = {}  # by hook: the policies that have it
         self.tools = ToolRunner(
@@ -329,7 +335,13 @@ class _Run(RunScope):
 
     def view(self) -> Context:
         config = self.config
-        messages = compacted_view(self.context.messages)  # the transcript itself if uncompacted
+        transcript = self.context.messages
+        if self._seen.compacted(transcript):
+            messages = compacted_view(transcript)
+        elif config.transform_context is None and config.convert_to_llm is default_convert_to_llm:
+            return Context(messages=self._seen.model_view(transcript))  # the common case
+        else:
+            messages = transcript
         if config.transform_context is not None:
             messages = config.transform_context(messages, self.signal)
         return Context(messages=list(config.convert_to_llm(messages)))
@@ -371,6 +383,48 @@ class _Run(RunScope):
             self.context, batch.message, batch.calls, batch.signal
         )
         return BatchOutcome(messages, terminate)
+
+
+class _Seen:
+    """What the run's requests have read of its transcript so far, so that each request reads
+    only what was added since (a long run would otherwise read its whole transcript again for
+    every request): whether it holds a compaction, and the messages the model sees of it.
+
+    The transcript only grows during a run (a streaming message is replaced by its final one
+    before the next request reads it); when the list is another (``prepare_request`` replaced
+    the context) or its last seen message moved, everything is read again."""
+
+    def __init__(self) -> None:
+        self._list: list[Any] | None = None
+        self._read = 0  # how many messages of _list were read
+        self._last: Any = None  # the last of them, to notice a list changed in place
+        self._compaction = False
+        self._view: list[Any] = []  # the messages the model sees (default conversion)
+
+    def _catch_up(self, messages: list[Any]) -> None:
+        read = self._read
+        if messages is not self._list or read > len(messages) or (
+            read and messages[read - 1] is not self._last
+        ):
+            self._list, read, self._compaction, self._view = messages, 0, False, []
+        for message in messages[read:]:
+            role = role_of(message)
+            if role == COMPACTION_ROLE:
+                self._compaction = True
+            elif role in LLM_ROLES:
+                self._view.append(message)
+        self._read = len(messages)
+        self._last = messages[-1] if messages else None
+
+    def compacted(self, messages: list[Any]) -> bool:
+        """Whether ``messages`` holds a compaction."""
+        self._catch_up(messages)
+        return self._compaction
+
+    def model_view(self, messages: list[Any]) -> list[Any]:
+        """``default_convert_to_llm(messages)``, read incrementally (a new list each time)."""
+        self._catch_up(messages)
+        return list(self._view)
 
 
 def _ended(item: Any) -> Any:

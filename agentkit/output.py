@@ -19,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import from_json
 
 from .errors import OutputValidationError
-from .policy import ModelRequest, RequestHandler, RunPolicy, RunScope
+from .policy import RunPolicy, RunScope
 from .transcript import user_message
 from .types import AssistantMessage, OutputSchema, UserMessage
 
@@ -122,8 +122,8 @@ class OutputSpec:
 
 
 class OutputPolicy(RunPolicy):
-    """The built-in typed-output policy (``output_type=...``): each request asks for the
-    spec's schema, and the final answer is validated; an invalid one goes back to the model
+    """The built-in typed-output policy (``output_type=...``): the run's requests ask for the
+    spec's schema (its options carry it from the start), and the final answer is validated; an invalid one goes back to the model
     with the errors, at most ``spec.retries`` times, then the run fails with
     :class:`~agentkit.errors.OutputValidationError`. A budget's summary turn
     (``run.wrapping_up``) is asked for no schema and not validated."""
@@ -137,13 +137,9 @@ class OutputPolicy(RunPolicy):
     def for_run(self, run: RunScope) -> RunPolicy:
         return OutputPolicy(self.spec)
 
-    def wrap_request(
-        self, run: RunScope, request: ModelRequest, call_next: RequestHandler
-    ) -> AssistantMessage:
-        if not run.wrapping_up:
-            update = {"output_schema": self.spec.output_schema}
-            request.options = request.options.model_copy(update=update)
-        return call_next(request)
+    def start(self, run: RunScope) -> None:
+        """Every request of the run asks for the schema (a summary turn's options drop it)."""
+        run.options = run.options.model_copy(update={"output_schema": self.spec.output_schema})
 
     def at_final_answer(self, run: RunScope, message: AssistantMessage) -> list[Any] | None:
         spec = self.spec

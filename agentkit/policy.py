@@ -33,6 +33,7 @@ as the run's last message), except where its contract says otherwise; a hook tha
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from abc import ABC, abstractmethod
@@ -110,7 +111,8 @@ class ModelRequest(FieldsEqRepr):
 
     def with_signal(self, signal: AbortSignal) -> ModelRequest:
         """This request under another signal (a child of the run's), its options too."""
-        options = self.options.model_copy(update={"signal": signal})
+        options = copy.copy(self.options)  # pydantic's shallow copy: once per request, cheap
+        options.__dict__["signal"] = signal
         return dataclasses.replace(self, options=options, signal=signal)
 
 

@@ -313,17 +313,17 @@ def test_an_outermost_policy_goes_before_the_built_ins() -> None:
         outermost = True
 
         def wrap_request(self, run: RunScope, request: ModelRequest, call_next: Any) -> Any:
-            seen.append(request.options.output_schema)  # typed output adds it further in
+            seen.append(("first", request.signal is run.signal))  # the lane's is further in
             return call_next(request)
 
     class Last(RunPolicy):
         def wrap_request(self, run: RunScope, request: ModelRequest, call_next: Any) -> Any:
-            seen.append(request.options.output_schema)
+            seen.append(("last", request.signal is run.signal))
             return call_next(request)
 
     agent, _ = make_agent(['{"result": 7}'], policies=[Last(), First()], output_type=int)
     assert agent.prompt("go").output == 7
-    assert seen[0] is None and seen[1] is not None
+    assert seen == [("first", True), ("last", False)]
 
 
 def test_policies_as_a_run_option_replace_the_agents() -> None:

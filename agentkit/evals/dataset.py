@@ -528,7 +528,7 @@ def _format(path: Path) -> Literal["yaml", "json"]:
 
 def _yaml() -> Any:
     try:
-        import yaml  # type: ignore[import-untyped]
+        import yaml
     except ImportError:
         raise ImportError(
             "YAML dataset files need PyYAML: pip install 'agentkit[evals]' (or use .json)"

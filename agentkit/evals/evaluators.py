@@ -565,11 +565,10 @@ def evaluator_from_spec(spec: Any, types: Mapping[str, type[Evaluator]]) -> Eval
             f"unknown evaluator {name!r}; known: {known} (pass your own Evaluator classes as "
             "evaluator_types=...)"
         )
-    names = {item.name for item in fields(cls)}  # type: ignore[arg-type]
     try:
         if arguments is None:
             return cls()
-        if isinstance(arguments, dict) and set(arguments) <= names:
+        if isinstance(arguments, dict):  # always keywords (a dict value is written so too)
             return cls(**arguments)
         return cls(arguments)  # type: ignore[call-arg]
     except TypeError as exc:

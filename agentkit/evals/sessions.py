@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from .._serialize import LLM_ROLES, to_jsonable
 from ..errors import SessionConflictError
-from ..sessions import Session, SessionInfo, SessionStore, open_store
+from ..sessions import Session, SessionInfo, SessionStore, decode_message, open_store, read_jsonl
+from ..sessions.order import read_in_turn_order
 from ..sessions.session import CONFLICT_RETRIES
 from ..transcript import get_current_system_prompt
 from ..types import AssistantMessage, UserMessage, now_ms, role_of
@@ -64,10 +66,15 @@ def cases_from_sessions(
     **criteria: Any,
 ) -> list[Case]:
     """The cases of every session of ``store`` (see the module) that match ``criteria`` (see
-    :func:`~agentkit.evals.dataset.case_filter`), by session name then turn."""
+    :func:`~agentkit.evals.dataset.case_filter`), by session name then turn. ``store`` may also
+    be the path of one session's JSONL export (``agentkit sessions export``)."""
     if per not in ("turn", "session"):
         raise ValueError(f"per is 'turn' or 'session', not {per!r}")
     keep = case_filter(**criteria)
+    if isinstance(store, (str, os.PathLike)) and os.fspath(store).endswith(".jsonl"):
+        name, messages = read_export(store)
+        found = cases_from_messages(name, messages, per=per, output_type=output_type)
+        return [case for case in found if keep(case)]
     opened = not isinstance(store, SessionStore)
     backend = store if isinstance(store, SessionStore) else open_store(store)
     since = criteria.get("since")
@@ -83,6 +90,16 @@ def cases_from_sessions(
     finally:
         if opened:
             backend.close()
+
+
+def read_export(path: str | os.PathLike[str]) -> tuple[str, list[Any]]:
+    """The name and the messages (in turn order, as a session loads them) of a session's JSONL
+    export (``agentkit sessions export``); a bad file raises
+    :class:`~agentkit.sessions.SessionImportError` naming its line."""
+    with open(path, encoding="utf-8") as file:
+        header, records = read_jsonl(file.read())
+    messages, _ = read_in_turn_order([decode_message(record) for record in records])
+    return str(header.get("name") or Path(path).stem), messages
 
 
 def _untouched_since(info: SessionInfo, start_ms: int) -> bool:

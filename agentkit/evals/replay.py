@@ -2,7 +2,8 @@
 
 :class:`Replay` is a stream function for one case's agent. Each model request gets the next
 recorded reply, streamed through :class:`~agentkit.testing.ScriptedModel` (the message builder
-the HTTP providers use), with the recorded usage and cost. So what a replay tests is everything
+the HTTP providers use), with the recorded model, usage and cost (whatever model the agent
+names). So what a replay tests is everything
 but the model: the tools, the hooks, the policies and agentkit itself.
 
 Before answering, it checks that the request is the one the recording answered: the system
@@ -126,8 +127,8 @@ class Replay:
             self._served += 1
         script, recorded = self._answer(number, context)
         if recorded is not None:
+            model = _recorded_model(recorded)
             _take_permit(opts, model, recorded)
-            model = model.model_copy(update={"cost": _prices_of(recorded)})
         with self._lock:  # add and play as one step: the script is a queue
             self._scripted.add(script)
             return self._scripted.stream_fn(model, context, opts)
@@ -284,9 +285,19 @@ def _reply(message: AssistantMessage) -> Reply:
     return Reply(parts, stop_reason=message.stop_reason, usage=usage)
 
 
+def _recorded_model(message: AssistantMessage) -> Model:
+    """The model that gave ``message``, as far as the recording tells: its API, provider and
+    id (a replayed reply carries them, and a rate limiter counts it in that model's bucket),
+    priced so that the builder's cost of its usage comes out as recorded (it prices every
+    reply from its model's per-million rates)."""
+    return Model(
+        id=message.model, name=message.model, api=message.api, provider=message.provider,
+        base_url="", cost=_prices_of(message),
+    )  # fmt: skip
+
+
 def _prices_of(message: AssistantMessage) -> ModelCost:
-    """Prices that make the builder's cost of ``message``'s usage come out as recorded (it
-    prices every reply from its model's per-million rates)."""
+    """Per-million prices that turn ``message``'s tokens into its recorded cost."""
     usage, cost = message.usage, message.usage.cost
 
     def rate(spent: float, tokens: int) -> float:

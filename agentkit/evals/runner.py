@@ -37,7 +37,14 @@ from ..results import RunResult, RunUsage
 from ..types import UserMessage, role_of
 from ..waits import get_item
 from ._abortable import run_abortably
-from .evaluators import CaseRun, Evaluation, Evaluator, as_evaluations, tool_calls_of
+from .evaluators import (
+    CaseRun,
+    Evaluation,
+    Evaluator,
+    as_evaluations,
+    as_evaluator,
+    tool_calls_of,
+)
 from .progress import make_progress
 from .replay import Replay, SameResult
 from .report import CaseResult, Report, Status
@@ -128,7 +135,7 @@ def run_dataset(
         judge_budgets=Budgets.of(judge_budgets) if judge_budgets else DEFAULT_JUDGE_BUDGETS,
         same_result=same_result,
         on_divergence=on_divergence,
-        evaluators=tuple(dataset.evaluators),
+        evaluators=tuple(as_evaluator(e) for e in dataset.evaluators),
     )
     evaluation = Runner(settings, concurrency, make_progress(progress))
     return evaluation.run(dataset.cases, name or dataset.name, signal)
@@ -322,7 +329,8 @@ class Runner:
 
     def _evaluate(self, run: CaseRun, case: Case) -> list[Evaluation]:
         evaluations: list[Evaluation] = []
-        for evaluator in (*self.settings.evaluators, *case.evaluators):
+        # A case's list may have been filled after it was made: each item is checked here.
+        for evaluator in (*self.settings.evaluators, *map(as_evaluator, case.evaluators)):
             if self.signal.aborted:
                 break
             try:

@@ -72,11 +72,14 @@ def record_sessions(store: SessionStore | str, count: int, prefix: str = "chat")
     return names
 
 
-def desk(tools: Sequence[AgentTool] = (weather,), **options: Any) -> Callable[[], Agent]:
-    """A factory of the travel desk under test (no model: a replay gives it one)."""
+def desk(
+    tools: Sequence[AgentTool] = (weather,), system_prompt: str = SYSTEM, **options: Any
+) -> Callable[[], Agent]:
+    """A factory of the travel desk under test (no model unless ``options`` give one: a replay
+    brings its own)."""
 
     def make() -> Agent:
-        return Agent(tools=list(tools), system_prompt=SYSTEM, **options)
+        return Agent(tools=list(tools), system_prompt=system_prompt, **options)
 
     return make
 

@@ -27,8 +27,8 @@ from agentkit.evals import (
     tag_session,
 )
 from agentkit.sessions import Session, open_store
-from agentkit.testing import ScriptedModel, reply, tool_call
-from tests.evals.support import PRICED, SYSTEM, record_session, record_sessions, weather
+from agentkit.testing import ScriptedModel, reply
+from tests.evals.support import PRICED, SYSTEM, record_session, record_sessions
 
 
 @pytest.fixture(params=["sqlite", "postgres", "redis"])

@@ -7,34 +7,70 @@ your own function); run it live against a model or replayed from the recordings
 (:meth:`Dataset.run`); read the :class:`Report` in a terminal, a notebook or as JSON, and
 compare two of them (:meth:`Report.compare`). See docs/evals.md.
 
-``import agentkit`` does not load this package; it loads on ``import agentkit.evals``.
+``import agentkit`` does not load this package, and ``import agentkit.evals`` loads none of its
+modules: each loads when one of its names is first used.
 """
 
-from .dataset import Case, Dataset, Recording, Turn, case_filter
-from .evaluators import (
-    CaseRun,
-    Contains,
-    Equals,
-    EqualsExpected,
-    Evaluation,
-    Evaluator,
-    FunctionEvaluator,
-    MaxCost,
-    MaxDuration,
-    MaxTokens,
-    MaxToolCalls,
-    MaxTurns,
-    SameToolCalls,
-    ToolCalled,
-    ToolCallRecord,
-    ToolNotCalled,
-    ToolOrder,
-)
-from .judge import JudgeError, LLMJudge, Verdict
-from .replay import Divergence, Replay
-from .report import CaseChange, CaseResult, Comparison, Report
-from .runner import EvalInterrupted, arun_dataset, run_dataset
-from .sessions import cases_from_messages, cases_from_sessions, session_tags, tag_session
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .dataset import Case, Dataset, Recording, Turn, case_filter
+    from .evaluators import (
+        CaseRun,
+        Contains,
+        Equals,
+        EqualsExpected,
+        Evaluation,
+        Evaluator,
+        FunctionEvaluator,
+        MaxCost,
+        MaxDuration,
+        MaxTokens,
+        MaxToolCalls,
+        MaxTurns,
+        SameToolCalls,
+        ToolCalled,
+        ToolCallRecord,
+        ToolNotCalled,
+        ToolOrder,
+    )
+    from .judge import JudgeError, LLMJudge, Verdict
+    from .replay import Divergence, Replay
+    from .report import CaseChange, CaseResult, Comparison, Report
+    from .runner import EvalInterrupted, arun_dataset, run_dataset
+    from .sessions import cases_from_messages, cases_from_sessions, session_tags, tag_session
+
+_HOME = {
+    "agentkit.evals.dataset": ("Case", "Dataset", "Recording", "Turn", "case_filter"),
+    "agentkit.evals.evaluators": (
+        "CaseRun", "Contains", "Equals", "EqualsExpected", "Evaluation", "Evaluator",
+        "FunctionEvaluator", "MaxCost", "MaxDuration", "MaxTokens", "MaxToolCalls", "MaxTurns",
+        "SameToolCalls", "ToolCallRecord", "ToolCalled", "ToolNotCalled", "ToolOrder",
+    ),
+    "agentkit.evals.judge": ("JudgeError", "LLMJudge", "Verdict"),
+    "agentkit.evals.replay": ("Divergence", "Replay"),
+    "agentkit.evals.report": ("CaseChange", "CaseResult", "Comparison", "Report"),
+    "agentkit.evals.runner": ("EvalInterrupted", "arun_dataset", "run_dataset"),
+    "agentkit.evals.sessions": (
+        "cases_from_messages", "cases_from_sessions", "session_tags", "tag_session",
+    ),
+}  # fmt: skip
+"""Each public name's module: loaded on first use, so that the pytest plugin (a module of this
+package, imported by every pytest run) loads none of them until ``--eval`` is given."""
+
+_MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentkit.evals' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Case",

@@ -177,8 +177,9 @@ class Report:
 
     @property
     def score(self) -> float | None:
-        """The mean of the cases' scores (``None`` when no case has one)."""
-        return _mean(r.score for r in self.ran)
+        """The mean of the cases' scores, where a case in ``error`` or ``diverged`` scores 0
+        (it gave no answer to judge); ``None`` when no case has a score."""
+        return _mean(0.0 if r.status in ("error", "diverged") else r.score for r in self.ran)
 
     @property
     def cost(self) -> float:
@@ -225,8 +226,8 @@ class Report:
         )
 
     def table(self, width: int | None = None, color: bool = False) -> str:
-        """The report as a text table, ``width`` columns wide (the terminal's by default),
-        with ANSI colours when ``color``."""
+        """The report as a text table, its notes cut to fit ``width`` columns (not cut when
+        ``None``), with ANSI colours when ``color``."""
         rows = [
             [
                 f"{_MARK[r.status]} {r.status}",
@@ -250,11 +251,10 @@ class Report:
     def print(self, file: Any = None) -> None:
         """Print the table (to ``file``, standard output by default), in colour on a
         terminal."""
-        import sys
-
-        out = file if file is not None else sys.stdout
-        tty = bool(getattr(out, "isatty", lambda: False)())
-        out.write(self.table(color=tty and not os.environ.get("NO_COLOR")) + "\n")
+        out = _output(file)
+        tty = _is_tty(out)
+        color = tty and not os.environ.get("NO_COLOR")
+        out.write(self.table(terminal_width(out), color=color) + "\n")
 
     def _repr_html_(self) -> str:
         rows = []
@@ -476,9 +476,8 @@ class Comparison:
 
     def print(self, file: Any = None) -> None:
         """Print the table (to ``file``, standard output by default)."""
-        import sys
-
-        (file if file is not None else sys.stdout).write(self.table() + "\n")
+        out = _output(file)
+        out.write(self.table(terminal_width(out)) + "\n")
 
     def _repr_html_(self) -> str:
         colors = {"better": "#d7f5dd", "worse": "#fbdada", "same": "#ffffff",
@@ -508,13 +507,13 @@ _ORDER = {"worse": 0, "better": 1, "new": 2, "gone": 3, "same": 4}
 def _text_table(
     header: list[str], rows: list[list[str]], width: int | None, colors: list[str] | None = None
 ) -> str:
-    """A plain table; the last column is cut to fit ``width``."""
-    width = width or shutil.get_terminal_size((120, 24)).columns
+    """A plain table; the last column is cut to fit ``width`` (when given)."""
     cells = [[_one_line(cell) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
               for i, h in enumerate(header)]  # fmt: skip
-    fixed = sum(widths[:-1]) + 2 * (len(header) - 1)
-    widths[-1] = max(10, min(widths[-1], width - fixed))
+    if width is not None:
+        fixed = sum(widths[:-1]) + 2 * (len(header) - 1)
+        widths[-1] = max(10, min(widths[-1], width - fixed))
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     for index, row in enumerate(cells):
@@ -524,6 +523,22 @@ def _text_table(
             line = f"\x1b[{colors[index]}m{line}\x1b[0m"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _output(file: Any) -> Any:
+    import sys
+
+    return file if file is not None else sys.stdout
+
+
+def _is_tty(out: Any) -> bool:
+    return bool(getattr(out, "isatty", lambda: False)())
+
+
+def terminal_width(out: Any) -> int | None:
+    """The width of the terminal ``out`` writes to, ``None`` when it is not one (a log keeps
+    whole lines)."""
+    return shutil.get_terminal_size().columns if _is_tty(out) else None
 
 
 def _one_line(text: str) -> str:

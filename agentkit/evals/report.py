@@ -217,11 +217,11 @@ class Report:
         counts = self.counts
         shown = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
         score = "-" if self.score is None else f"{self.score:.2f}"
-        judge = f" (+${self.judge_cost:.4f} judge)" if self.judge_cost else ""
+        judge = f" (+{money(self.judge_cost)} judge)" if self.judge_cost else ""
         stopped = " · INTERRUPTED" if self.interrupted else ""
         return (
             f"{self.name} ({self.mode}): {len(self.cases)} cases: {shown} · pass rate "
-            f"{self.pass_rate:.0%} · score {score} · {self.tokens} tokens · ${self.cost:.4f}"
+            f"{self.pass_rate:.0%} · score {score} · {self.tokens} tokens · {money(self.cost)}"
             f"{judge} · {self.duration:.1f} s{stopped}"
         )
 
@@ -235,7 +235,7 @@ class Report:
                 "-" if r.score is None else f"{r.score:.2f}",
                 str(r.turns),
                 str(r.usage.total_tokens),
-                f"${r.cost:.4f}",
+                money(r.cost),
                 f"{r.duration:.2f}s",
                 r.note,
             ]
@@ -247,6 +247,9 @@ class Report:
 
     def __str__(self) -> str:
         return self.table()
+
+    def __repr__(self) -> str:
+        return f"<Report {self.summary()}>"
 
     def print(self, file: Any = None) -> None:
         """Print the table (to ``file``, standard output by default), in colour on a
@@ -264,7 +267,7 @@ class Report:
                     _HTML_COLOR[r.status],
                     [f"{_MARK[r.status]} {r.status}", r.name,
                      "-" if r.score is None else f"{r.score:.2f}", str(r.turns),
-                     str(r.usage.total_tokens), f"${r.cost:.4f}", f"{r.duration:.2f}s",
+                     str(r.usage.total_tokens), money(r.cost), f"{r.duration:.2f}s",
                      r.note or r.answer[:200]],
                 )  # fmt: skip
             )
@@ -449,7 +452,8 @@ class Comparison:
             f"{self.candidate.name} vs {self.baseline.name}: {shown} · pass rate "
             f"{self.baseline.pass_rate:.0%} → {self.candidate.pass_rate:.0%} "
             f"({self.pass_rate_delta * 100:+.0f} pts) · score {score} · cost "
-            f"${self.baseline.cost:.4f} → ${self.candidate.cost:.4f} ({self.cost_delta:+.4f})"
+            f"{money(self.baseline.cost)} → {money(self.candidate.cost)} "
+            f"({money(self.cost_delta, sign=True)})"
         )
 
     def _rows(self) -> list[list[str]]:
@@ -461,7 +465,7 @@ class Comparison:
                 c.baseline.status if c.baseline else "-",
                 c.candidate.status if c.candidate else "-",
                 "-" if delta is None else f"{delta:+.2f}",
-                "-" if cost is None else f"{cost:+.4f}",
+                "-" if cost is None else money(cost, sign=True),
                 c.candidate.note if c.candidate and c.change == "worse" else "",
             ])  # fmt: skip
         return rows
@@ -473,6 +477,9 @@ class Comparison:
 
     def __str__(self) -> str:
         return self.table()
+
+    def __repr__(self) -> str:
+        return f"<Comparison {self.summary()}>"
 
     def print(self, file: Any = None) -> None:
         """Print the table (to ``file``, standard output by default)."""
@@ -523,6 +530,15 @@ def _text_table(
             line = f"\x1b[{colors[index]}m{line}\x1b[0m"
         lines.append(line)
     return "\n".join(lines)
+
+
+def money(amount: float, sign: bool = False) -> str:
+    """US dollars to four places, or to six below a cent (a replayed or small run costs
+    fractions of a cent, which four places would show as nothing)."""
+    places = 4 if abs(amount) >= 0.01 or amount == 0 else 6
+    text = f"{abs(amount):.{places}f}"
+    prefix = ("+" if amount >= 0 else "-") if sign else ("-" if amount < 0 else "")
+    return f"{prefix}${text}"
 
 
 def _output(file: Any) -> Any:

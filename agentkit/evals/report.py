@@ -42,7 +42,7 @@ _HTML_COLOR = {"passed": "#d7f5dd", "failed": "#fbdada", "diverged": "#fdf1c7",
 class CaseResult:
     """How one case went: its status, what the agent answered and did, what it cost, and each
     evaluation. ``score`` is the mean of the evaluations' values (an assertion counts 1 or 0),
-    ``None`` without any."""
+    ``None`` without any, and 0 for a case in ``error`` or ``diverged``."""
 
     name: str
     status: Status
@@ -63,7 +63,10 @@ class CaseResult:
 
     @property
     def score(self) -> float | None:
-        """The mean of the evaluations' values, or ``None`` without any."""
+        """The mean of the evaluations' values (``None`` without any); 0 for a case in
+        ``error`` or ``diverged``, which gave no answer to judge."""
+        if self.status in ("error", "diverged"):
+            return 0.0
         values = [float(e.value) for e in self.evaluations if e.error is None]
         return sum(values) / len(values) if values else None
 
@@ -177,9 +180,9 @@ class Report:
 
     @property
     def score(self) -> float | None:
-        """The mean of the cases' scores, where a case in ``error`` or ``diverged`` scores 0
-        (it gave no answer to judge); ``None`` when no case has a score."""
-        return _mean(0.0 if r.status in ("error", "diverged") else r.score for r in self.ran)
+        """The mean of the cases' scores (a case in ``error`` or ``diverged`` scores 0);
+        ``None`` when no case has a score."""
+        return _mean(r.score for r in self.ran)
 
     @property
     def cost(self) -> float:

@@ -11,7 +11,9 @@ compare two of them (:meth:`Report.compare`). See docs/evals.md.
 modules: each loads when one of its names is first used.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from .dataset import Case, Dataset, Recording, Turn, case_filter
@@ -58,19 +60,7 @@ _HOME = {
 """Each public name's module: loaded on first use, so that the pytest plugin (a module of this
 package, imported by every pytest run) loads none of them until ``--eval`` is given."""
 
-_MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentkit.evals' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_names("agentkit.evals", _HOME, globals())
 
 __all__ = [
     "Case",

@@ -460,58 +460,80 @@ class SameToolCalls(Evaluator):
 # --- the budgets ------------------------------------------------------------------------------
 
 
+class _AtMost(Evaluator):
+    """A budget check: what the run spent (:meth:`spent`) is at most the evaluator's first
+    field, the limit; :meth:`shown` writes an amount for the reason."""
+
+    def limit(self) -> float:
+        return float(getattr(self, fields(self)[0].name))  # type: ignore[arg-type]
+
+    def spent(self, run: CaseRun) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def shown(self, amount: float) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def evaluate(self, run: CaseRun) -> EvaluatorResult:
+        spent, limit = self.spent(run), self.limit()
+        if spent <= limit:
+            return True
+        return Evaluation(self.name, False, f"{self.shown(spent)} > {self.shown(limit)}")
+
+
 @dataclass
-class MaxCost(Evaluator):
+class MaxCost(_AtMost):
     """The run cost at most ``usd`` US dollars (the judge's cost not included)."""
 
     usd: float
     evaluation_name: str | None = field(default=None, kw_only=True)
 
-    def evaluate(self, run: CaseRun) -> EvaluatorResult:
-        cost = run.usage.cost.total
-        if cost <= self.usd:
-            return True
-        return Evaluation(self.name, False, f"cost ${cost:.6f} > ${self.usd:.6f}")
+    def spent(self, run: CaseRun) -> float:
+        return run.usage.cost.total
+
+    def shown(self, amount: float) -> str:
+        return f"cost ${amount:.6f}"
 
 
 @dataclass
-class MaxTokens(Evaluator):
+class MaxTokens(_AtMost):
     """The run used at most ``tokens`` tokens in all (input, output and cache)."""
 
     tokens: int
     evaluation_name: str | None = field(default=None, kw_only=True)
 
-    def evaluate(self, run: CaseRun) -> EvaluatorResult:
-        used = run.usage.total_tokens
-        if used <= self.tokens:
-            return True
-        return Evaluation(self.name, False, f"{used} tokens > {self.tokens}")
+    def spent(self, run: CaseRun) -> float:
+        return run.usage.total_tokens
+
+    def shown(self, amount: float) -> str:
+        return f"{amount:.0f} tokens"
 
 
 @dataclass
-class MaxTurns(Evaluator):
+class MaxTurns(_AtMost):
     """The run made at most ``turns`` model requests."""
 
     turns: int
     evaluation_name: str | None = field(default=None, kw_only=True)
 
-    def evaluate(self, run: CaseRun) -> EvaluatorResult:
-        if run.turns <= self.turns:
-            return True
-        return Evaluation(self.name, False, f"{run.turns} model requests > {self.turns}")
+    def spent(self, run: CaseRun) -> float:
+        return run.turns
+
+    def shown(self, amount: float) -> str:
+        return f"{amount:.0f} model requests"
 
 
 @dataclass
-class MaxDuration(Evaluator):
+class MaxDuration(_AtMost):
     """The run took at most ``seconds`` (the judge's time not included)."""
 
     seconds: float
     evaluation_name: str | None = field(default=None, kw_only=True)
 
-    def evaluate(self, run: CaseRun) -> EvaluatorResult:
-        if run.duration <= self.seconds:
-            return True
-        return Evaluation(self.name, False, f"{run.duration:.2f} s > {self.seconds:g} s")
+    def spent(self, run: CaseRun) -> float:
+        return run.duration
+
+    def shown(self, amount: float) -> str:
+        return f"{amount:.2f} s"
 
 
 # --- reading them from a dataset file ---------------------------------------------------------

@@ -115,12 +115,8 @@ class Replay:
     def __call__(
         self, model: Model, context: Context, options: StreamOptions | dict[str, Any] | None = None
     ) -> AssistantMessageEventStream:
-        return self.stream_fn(model, context, options)
-
-    def stream_fn(
-        self, model: Model, context: Context, options: StreamOptions | dict[str, Any] | None = None
-    ) -> AssistantMessageEventStream:
-        """Answer the next request with its recorded reply (or a divergence's error)."""
+        """The stream function: answer the next request with its recorded reply (or a
+        divergence's error)."""
         opts = as_stream_options(options)
         with self._lock:
             number = self._served

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -16,7 +12,7 @@ import pytest
 from agentkit.evals import Dataset, EqualsExpected, SameToolCalls
 from agentkit.sessions import open_store
 from tests.evals.support import record_sessions
-from tests.servers import RedisServer, worker_env
+from tests.servers import RedisServer, celery_worker, worker_env
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -34,35 +30,8 @@ def eval_app(redis_server: RedisServer) -> Iterator[ModuleType]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.evals.celery_eval_app", "worker",
-         "--pool=prefork", "--concurrency=1", "--loglevel=INFO", "--without-heartbeat",
-         "--without-gossip", "--without-mingle", f"--hostname=eval-{os.getpid()}@test"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    ready = threading.Event()
-    lines: list[str] = []
-
-    def read() -> None:
-        assert worker.stdout is not None
-        for line in worker.stdout:
-            lines.append(line)
-            if " ready." in line:
-                ready.set()
-
-    reader = threading.Thread(target=read, name="celery-log", daemon=True)
-    reader.start()
-    try:
-        assert ready.wait(WAIT), "the worker did not start:\n" + "".join(lines)
+    with celery_worker("tests.evals.celery_eval_app", ROOT, env, "eval", WAIT):
         yield celery_eval_app
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(15)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(5)
-        reader.join(5)
 
 
 def test_a_replayed_suite_runs_in_a_celery_task(eval_app: ModuleType, tmp_path: Path) -> None:

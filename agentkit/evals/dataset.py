@@ -18,7 +18,7 @@ import fnmatch
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import date, datetime, time, timezone
+from datetime import date, datetime, time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -535,7 +535,3 @@ def _yaml() -> Any:
         ) from None
     return yaml
 
-
-def now_utc() -> datetime:
-    """The current time, aware (for reports)."""
-    return datetime.now(timezone.utc)

@@ -62,6 +62,9 @@ retries of an invalid one), in five minutes."""
 
 INTERRUPTED_TEXT = "the evaluation was interrupted"
 
+SWEEP = 1.0
+"""Seconds without a case ending after which the caller's thread looks at every case."""
+
 
 class EvalInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped an evaluation; :attr:`report` holds the cases that ended (the others
@@ -188,18 +191,18 @@ class Runner:
         unlink = signal.add_callback(self.controller.abort) if signal is not None else None
         results: list[CaseResult | None] = [None] * len(cases)
         futures: list[Future[CaseResult]] = []
-        # One item per case that ends (cancelled ones included): the caller's thread waits on
-        # this queue, a wait that Ctrl-C can end; the results are read from the futures.
-        ended: queue.SimpleQueue[None] = queue.SimpleQueue()
+        # The index of each case that ends (cancelled ones included): the caller's thread waits
+        # on this queue, a wait that Ctrl-C can end; the results are read from the futures.
+        ended: queue.SimpleQueue[int] = queue.SimpleQueue()
         executor = ThreadPoolExecutor(
             max_workers=max(1, min(self.concurrency, len(cases))), thread_name_prefix="agentkit-eval"
         )
         join = True
         self.progress.start(name, len(cases))
         try:
-            for case in cases:
+            for index, case in enumerate(cases):
                 future = executor.submit(self.run_case, case)
-                future.add_done_callback(lambda _: ended.put(None))
+                future.add_done_callback(functools.partial(_put, ended, index))
                 futures.append(future)
             self._wait(cases, futures, results, ended)
         except KeyboardInterrupt as interrupt:
@@ -227,19 +230,26 @@ class Runner:
         cases: Sequence[Case],
         futures: Sequence[Future[CaseResult]],
         results: list[CaseResult | None],
-        ended: queue.SimpleQueue[None],
+        ended: queue.SimpleQueue[int],
     ) -> None:
-        """Wait until every submitted case has ended, taking each result as it comes (whatever
-        interrupts this, the results come from the futures, so none is lost)."""
-        while True:
-            for index, future in enumerate(futures):
-                if results[index] is None and future.done():
-                    results[index] = _outcome(cases[index], future)
-            done = sum(r is not None for r in results)
-            self.progress.update(done, _counts(results))
-            if done >= len(futures):
-                return
-            get_item(lambda timeout: ended.get(timeout=timeout))
+        """Wait until every submitted case has ended, taking each result as it comes. An index
+        lost to an interrupt (taken, then the ``KeyboardInterrupt`` before its result was kept)
+        is found by a look at every case after :data:`SWEEP` seconds without news."""
+        waiting = {i for i in range(len(futures)) if results[i] is None}
+        counts = _counts(results)
+        done = sum(counts.values())
+        while waiting:
+            try:
+                ready = [get_item(lambda timeout: ended.get(timeout=timeout), SWEEP)]
+            except queue.Empty:
+                ready = list(waiting)
+            for index in ready:
+                if index in waiting and futures[index].done():
+                    result = results[index] = _outcome(cases[index], futures[index])
+                    counts[result.status] = counts.get(result.status, 0) + 1
+                    waiting.discard(index)
+                    done += 1
+            self.progress.update(done, counts)
 
     def _report(
         self,
@@ -342,6 +352,10 @@ class Runner:
                 continue
             evaluations.extend(as_evaluations(evaluator, value))
         return evaluations
+
+
+def _put(ended: queue.SimpleQueue[int], index: int, future: Future[CaseResult]) -> None:
+    ended.put(index)
 
 
 def _turn_input(turn: Turn) -> str | UserMessage | list[UserMessage]:

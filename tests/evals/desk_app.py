@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from agentkit import Agent, Model
+import threading
+
+from agentkit import Agent, Model, tool
+from agentkit.abort import AbortSignal
 from agentkit.testing import ScriptedModel
 from tests.evals.support import SYSTEM, colder_weather, weather
 
@@ -25,3 +28,24 @@ def make_judge() -> Agent:
 
 
 NOT_A_FACTORY: Model | None = None
+
+
+ENTERED = threading.Event()
+"""Set when a blocking weather call has started (its run then waits for the abort)."""
+
+
+@tool(name="weather")
+def blocking_weather(city: str, signal: AbortSignal) -> str:
+    """The weather in a city (it waits until the run is aborted).
+
+    Args:
+        city: The city's name.
+    """
+    ENTERED.set()
+    signal.wait()
+    return "no weather today"
+
+
+def make_blocking_agent() -> Agent:
+    """The desk whose tool waits for the abort: for Ctrl-C."""
+    return Agent(tools=[blocking_weather], system_prompt=SYSTEM)

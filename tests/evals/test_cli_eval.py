@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,27 @@ def test_a_bad_dataset_file_exits_2(tmp_path: Path) -> None:
     assert code == 2 and "unknown field(s) oops" in err and str(cases) in err
     code, _, err = agentkit("eval", str(tmp_path / "missing.yaml"), "--agent", f"{APP}:make_agent")
     assert code == 2 and "missing.yaml" in err
+
+
+def test_ctrl_c_prints_what_finished_and_exits_130(tmp_path: Path, store: str, ctrl_c: None) -> None:
+    from tests.evals import desk_app
+
+    cases = tmp_path / "cases.yaml"
+    assert agentkit("eval", str(cases), "--from-sessions", "--store", store)[0] == 0
+    desk_app.ENTERED.clear()
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+
+    def press_ctrl_c() -> None:
+        if desk_app.ENTERED.wait(30):
+            signal.pthread_kill(main_thread, signal.SIGINT)
+
+    presser = threading.Thread(target=press_ctrl_c, name="test-ctrl-c")
+    presser.start()
+    try:
+        code, out, err = agentkit("eval", str(cases), "--agent", f"{APP}:make_blocking_agent",
+                                  "--mode", "replay", "--concurrency", "1")  # fmt: skip
+    finally:
+        presser.join(30)
+    assert code == 130 and "agentkit: interrupted" in err
+    assert "INTERRUPTED" in out and "- cancelled" in out

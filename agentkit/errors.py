@@ -20,7 +20,8 @@ time ran out; both say what they are for and never reach the caller of a run as 
     │   └── PlaceholderArgumentsError (also ValueError) a placeholder the local model copied
     ├── NoStreamFunctionError         no stream function given and no default configured
     ├── ProviderError                 a provider unreachable, refusing, or breaking off
-    │   └── ContextOverflowError      the request did not fit the model's context window
+    │   ├── ContextOverflowError      the request did not fit the model's context window
+    │   └── QuotaWaitError            not sent: its rate limiter would hold it too long
     ├── UnknownModelError             (also KeyError) get_model found no such model
     ├── StreamEndedError              a stream ended without its result
     ├── OutputValidationError         no valid typed output within the retry budget
@@ -115,6 +116,15 @@ class ContextOverflowError(ProviderError):
     words (each wire module lists them, :mod:`agentkit.providers.overflow` reads them), or,
     after compaction, the run's conversation still does not fit. With compaction configured
     (:mod:`agentkit.compaction`) the loop compacts and retries the request once on the first.
+    """
+
+
+class QuotaWaitError(ProviderError):
+    """A request was not sent: its :class:`~agentkit.limits.RateLimiter` bucket would hold it
+    back longer than it waits (a pause set by a 429's ``Retry-After`` beyond the request's
+    ``max_retry_delay_ms``, any wait beyond the limiter's ``max_wait``, or any pause for a model
+    with a fallback). ``retry_after`` is how long the bucket is held. Not retried; failover
+    moves on to the next model, as for a 429.
     """
 
 

@@ -6,7 +6,14 @@ the next one could serve (:func:`can_fail_over`: the connection refused or broke
 answer, HTTP 408, 409, 429 or 5xx after the provider's own retries, an "overloaded" error) and
 only before the first event of a response reached the run: once a model has started to answer,
 its answer (or its failure) is the request's. A model that failed is skipped by every agent of
-the process for ``failover_cooldown`` seconds, then tried again first.
+the process for ``failover_cooldown`` seconds, or for as long as it asked to be left alone
+(its ``Retry-After``) when that is longer, then tried again first.
+
+With a rate limiter (:mod:`agentkit.limits`), a paused bucket is a model that is down: a model
+that has a fallback does not wait out its bucket's pause but fails at once
+(:class:`~agentkit.errors.QuotaWaitError`) and the next model answers; a wait for room in the
+quota is not a failure, unless it is longer than the limiter's ``max_wait``. The last model of
+the list waits for a pause as any request does (up to its ``max_retry_delay_ms``).
 
 The answer says which model gave it: an :class:`~agentkit.AssistantMessage` carries the
 ``provider`` and ``model`` of the model that answered, and so do the message events, the run's
@@ -25,7 +32,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from .errors import ProviderError
+from .errors import ProviderError, QuotaWaitError
 from .event_stream import WAKE, AssistantMessageEventStream, consuming_here
 from .events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from .run import agentkit_logger
@@ -53,8 +60,9 @@ def can_fail_over(event: ErrorEvent) -> bool:
     """Whether the next model could serve a request that ended with ``event`` before answering.
 
     Yes for what is wrong with the model's service: a connection refused or broken before an
-    answer, HTTP 408, 409, 429 and every 5xx (529 "overloaded" included), and an error the
-    provider sent as its stream's first event ("overloaded"). No for an abort, and for what would
+    answer, HTTP 408, 409, 429 and every 5xx (529 "overloaded" included), an error the provider
+    sent as its stream's first event ("overloaded"), and a request its rate limiter would hold
+    too long (:class:`~agentkit.errors.QuotaWaitError`). No for an abort, and for what would
     fail on any model or is the caller's to fix: a bad request, a bad or missing key, a web page
     in place of the API.
     """
@@ -63,6 +71,8 @@ def can_fail_over(event: ErrorEvent) -> bool:
     error = event.provider_error
     if error is None:
         return False
+    if isinstance(error, QuotaWaitError):
+        return True
     if error.status is not None:
         return error.status in _FAIL_OVER_STATUS or error.status >= 500
     return error.retryable is not False
@@ -102,9 +112,11 @@ class ModelHealth:
         self._down: dict[tuple[str, str, str, str], float] = {}
 
     def mark_down(self, model: Model, cooldown: float) -> None:
-        """Skip ``model`` for ``cooldown`` seconds."""
+        """Skip ``model`` for ``cooldown`` seconds (a longer skip already set stays)."""
+        until = time.monotonic() + max(cooldown, 0.0)
         with self._lock:
-            self._down[_key(model)] = time.monotonic() + max(cooldown, 0.0)
+            key = _key(model)
+            self._down[key] = max(self._down.get(key, until), until)
 
     def is_down(self, model: Model) -> bool:
         """Whether ``model`` is cooling down."""
@@ -159,20 +171,38 @@ def failover_stream_fn(
 
 
 def _guarded(
-    steps: Iterator[Model | None],
+    steps: Iterator[tuple[Model, float | None] | None],
     out: AssistantMessageEventStream,
     registry: ModelHealth,
     cooldown: float,
 ) -> Iterator[None]:
-    """Run :func:`_serve`'s steps, marking each model it gave up on; a stream function that
-    broke its contract and raised fails ``out`` with its exception."""
+    """Run :func:`_serve`'s steps, marking each model it gave up on (for the cool-down, or the
+    wait its failure named when longer); a stream function that broke its contract and raised
+    fails ``out`` with its exception."""
     try:
         for failed in steps:
             if failed is not None:
-                registry.mark_down(failed, cooldown)
+                model, retry_after = failed
+                registry.mark_down(model, max(cooldown, retry_after or 0.0))
             yield None
     except Exception as exc:
         out.fail(exc)
+
+
+def _pause_is_down(options: Any) -> Any:
+    """``options`` for a model that has a fallback: its rate limiter, if any, fails a paused
+    bucket at once instead of waiting it out (:meth:`~agentkit.limits.RateLimiter.
+    failing_on_pause`)."""
+    if isinstance(options, dict):
+        limiter = options.get("rate_limiter")
+    else:
+        limiter = getattr(options, "rate_limiter", None)
+    failing = getattr(limiter, "failing_on_pause", None)
+    if failing is None:
+        return options
+    if isinstance(options, dict):
+        return {**options, "rate_limiter": failing()}
+    return options.model_copy(update={"rate_limiter": failing()})
 
 
 def _serve(
@@ -181,14 +211,16 @@ def _serve(
     context: Context,
     options: Any,
     out: AssistantMessageEventStream,
-) -> Iterator[Model | None]:
+) -> Iterator[tuple[Model, float | None] | None]:
     """Ask the models of ``chain`` in turn and forward the first answer to ``out``; yield
-    ``None`` after each forwarded event, or a model that failed in a way the next could serve."""
+    ``None`` after each forwarded event, or a model that failed in a way the next could serve
+    (with the wait its failure named)."""
     failures: list[str] = []
+    held = _pause_is_down(options) if len(chain) > 1 else options
     for index, model in enumerate(chain):
         last = index == len(chain) - 1
         with consuming_here():  # this generator reads the model's stream at once, to its end
-            inner = stream_fn(model, context, options)
+            inner = stream_fn(model, context, options if last else held)
         try:
             first = True
             while True:
@@ -207,11 +239,11 @@ def _serve(
                         "model %s/%s failed (%s); trying %s/%s",
                         model.provider, model.id, text, nxt.provider, nxt.id,
                     )  # fmt: skip
-                    yield model
+                    yield model, _retry_after(event)
                     break
                 if first and isinstance(event, ErrorEvent) and failures:
                     if can_fail_over(event):
-                        yield model
+                        yield model, _retry_after(event)
                     failures.append(f"{model.provider}/{model.id}: {event.error.error_message}")
                     event.error.error_message = "Every model failed: " + "; ".join(failures)
                 first = False
@@ -222,3 +254,8 @@ def _serve(
         finally:
             inner.close()
     raise ProviderError("no model to ask")  # unreachable: the last model's stream ends above
+
+
+def _retry_after(event: ErrorEvent) -> float | None:
+    error = event.provider_error
+    return error.retry_after if error is not None else None

@@ -51,6 +51,38 @@ def server() -> Iterator[ReplayServer]:
 
 
 @pytest.fixture
+def quota_server() -> Iterator[Any]:
+    """Start quota servers (:class:`tests.quota_server.QuotaServer`, ``quota_server(per=1.0)``);
+    each is stopped after the test."""
+    from tests.quota_server import QuotaServer
+
+    servers: list[QuotaServer] = []
+
+    def start(**settings: Any) -> QuotaServer:
+        started = QuotaServer(**settings).start()
+        servers.append(started)
+        return started
+
+    yield start
+    for started in servers:
+        started.stop()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def quota_backend(request: pytest.FixtureRequest) -> Any:
+    """Each rate-limiter backend, its buckets fresh for the test (a prefix of its own on the
+    session's Redis)."""
+    import uuid
+
+    from agentkit.limits import MemoryBackend, RedisBackend
+
+    if request.param == "memory":
+        return MemoryBackend()
+    redis: RedisServer = request.getfixturevalue("redis_server")
+    return RedisBackend(redis.url, prefix=f"test:{uuid.uuid4().hex}")
+
+
+@pytest.fixture
 def ctrl_c() -> Iterable[None]:
     """Ctrl-C raises ``KeyboardInterrupt`` during the test, as in a terminal, even where the test
     process was started with SIGINT ignored (a shell's background job: ``pytest &``). Python

@@ -283,5 +283,73 @@ def test_a_spent_quota_fails_over_and_pauses_the_model_for_the_fleet(
     agent = agent_for(first, openai_model(fallback, "gpt-second"), rate_limiter=limiter)
     assert agent.prompt("Hello").text == "from the fallback"
     assert len(primary.requests) == 1
-    wait = limiter.backend.try_acquire(limiter.bucket(first)[0], None, "probe", 0)
-    assert wait is not None and wait > 100  # every agent sharing the limiter holds back
+    refusal = limiter.backend.try_acquire(limiter.bucket(first)[0], None, "probe", 0)
+    assert refusal is not None and refusal.seconds > 100  # every agent sharing it holds back
+
+
+# --- a paused bucket is a model that is down (issue 36) ---------------------------------------
+
+
+def test_a_paused_primary_is_down_and_the_fallback_answers_at_once(
+    servers: list[ReplayServer],
+) -> None:
+    from agentkit.limits import RateLimiter
+
+    primary, fallback = servers
+    spent = json_reply(429, {"error": {"message": "slow down"}})
+    spent.headers = {"Retry-After": "30"}  # within max_retry_delay_ms: a retry would wait it out
+    primary.enqueue(spent)
+    fallback.enqueue(answer("one"), answer("two"))
+    first = openai_model(primary, "gpt-primary")
+    agent = agent_for(
+        first, openai_model(fallback, "gpt-second"), rate_limiter=RateLimiter(),
+        failover_cooldown=0, budgets={"timeout": 10},
+    )  # fmt: skip
+    assert agent.prompt("Hello").text == "one"  # at once, not after 30 s
+    assert health.is_down(first)  # for the pause it named, though the cool-down is 0
+    health.clear()  # its cool-down over (or in another process): the primary comes first again
+    assert agent.prompt("Again").text == "two"  # its bucket is still paused: it is down
+    assert agent.state.messages[-1].model == "gpt-second"
+    assert len(primary.requests) == 1
+    assert health.is_down(first)
+
+
+def test_requests_waiting_for_a_model_with_a_fallback_leave_when_it_is_paused() -> None:
+    from agentkit import AbortController, AbortError
+    from agentkit.errors import QuotaWaitError
+    from agentkit.limits import Quota, QuotaWait, RateLimiter
+
+    limiter = RateLimiter({"openai": Quota(requests=1, per=3600)})
+    model = make_model("openai-completions", "http://127.0.0.1:9", id="gpt-primary")
+    waiting = threading.Semaphore(0)
+
+    def listener(wait: QuotaWait) -> None:
+        if wait.outcome is None:
+            waiting.release()
+
+    limiter.subscribe(listener)
+    limiter.acquire(model)  # the quota is full for an hour
+    controller = AbortController()
+    outcomes: list[BaseException] = []
+
+    def wait(view: RateLimiter) -> None:
+        try:
+            view.acquire(model, signal=controller.signal)
+        except (QuotaWaitError, AbortError) as exc:
+            outcomes.append(exc)
+
+    # First in line, a request without a fallback; behind it, three that have one. A full
+    # quota is no failure: they all wait.
+    views = [limiter, *(limiter.failing_on_pause() for _ in range(3))]
+    threads = [threading.Thread(target=wait, args=(view,)) for view in views]
+    for thread in threads:
+        thread.start()
+        assert waiting.acquire(timeout=10)
+    limiter.pause(model, 30)  # a 429 elsewhere in the fleet: the model is down
+    for thread in threads[1:]:
+        thread.join(10)
+    assert [type(o) for o in outcomes] == [QuotaWaitError] * 3
+    assert all("a paused model is down while a fallback can answer" in str(o) for o in outcomes)
+    controller.abort()
+    threads[0].join(10)
+    assert isinstance(outcomes[-1], AbortError) and not threads[0].is_alive()

@@ -1,5 +1,9 @@
 """The shared rate limiter (agentkit.limits): its backends' contract, and agents in many threads
-and several processes against a local server that enforces a quota and counts what it got."""
+and several processes against a local server that enforces a quota and counts what it got.
+
+In-process fleets run on a :class:`~tests.quota_server.FakeClock` shared by the limiter and the
+server, so their waits take no real time; Redis keeps its own clock, and its tests wait for real.
+Hostile servers (issue 36) are in ``test_limits_hostile.py``."""
 
 from __future__ import annotations
 
@@ -8,11 +12,7 @@ import os
 import subprocess
 import sys
 import threading
-import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,46 +21,19 @@ import pytest
 from agentkit import AbortController, AbortError, Agent
 from agentkit.limits import MemoryBackend, Quota, QuotaBackend, RateLimiter, RedisBackend
 from agentkit.types import Model
-from tests.quota_server import QuotaServer
+from tests.quota_server import FakeClock, pass_time, run_prompts
 from tests.servers import RedisServer, free_port
 
 WORKER = Path(__file__).parent / "fleet_worker.py"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(params=["memory", "redis"])
-def backend(request: pytest.FixtureRequest) -> QuotaBackend:
-    """Each backend, its buckets fresh for the test (a prefix of its own on the shared Redis)."""
-    if request.param == "memory":
-        return MemoryBackend()
-    server: RedisServer = request.getfixturevalue("redis_server")
-    return RedisBackend(server.url, prefix=f"test:{uuid.uuid4().hex}")
-
-
 @pytest.fixture
-def quota_server() -> Iterator[QuotaServer]:
-    servers: list[QuotaServer] = []
-
-    def start(**settings: Any) -> QuotaServer:
-        server = QuotaServer(**settings).start()
-        servers.append(server)
-        return server
-
-    yield start  # type: ignore[misc]
-    for server in servers:
-        server.stop()
-
-
-def run_prompts(model: Model, count: int, threads: int, **options: Any) -> Counter[str]:
-    """``count`` agents, ``threads`` at a time, each one prompt; their runs' stop reasons."""
-
-    def run(_: int) -> str:
-        agent = Agent(model=model, api_key="test-key", timeout=(10, 10), **options)
-        agent.prompt("Hello")
-        return str(agent.state.messages[-1].stop_reason)
-
-    with ThreadPoolExecutor(threads) as pool:
-        return Counter(pool.map(run, range(count)))
+def backend(quota_backend: QuotaBackend) -> QuotaBackend:
+    """Each backend; the in-memory one on a fake clock (Redis keeps its own)."""
+    if isinstance(quota_backend, MemoryBackend):
+        return MemoryBackend(FakeClock())
+    return quota_backend
 
 
 # --- the backends' contract -------------------------------------------------------------------
@@ -69,8 +42,8 @@ def run_prompts(model: Model, count: int, threads: int, **options: Any) -> Count
 def test_a_request_quota_admits_that_many_then_names_the_wait(backend: QuotaBackend) -> None:
     quota = Quota(requests=3, per=30.0)
     assert [backend.try_acquire("b", quota, f"p{i}", 0) for i in range(3)] == [None] * 3
-    wait = backend.try_acquire("b", quota, "p3", 0)
-    assert wait is not None and 29.0 < wait <= 30.0
+    refusal = backend.try_acquire("b", quota, "p3", 0)
+    assert refusal is not None and 29.0 < refusal.seconds <= 30.0 and not refusal.paused
     assert backend.try_acquire("other", quota, "q0", 0) is None  # buckets are apart
 
 
@@ -86,28 +59,78 @@ def test_settled_tokens_free_room_for_the_next_request(backend: QuotaBackend) ->
 def test_a_request_larger_than_the_quota_goes_alone(backend: QuotaBackend) -> None:
     quota = Quota(tokens=100, per=30.0)
     assert backend.try_acquire("b", quota, "p0", 500) is None  # the window is empty
-    wait = backend.try_acquire("b", quota, "p1", 1)
-    assert wait is not None and wait > 29.0
+    refusal = backend.try_acquire("b", quota, "p1", 1)
+    assert refusal is not None and refusal.seconds > 29.0
 
 
 def test_a_pause_holds_back_every_request_of_the_bucket(backend: QuotaBackend) -> None:
     backend.pause("b", 20.0)
     for quota in (None, Quota(requests=100)):
-        wait = backend.try_acquire("b", quota, "p0", 0)
-        assert wait is not None and 19.0 < wait <= 20.0
+        refusal = backend.try_acquire("b", quota, "p0", 0)
+        assert refusal is not None and 19.0 < refusal.seconds <= 20.0 and refusal.paused
     backend.pause("b", 1.0)  # a shorter pause does not shorten the one set
-    wait = backend.try_acquire("b", None, "p1", 0)
-    assert wait is not None and wait > 19.0
+    refusal = backend.try_acquire("b", None, "p1", 0)
+    assert refusal is not None and refusal.seconds > 19.0
     assert backend.try_acquire("c", None, "p2", 0) is None
 
 
 def test_the_window_slides(backend: QuotaBackend) -> None:
     quota = Quota(requests=1, per=0.2)
     assert backend.try_acquire("b", quota, "p0", 0) is None
-    wait = backend.try_acquire("b", quota, "p1", 0)
-    assert wait is not None
-    threading.Event().wait(wait + 0.01)  # the window's own length: what is being tested
+    backend.settle("b", quota, "p0", 0)
+    refusal = backend.try_acquire("b", quota, "p1", 0)
+    assert refusal is not None and 0.1 < refusal.seconds <= 0.21
+    pass_time(backend, refusal.seconds + 0.01)  # the window's own length: what is tested
     assert backend.try_acquire("b", quota, "p1", 0) is None
+
+
+def test_a_request_in_flight_keeps_its_place_past_the_window(backend: QuotaBackend) -> None:
+    """An answer longer than ``per``: the request counts until ``per`` after it settled."""
+    quota = Quota(requests=1, per=0.2)
+    assert backend.try_acquire("b", quota, "p0", 0) is None
+    pass_time(backend, 0.3)  # the answer is still streaming
+    refusal = backend.try_acquire("b", quota, "p1", 0)
+    assert refusal is not None and 0.1 < refusal.seconds <= 0.21  # per after now at the least
+    backend.settle("b", quota, "p0", 0)  # the answer ends
+    refusal = backend.try_acquire("b", quota, "p1", 0)
+    assert refusal is not None and 0.1 < refusal.seconds <= 0.21
+    pass_time(backend, refusal.seconds + 0.01)
+    assert backend.try_acquire("b", quota, "p1", 0) is None
+
+
+def test_a_request_that_never_settles_gives_its_place_up_after_its_lease(
+    backend: QuotaBackend,
+) -> None:
+    """Its process died mid-request: its place is freed ``lease`` after the window."""
+    backend.lease = 0.2  # type: ignore[attr-defined]
+    quota = Quota(requests=1, tokens=100, per=0.2)
+    assert backend.try_acquire("b", quota, "p0", 100) is None
+    refusal = backend.try_acquire("b", quota, "p1", 100)
+    assert refusal is not None
+    pass_time(backend, 0.45)
+    assert backend.try_acquire("b", quota, "p1", 100) is None
+    backend.settle("b", quota, "p0", 100)  # too late: nothing to settle, nothing counted again
+    backend.settle("b", quota, "p1", 100)
+    pass_time(backend, 0.21)
+    assert backend.try_acquire("b", quota, "p2", 100) is None
+
+
+def test_the_limiter_learns_usage_larger_than_its_estimates() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter({"openai": Quota(tokens=100_000)}, backend=clock.backend(), clock=clock)
+    model = Model(id="m", api="openai-completions", provider="openai", base_url="")
+    first = limiter.acquire(model, 40)
+    assert (first.estimate, first.tokens) == (40, 40)
+    first.settle(400)  # an image: ten times the estimate
+    second = limiter.acquire(model, 40)
+    assert second.tokens == 400  # up at once
+    second.settle(40)  # as estimated this time
+    third = limiter.acquire(model, 40)
+    assert third.tokens == 364  # down a tenth of the way
+    third.settle(None)  # no answer: nothing to learn from
+    for _ in range(200):
+        limiter.acquire(model, 40).settle(4)
+    assert limiter.acquire(model, 40).tokens == 40  # never below the estimate
 
 
 def test_quotas_match_the_model_then_the_provider() -> None:
@@ -167,7 +190,7 @@ def test_a_run_waiting_for_quota_ends_at_its_deadline(quota_server: Any) -> None
 
 def test_threads_without_a_limiter_get_429s_and_fail(quota_server: Any) -> None:
     """The control: the same load without the limiter overruns the quota and fails runs."""
-    server = quota_server(requests=4, per=1.0)
+    server = quota_server(requests=4, per=0.3)
     reasons = run_prompts(server.model(), 24, 24, max_retries=1, retry_base_delay_ms=1)
     stats = server.stats()
     assert stats["rejected"] > 0
@@ -175,8 +198,11 @@ def test_threads_without_a_limiter_get_429s_and_fail(quota_server: Any) -> None:
 
 
 def test_many_threads_share_a_quota_without_a_429(quota_server: Any) -> None:
-    server = quota_server(requests=4, per=0.5)
-    limiter = RateLimiter({"openai": Quota(requests=4, per=0.5)})
+    clock = FakeClock()
+    server = quota_server(requests=4, per=0.5, clock=clock)
+    limiter = RateLimiter(
+        {"openai": Quota(requests=4, per=0.5)}, backend=clock.backend(), clock=clock
+    )
     reasons = run_prompts(server.model(), 24, 24, rate_limiter=limiter, max_retries=0)
     stats = server.stats()
     assert reasons == {"stop": 24}
@@ -198,8 +224,10 @@ def test_a_token_quota_is_kept_and_settled_usage_frees_it(quota_server: Any) -> 
 
 
 def test_a_429_retry_after_pauses_the_bucket_for_every_agent(quota_server: Any) -> None:
-    server = quota_server()
-    limiter = RateLimiter()  # no quota known: only what the server says holds requests back
+    clock = FakeClock()
+    server = quota_server(clock=clock)
+    # No quota known: only what the server says holds requests back.
+    limiter = RateLimiter(backend=clock.backend(), clock=clock)
     server.close_for(1.5)
     assert run_prompts(server.model(), 1, 1, rate_limiter=limiter, max_retries=0) == {"error": 1}
     # That 429 named its wait; every other agent now waits it out instead of asking.
@@ -244,17 +272,18 @@ def test_processes_share_a_quota_through_redis(
 
 def test_the_limiter_waits_without_spinning(quota_server: Any) -> None:
     """Threads queued for a bucket cost the backend one call per freed slot, not one each."""
-    server = quota_server(requests=2, per=0.5)
+    clock = FakeClock()
+    server = quota_server(requests=2, per=0.5, clock=clock)
     calls: list[float] = []
-    backend = MemoryBackend()
+    backend = clock.backend()
     original = backend.try_acquire
 
-    def counted(*args: Any) -> float | None:
-        calls.append(time.monotonic())
+    def counted(*args: Any) -> Any:
+        calls.append(clock.now())
         return original(*args)
 
     backend.try_acquire = counted  # type: ignore[method-assign]
-    limiter = RateLimiter({"openai": Quota(requests=2, per=0.5)}, backend=backend)
+    limiter = RateLimiter({"openai": Quota(requests=2, per=0.5)}, backend=backend, clock=clock)
     assert run_prompts(server.model(), 8, 8, rate_limiter=limiter) == {"stop": 8}
     # 8 admitted, and a refused look for each of the 3 later windows' heads (a little slack).
     assert len(calls) <= 8 + 3 * 2 + 2

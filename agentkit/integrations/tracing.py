@@ -20,6 +20,10 @@ status description says what failed (a tool, HTTP 400), never the text a tool or
 returned, which may quote the prompt. A run's span status follows how the run ended: ERROR for
 ``error``, ``aborted`` and a budget (its deadline included), with ``error.type`` saying which.
 
+A request held back by its rate limiter (:mod:`agentkit.limits`) shows it on its ``chat`` span:
+an ``agentkit.quota_wait`` event, stamped when the wait began, with the bucket, the wait it
+named, how long it lasted, whether a 429's pause held it, and how it ended.
+
 Metrics: the GenAI client histograms ``gen_ai.client.token.usage`` (per request, one point per
 token type) and ``gen_ai.client.operation.duration`` (per request and per run), on the meter
 provider given (the global one by default, which costs nothing until one is configured).
@@ -199,6 +203,9 @@ class _Tracer:
         )
         self._run_started = time.monotonic()
         self._tokens = [0, 0, 0]
+        limiter = self._agent.rate_limiter
+        if limiter is not None:  # one listener for every traced agent: it adds to the span
+            limiter.subscribe(_quota_wait_event)  # current where the request waits
         from ..subagents import add_child_setup
 
         # Sub-agents this run's tools start are traced alike (their spans nest under the call).
@@ -425,6 +432,26 @@ class _Tracer:
             self._run_token = None
         run.end()
         self._run = None
+
+
+def _quota_wait_event(wait: Any) -> None:
+    """A rate limiter's wait, once ended, as an event of the span current on the thread that
+    waited (its request's ``chat`` span); nothing when no span is recording there."""
+    if wait.outcome is None:
+        return
+    from opentelemetry import trace
+
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    attributes = {
+        "agentkit.quota.bucket": wait.bucket,
+        "agentkit.quota.named_wait": wait.seconds,
+        "agentkit.quota.waited": wait.waited,
+        "agentkit.quota.paused": wait.paused,
+        "agentkit.quota.outcome": wait.outcome,
+    }
+    span.add_event("agentkit.quota_wait", attributes, timestamp=int(wait.started * 1e9))
 
 
 def enable_tracing(

@@ -14,7 +14,9 @@ its first event is tried again up to ``max_retries`` times, after ``Retry-After`
 (:func:`parse_retry_after`; one beyond ``max_retry_delay_ms`` fails the request) or an exponential
 backoff with jitter (:func:`backoff`). Once an event reached the consumer, a failure is final.
 With ``options.rate_limiter`` (:mod:`agentkit.limits`) each attempt first takes a permit from
-it, and a 429 that names its wait pauses the model's bucket for every agent sharing it.
+it, and a 429 that names its wait pauses the model's bucket for every agent sharing it: the
+retry then waits for its permit, not on its own (so that a model with a fallback fails over at
+once instead, :mod:`agentkit.failover`).
 An HTTP 5xx saying the server could not parse its own model's tool call (llama.cpp's "Failed to
 parse tool call arguments", :data:`MALFORMED_CALL`) is the model's mistake: the request is asked
 again at once with a note saying what went wrong (:data:`REASK_TEXT`), up to
@@ -35,8 +37,9 @@ from typing import Any, Literal, Protocol
 from pydantic_core import from_json
 
 from .._serialize import encode_body
-from ..errors import AbortError, ContextOverflowError, ProviderError
+from ..errors import AbortError, ContextOverflowError, ProviderError, QuotaWaitError
 from ..event_stream import AssistantMessageEventStream
+from ..limits import clamp_retry_after
 from ..transcript import user_message
 from ..types import Context, Model, StreamOptions, apply_on_payload, as_stream_options
 from ..waits import pause
@@ -190,7 +193,11 @@ def _run_request(
             builder.fail("aborted", ABORTED_MESSAGE)
         else:
             text = scrub(str(exc), secrets, _MAX_MESSAGE)
-            kind = ContextOverflowError if is_context_overflow(text, spec.overflow) else ProviderError
+            kind: type[ProviderError] = ProviderError
+            if isinstance(exc, QuotaWaitError):
+                kind = QuotaWaitError
+            elif is_context_overflow(text, spec.overflow):
+                kind = ContextOverflowError
             error = kind(
                 text, status=exc.status, retry_after=exc.retry_after, retryable=exc.retryable
             )  # what the caller may see: the scrubbed text, the status and the wait asked for
@@ -236,10 +243,8 @@ class _Call:
 
 def _with_retries(call: _Call) -> Iterator[None]:
     """The one retry loop: attempts until one succeeds, fails for good, or the signal fires."""
-    options, builder, label = call.options, call.builder, call.label
-    signal = options.signal
-    max_retries = max(int(options.max_retries or 0), 0)
-    max_delay = max(float(options.max_retry_delay_ms), 0.0) / 1000.0
+    builder, signal = call.builder, call.options.signal
+    max_retries = max(int(call.options.max_retries or 0), 0)
     first, attempt, reasks = call, 0, 0
     while True:
         try:
@@ -263,20 +268,33 @@ def _with_retries(call: _Call) -> Iterator[None]:
                 continue
             if attempt >= max_retries:
                 raise
-            asked = exc.retry_after
-            if asked is not None and asked > max_delay:
-                raise ProviderError(
-                    f"{label} asked to retry after {asked:.1f} s"
-                    + (f" (HTTP {exc.status})" if exc.status else "")
-                    + f", more than max_retry_delay_ms allows ({max_delay * 1000:.0f} ms): "
-                    + str(exc),
-                    status=exc.status,
-                    retry_after=asked,
-                    retryable=False,
-                ) from None
-            delay = asked if asked is not None else backoff(options.retry_base_delay_ms, attempt)
-            _wait(signal, min(delay, max_delay))
+            _wait(signal, _retry_delay(exc, call, attempt))
             attempt += 1
+
+
+def _retry_delay(exc: ProviderError, call: _Call, attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (0-based) of ``call`` after ``exc``: the wait it
+    asked for, else a backoff; 0 after a 429 that paused the rate limiter's bucket (the next
+    permit waits for it). Raises a final error when it asked for more than
+    ``max_retry_delay_ms``."""
+    options = call.options
+    max_delay = max(float(options.max_retry_delay_ms), 0.0) / 1000.0
+    asked = exc.retry_after
+    if asked is None:
+        return min(backoff(options.retry_base_delay_ms, attempt), max_delay)
+    if asked > max_delay:
+        raise ProviderError(
+            f"{call.label} asked to retry after {asked:.1f} s"
+            + (f" (HTTP {exc.status})" if exc.status else "")
+            + f", more than max_retry_delay_ms allows ({max_delay * 1000:.0f} ms): "
+            + str(exc),
+            status=exc.status,
+            retry_after=asked,
+            retryable=False,
+        ) from None
+    if exc.status == 429 and options.rate_limiter is not None:
+        return 0.0
+    return asked
 
 
 def retryable_status(status: int) -> bool:
@@ -286,29 +304,31 @@ def retryable_status(status: int) -> bool:
 
 def parse_retry_after(headers: Any, now: float | None = None) -> float | None:
     """The delay in seconds a response asks for (``retry-after-ms``, then ``Retry-After``: a
-    number of seconds or an HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(float(millis) / 1000.0, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
+    number of seconds or an HTTP date), as :func:`~agentkit.limits.clamp_retry_after` takes it:
+    ``None`` when no header holds a usable wait (infinite, NaN, negative or not a number), at
+    most a day (a date further ahead)."""
+    millis = _number(headers.get("retry-after-ms"))
+    if millis is not None and clamp_retry_after(millis) is not None:
+        return clamp_retry_after(millis / 1000.0)
+    value = (headers.get("retry-after") or "").strip()
     if not value:
         return None
-    value = value.strip()
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
+    number = _number(value)
+    if number is not None:
+        return clamp_retry_after(number)
     try:
         when = email.utils.parsedate_to_datetime(value)
+        current = time.time() if now is None else now
+        return clamp_retry_after(max(when.timestamp() - current, 0.0))
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None  # not a date either: no wait named
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value) if value else None
     except (TypeError, ValueError):
         return None
-    if when is None:
-        return None
-    current = time.time() if now is None else now
-    return max(when.timestamp() - current, 0.0)
 
 
 def backoff(base_ms: float, attempt: int) -> float:
@@ -326,7 +346,9 @@ def _wait(signal: Any, seconds: float) -> None:
 def _limited(call: _Call) -> Iterator[None]:
     """One attempt, after a permit from the request's rate limiter when it has one
     (:mod:`agentkit.limits`): the estimate is reserved first and settled with the reported usage
-    after; a 429 that names its wait pauses the model's bucket for every agent sharing it."""
+    after; a 429 that names its wait pauses the model's bucket for every agent sharing it. A
+    pause longer than the request's ``max_retry_delay_ms`` fails it unsent (a
+    :class:`~agentkit.errors.QuotaWaitError`), as a ``Retry-After`` that long would."""
     limiter = call.options.rate_limiter
     if limiter is None:
         yield from _attempt(call)
@@ -334,10 +356,17 @@ def _limited(call: _Call) -> Iterator[None]:
     model, options = call.builder.model, call.options
     try:
         permit = limiter.acquire(
-            model, limiter.estimate(len(call.body), options.max_tokens), options.signal
+            model,
+            limiter.estimate(len(call.body), options.max_tokens),
+            options.signal,
+            max_pause=max(float(options.max_retry_delay_ms), 0.0) / 1000.0,
         )
     except AbortError:
         raise _RequestAborted() from None
+    except QuotaWaitError as exc:
+        raise QuotaWaitError(
+            f"{call.label} request not sent: {exc}", retry_after=exc.retry_after, retryable=False
+        ) from None
     except Exception as exc:  # its store is unreachable, say: nothing is sent unlimited
         raise ProviderError(
             f"{call.label} request not sent: the rate limiter failed: {type(exc).__name__}: {exc}",
@@ -347,10 +376,24 @@ def _limited(call: _Call) -> Iterator[None]:
         yield from _attempt(call)
     except ProviderError as exc:
         if exc.status == 429 and exc.retry_after is not None:
-            limiter.pause(model, exc.retry_after)
+            _pause(limiter, model, exc.retry_after)
         raise
     finally:
         permit.settle(call.builder.message.usage if call.builder.started else None)
+
+
+def _pause(limiter: Any, model: Model, seconds: float) -> None:
+    """Pause ``model``'s bucket after a 429; a limiter that fails to (its store unreachable)
+    is logged, and the 429 stays what the request reports."""
+    try:
+        limiter.pause(model, seconds)
+    except Exception as exc:
+        import logging  # at the first failure only, as agentkit.run.agentkit_logger does
+
+        logging.getLogger("agentkit.limits").warning(
+            "the rate limiter could not pause %s/%s after a 429: %s: %s",
+            model.provider, model.id, type(exc).__name__, exc,
+        )  # fmt: skip
 
 
 def _attempt(call: _Call) -> Iterator[None]:

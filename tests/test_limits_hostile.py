@@ -16,9 +16,17 @@ import pytest
 
 from agentkit import Agent
 from agentkit.errors import QuotaWaitError
-from agentkit.limits import MAX_RETRY_AFTER, Quota, QuotaBackend, QuotaWait, RateLimiter
+from agentkit.limits import (
+    MAX_RETRY_AFTER,
+    Quota,
+    QuotaBackend,
+    QuotaWait,
+    RateLimiter,
+    RedisBackend,
+)
 from agentkit.providers.runner import parse_retry_after
 from tests.quota_server import FakeClock, QuotaServer, run_prompts
+from tests.servers import free_port
 from tests.support import WAIT
 
 GUARD = {"timeout": 10}
@@ -264,3 +272,19 @@ def test_usage_larger_than_the_estimate_is_learned(
     assert [
         round(t - start, 2) for t, refused in server.arrivals if refused and t > start + 0.3
     ] == []
+
+
+def test_a_429_whose_pause_could_not_be_set_still_waits_its_retry_after(
+    quota_server: Any, redis_server: Any
+) -> None:
+    """The limiter's store goes away between the request and its 429: the pause is lost, so
+    the retry waits the Retry-After itself, and the run reports what happened."""
+    server = quota_server()
+    server.close_for(0.3)
+    limiter = RateLimiter(backend=RedisBackend(redis_server.url, prefix="test:lost-pause"))
+    broken = RedisBackend(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    limiter.pause = lambda model, seconds: broken.pause("b", seconds)  # type: ignore[method-assign]
+    last = prompt(server, limiter, max_retries=1)
+    assert (last.stop_reason, last.text) == ("stop", "ok")
+    stats = server.stats()
+    assert (stats["received"], stats["rejected"]) == (2, 1)  # not retried into the same 429

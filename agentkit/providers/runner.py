@@ -227,6 +227,9 @@ class _Call:
     model: Model
     context: Context
     api_key: str | None
+    held: bool = False
+    """Whether the last attempt's 429 paused the rate limiter's bucket, whose permit then
+    holds the retry back (so the retry loop does not wait on its own)."""
 
     def reasked(self, detail: str) -> _Call:
         """This request again, its context ending with :data:`REASK_TEXT` (a note for this
@@ -275,7 +278,7 @@ def _with_retries(call: _Call) -> Iterator[None]:
 def _retry_delay(exc: ProviderError, call: _Call, attempt: int) -> float:
     """Seconds to wait before retry ``attempt`` (0-based) of ``call`` after ``exc``: the wait it
     asked for, else a backoff; 0 after a 429 that paused the rate limiter's bucket (the next
-    permit waits for it). Raises a final error when it asked for more than
+    permit waits for the pause). Raises a final error when it asked for more than
     ``max_retry_delay_ms``."""
     options = call.options
     max_delay = max(float(options.max_retry_delay_ms), 0.0) / 1000.0
@@ -292,7 +295,7 @@ def _retry_delay(exc: ProviderError, call: _Call, attempt: int) -> float:
             retry_after=asked,
             retryable=False,
         ) from None
-    if exc.status == 429 and options.rate_limiter is not None:
+    if call.held:
         return 0.0
     return asked
 
@@ -350,6 +353,7 @@ def _limited(call: _Call) -> Iterator[None]:
     pause longer than the request's ``max_retry_delay_ms`` fails it unsent (a
     :class:`~agentkit.errors.QuotaWaitError`), as a ``Retry-After`` that long would."""
     limiter = call.options.rate_limiter
+    call.held = False
     if limiter is None:
         yield from _attempt(call)
         return
@@ -376,17 +380,18 @@ def _limited(call: _Call) -> Iterator[None]:
         yield from _attempt(call)
     except ProviderError as exc:
         if exc.status == 429 and exc.retry_after is not None:
-            _pause(limiter, model, exc.retry_after)
+            call.held = _pause(limiter, model, exc.retry_after)
         raise
     finally:
         permit.settle(call.builder.message.usage if call.builder.started else None)
 
 
-def _pause(limiter: Any, model: Model, seconds: float) -> None:
-    """Pause ``model``'s bucket after a 429; a limiter that fails to (its store unreachable)
-    is logged, and the 429 stays what the request reports."""
+def _pause(limiter: Any, model: Model, seconds: float) -> bool:
+    """Pause ``model``'s bucket after a 429, and say whether it did; a limiter that fails to
+    (its store unreachable) is logged, and the 429 stays what the request reports."""
     try:
         limiter.pause(model, seconds)
+        return True
     except Exception as exc:
         import logging  # at the first failure only, as agentkit.run.agentkit_logger does
 
@@ -394,6 +399,7 @@ def _pause(limiter: Any, model: Model, seconds: float) -> None:
             "the rate limiter could not pause %s/%s after a 429: %s: %s",
             model.provider, model.id, type(exc).__name__, exc,
         )  # fmt: skip
+        return False
 
 
 def _attempt(call: _Call) -> Iterator[None]:

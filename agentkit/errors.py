@@ -34,6 +34,8 @@ time ran out; both say what they are for and never reach the caller of a run as 
     │   ├── SessionStoreError         the store failed or could not be reached
     │   ├── SessionCorruptError       a stored message unreadable or missing
     │   └── SessionImportError        a JSONL import rejected at a line
+    ├── LedgerError                   the spend ledger's store failed, or a key or cap is bad
+    │   └── SpendCapError             a reservation would take a key's spend past its cap
     ├── MCPServerError                an MCP server could not be started, reached or listed
     ├── LocalModelError               the embedded model could not be prepared or started
     │   ├── LocalModelNotInstalledError
@@ -217,6 +219,41 @@ class SessionImportError(SessionError):
     def __init__(self, line: int, reason: str) -> None:
         super().__init__(f"line {line}: {reason}; nothing was imported")
         self.line = line
+
+
+# --- the spend ledger ---------------------------------------------------------------------------
+
+
+class LedgerError(AgentError):
+    """The spend ledger (:mod:`agentkit.ledger`) could not do what was asked: its store failed
+    or could not be reached (what it had committed is kept), or a key or cap is malformed."""
+
+
+class SpendCapError(LedgerError):
+    """A reservation was refused: with it, a key's spend in a window would pass its cap.
+    ``key``, ``window`` and ``period`` say where (``"user:u1"``, ``"day"``, ``"2026-12-03"``),
+    ``cap_usd``/``cap_tokens`` the cap, ``usd``/``tokens`` what is spent and held there now,
+    and ``asked_usd``/``asked_tokens`` what the refused reservation asked for."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str,
+        window: str,
+        period: str,
+        cap_usd: float | None,
+        cap_tokens: int | None,
+        usd: float,
+        tokens: int,
+        asked_usd: float,
+        asked_tokens: int,
+    ) -> None:
+        super().__init__(message)
+        self.key, self.window, self.period = key, window, period
+        self.cap_usd, self.cap_tokens = cap_usd, cap_tokens
+        self.usd, self.tokens = usd, tokens
+        self.asked_usd, self.asked_tokens = asked_usd, asked_tokens
 
 
 # --- integrations and the application -----------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from .._pg import safe_url
 from .._serialize import LLM_ROLES, dumps, to_jsonable
 from ..errors import (  # noqa: F401 - the session errors stay importable from here
     SessionConflictError,
@@ -51,15 +52,7 @@ class SessionStore(ABC):
     def display_url(self) -> str:
         """The store's URL without a password (nor a query, which may hold one), for
         messages and logs."""
-        scheme, sep, rest = self.url.partition("://")
-        if not sep:
-            return self.url
-        authority, slash, path = rest.partition("/")
-        credentials, at, host = authority.rpartition("@")
-        if at:
-            user = credentials.split(":", 1)[0]
-            authority = f"{user}@{host}" if user else host
-        return f"{scheme}://{authority}{slash}{path.split('?', 1)[0]}"
+        return safe_url(self.url)
 
     @abstractmethod
     def load(self, name: str) -> tuple[list[str], int]:

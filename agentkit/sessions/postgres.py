@@ -6,19 +6,19 @@ the version, inserts the records and bumps the version; a concurrent writer wait
 then sees the new version and gets :class:`SessionConflictError`. A committed append is durable
 (PostgreSQL's WAL).
 
-A connection the server closed while it sat idle (``idle_session_timeout``, PgBouncer, a cloud
-load balancer) is only found dead when next used; the store then runs that call once more on a
-new connection. Repeating is safe: reads change nothing, and an append checks its version, and
-on the retry recognises its own records if the first attempt had committed after all.
+A connection the server closed while it sat idle is run again once on a new connection
+(:mod:`agentkit._pg`). Repeating is safe: reads change nothing, and an append checks its
+version, and on the retry recognises its own records if the first attempt had committed after
+all.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
+from .._pg import PgLink
 from .base import (
     SessionConflictError,
     SessionInfo,
@@ -27,8 +27,6 @@ from .base import (
     check_complete,
     check_name,
 )
-
-T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentkit_sessions (
@@ -54,52 +52,17 @@ class PostgresStore(SessionStore):
     """
 
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
-        try:
-            import psycopg
-        except ImportError as exc:
-            raise ImportError(
-                "PostgresStore needs psycopg: pip install 'agentkit[postgres]'"
-            ) from exc
-        self._psycopg: Any = psycopg
         self.url = url
-        self._timeout = timeout
-        # Guards _conn: psycopg connections are not to be used by two threads at once.
-        self._lock = threading.Lock()
-        self._conn: Any = None
+        self._link = PgLink(
+            url, timeout, SessionStoreError, "PostgreSQL session store", "PostgresStore"
+        )
+        self._transact = self._link.transact
 
         def create(cur: Any, _retry: bool) -> None:
             cur.execute("SELECT pg_advisory_xact_lock(726611)")  # two creators of the schema
             cur.execute(SCHEMA)
 
         self._transact(create)
-
-    def _safe_url(self) -> str:
-        return self.display_url
-
-    def _transact(self, operation: Callable[[Any, bool], T]) -> T:
-        """``operation(cursor, retry)`` in one transaction on a live connection; ``retry`` is
-        true on the second attempt, made once when a reused connection turned out dead."""
-        with self._lock:
-            for retry in (False, True):
-                conn = self._conn
-                reused = conn is not None and not conn.closed and not conn.broken
-                try:
-                    if not reused:
-                        self._conn = conn = self._psycopg.connect(
-                            self.url, autocommit=True, connect_timeout=int(self._timeout)
-                        )
-                    with conn.transaction(), conn.cursor() as cur:
-                        return operation(cur, retry)
-                except self._psycopg.Error as exc:
-                    dead = conn is not None and (conn.closed or conn.broken)
-                    if dead:
-                        self._conn = None
-                    if dead and reused and not retry:
-                        continue  # closed while idle: once more on a new connection
-                    raise SessionStoreError(
-                        f"PostgreSQL session store {self._safe_url()}: {exc}".strip()
-                    ) from exc
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def load(self, name: str) -> tuple[list[str], int]:
         def read(cur: Any, _retry: bool) -> tuple[Any, list[Any]]:
@@ -172,7 +135,4 @@ class PostgresStore(SessionStore):
         return self._transact(remove)
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._link.close()

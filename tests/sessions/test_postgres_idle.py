@@ -33,7 +33,7 @@ def idle_closing_url(postgres_server: PostgresServer) -> Iterator[str]:
 
 def wait_until_closed_by_server(store: PostgresStore, admin_url: str) -> None:
     """Block until the server has ended the store's idle connection."""
-    pid = store._conn.info.backend_pid
+    pid = store._link._conn.info.backend_pid  # the connection the store holds
     deadline = time.monotonic() + WAIT
     with psycopg.connect(admin_url, autocommit=True) as admin:
         query = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"

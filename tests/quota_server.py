@@ -7,7 +7,9 @@ over the quota gets a 429 with ``Retry-After`` (whole seconds) and ``retry-after
 wait until the window has room), and is not counted against the window; a request within it
 gets a short streamed answer whose reported usage is what the window counted: ``prompt_tokens``
 is the body's size over four (plus ``hidden_tokens``, input the body does not show, as an
-image's), ``completion_tokens`` is ``output_tokens``. ``GET /stats`` answers the counts as JSON.
+image's), ``cached_tokens`` of it read from a cache, ``completion_tokens`` is ``output_tokens``:
+what a test's model is charged, at the prices it gives the model. ``GET /stats`` answers the
+counts as JSON (the tokens of every answer sent included).
 
 Its time is the wall clock, or a :class:`FakeClock` shared with the limiter under test.
 """
@@ -124,12 +126,19 @@ class QuotaServer:
         hidden_tokens: int = 0,
         lags: Sequence[float] = (),
         clock: FakeClock | None = None,
+        cached_tokens: int = 0,
+        failures: int = 0,
     ) -> None:
         self.requests = requests
         self.tokens = tokens
         self.per = per
         self.output_tokens = output_tokens
         self.hidden_tokens = hidden_tokens
+        self.cached_tokens = cached_tokens
+        self.failures = failures
+        """How many of the first requests get a 503 (counted as rejected)."""
+        self.charged = {"prompt": 0, "cached": 0, "completion": 0}
+        """The tokens of every answer sent."""
         self.delay = delay
         """Seconds before the first byte of each accepted answer (a hosted API's latency)."""
         self.lags = list(lags)
@@ -140,6 +149,8 @@ class QuotaServer:
         """The ``Retry-After`` a refusal sends instead of the wait (a hostile server's)."""
         # Guards the window and every counter below.
         self.lock = threading.Lock()
+        # Notified (under lock) when a request arrives.
+        self.arrived = threading.Condition(self.lock)
         self._window: list[tuple[float, int]] = []  # (counted at, tokens), oldest first
         self.received = 0
         self.accepted = 0
@@ -165,6 +176,10 @@ class QuotaServer:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 prompt_tokens = len(body) // 4 + server.hidden_tokens
+                if server.fail_once():
+                    error = {"error": {"message": "Service unavailable"}}
+                    self._reply(503, "application/json", json.dumps(error).encode())
+                    return
                 wait = server.admit(prompt_tokens + server.output_tokens)
                 if wait is not None:
                     headers = {
@@ -180,11 +195,7 @@ class QuotaServer:
                     server.clock.advance(server.delay)
                 elif server.delay:
                     time.sleep(server.delay)  # the server's latency, not a test's synchronisation
-                usage = {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": server.output_tokens,
-                    "total_tokens": prompt_tokens + server.output_tokens,
-                }
+                usage = server.charge(prompt_tokens)
                 chunks = [
                     {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": None}]},
                     {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
@@ -231,7 +242,13 @@ class QuotaServer:
         with self.lock:
             wait = self._admit(now, tokens)
             self.arrivals.append((now, wait is not None))
+            self.arrived.notify_all()
             return wait
+
+    def wait_received(self, count: int, timeout: float) -> bool:
+        """Block until ``count`` requests have arrived (or ``timeout`` seconds passed)."""
+        with self.lock:
+            return self.arrived.wait_for(lambda: self.received >= count, timeout)
 
     def _admit(self, now: float, tokens: int) -> float | None:
         """:meth:`admit`, under ``lock``."""
@@ -263,6 +280,30 @@ class QuotaServer:
         self.peak_tokens = max(self.peak_tokens, used + tokens)
         return None
 
+    def fail_once(self) -> bool:
+        """Whether this request is one of the ``failures`` (it is counted as received)."""
+        with self.lock:
+            if self.failures <= 0:
+                return False
+            self.failures -= 1
+            self.received += 1
+            self.rejected += 1
+            return True
+
+    def charge(self, prompt_tokens: int) -> dict[str, Any]:
+        """The usage an answer reports, counted in :attr:`charged`."""
+        cached = min(self.cached_tokens, prompt_tokens)
+        with self.lock:
+            self.charged["prompt"] += prompt_tokens
+            self.charged["cached"] += cached
+            self.charged["completion"] += self.output_tokens
+        return {
+            "prompt_tokens": prompt_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens": self.output_tokens,
+            "total_tokens": prompt_tokens + self.output_tokens,
+        }
+
     def close_for(self, seconds: float) -> None:
         """Refuse every request for ``seconds`` (as an API does once a quota is spent)."""
         with self.lock:
@@ -277,6 +318,7 @@ class QuotaServer:
                 "rejected": self.rejected,
                 "peak_requests": self.peak_requests,
                 "peak_tokens": self.peak_tokens,
+                **{f"{kind}_tokens": count for kind, count in self.charged.items()},
             }
 
     @property

@@ -10,7 +10,7 @@ permissions, and the approval question says so.
 
 This module parses the arguments and dispatches: the agent is built in :mod:`.agent_setup`, a
 run goes in :mod:`.run`, the REPL in :mod:`.chat`, the other commands in :mod:`.sessions`,
-:mod:`.server` and :mod:`.eval`.
+:mod:`.ledger`, :mod:`.server` and :mod:`.eval`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .agent_setup import build_agent, check_tools
 from .chat import chat
 from .console import EXIT_INTERRUPTED, Console
 from .eval import add_eval_command, run_eval_command
+from .ledger import add_ledger_command, run_ledger_command
 from .mcp_serve import add_mcp_command, run_mcp_command
 from .model_choice import PrefixCache
 from .options import common_options
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat_command = commands.add_parser("chat", parents=[common], help="an interactive session")
     add_session_options(chat_command)
     add_sessions_command(commands)
+    add_ledger_command(commands)
     add_server_command(commands)
     add_ui_command(commands, common)
     add_mcp_command(commands)
@@ -93,6 +95,8 @@ def main(
     args = parser.parse_args(arguments)
     if args.command == "sessions":
         return run_sessions_command(args, io.stdout, io.stderr)
+    if args.command == "ledger":
+        return run_ledger_command(args, io.stdout, io.stderr)
     if args.command == "server":
         return run_server_command(args, io)
     if args.command == "ui":

@@ -212,6 +212,10 @@ def test_bad_keys_amounts_and_caps_are_refused_and_change_nothing(
     with pytest.raises(LedgerError, match="window"):
         ledger.spend("week")  # type: ignore[arg-type]
     assert ledger.spend("total", prefix=key) == []
+    for odd in (f"{key}:a_b%", f"{key}:axbx", f"{key}:{{slot}}"):  # LIKE's and Redis's specials
+        ledger.settle(ledger.reserve([odd], 0.1), 0.1, 1)
+    assert [r.key for r in ledger.spend("total", prefix=f"{key}:a_b%")] == [f"{key}:a_b%"]
+    assert ledger.spent(f"{key}:{{slot}}", "total").usd == 0.1
 
 
 def test_an_unreachable_store_says_which_without_its_password() -> None:

@@ -328,3 +328,24 @@ class EndRun(AgentError):  # noqa: N818 - a request to end a run, not a failure
     ) -> None:
         super().__init__(message or reason)
         self.reason, self.message, self.budget, self.detail = reason, message, budget, detail
+
+
+class JudgeError(AgentError):
+    """An evaluation's model judge gave no verdict (:mod:`agentkit.evals`); the message says
+    why."""
+
+
+class EvalCaseError(AgentError):
+    """An evaluation case did not pass (the pytest plugin of :mod:`agentkit.evals`); the
+    message is the report's note on it."""
+
+
+class EvalInterrupted(AgentError, KeyboardInterrupt):
+    """Ctrl-C stopped an evaluation (:mod:`agentkit.evals`); :attr:`report` holds the cases
+    that ended (the others are ``cancelled``). A ``KeyboardInterrupt`` too, so code that stops
+    on Ctrl-C still does."""
+
+    def __init__(self, report: Any) -> None:
+        done = len(report.ran)
+        super().__init__(f"interrupted after {done} of {len(report.cases)} cases")
+        self.report = report

@@ -37,7 +37,7 @@ def test_every_exception_is_defined_in_errors_under_agent_error() -> None:
     for value in vars(errors).values():
         if inspect.isclass(value) and issubclass(value, BaseException):
             assert issubclass(value, errors.AgentError), value
-            signal = value in (errors.ToolRetry, errors.BudgetReached, errors.EndRun)
+            signal = value in (errors.ToolRetry, errors.BudgetReached, errors.EndRun, errors.EvalInterrupted)
             assert value.__name__.endswith("Error") or signal, value
 
 

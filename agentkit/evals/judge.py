@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from .._serialize import to_jsonable
+from ..errors import JudgeError
 from ._abortable import run_abortably
 from .evaluators import CaseRun, Evaluation, Evaluator, EvaluatorResult
 
@@ -42,10 +43,6 @@ class Verdict(BaseModel):
     reason: str
     passed: bool
     score: float = Field(ge=0.0, le=1.0)
-
-
-class JudgeError(Exception):
-    """The judge gave no verdict: the message says why."""
 
 
 @dataclass

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..errors import EvalCaseError
+
 if TYPE_CHECKING:
     from .dataset import Case, Dataset
     from .report import CaseResult, Report
@@ -49,10 +51,6 @@ def pytest_configure(config: pytest.Config) -> None:
         if not config.getoption("eval_agent"):
             raise pytest.UsageError("--eval needs --eval-agent MODULE:FACTORY")
         config.pluginmanager.register(EvalSession(config), "agentkit-eval-session")
-
-
-class CaseNotPassed(Exception):
-    """A case's status was not ``passed``; the message is the report's note on it."""
 
 
 class EvalSession:
@@ -144,10 +142,10 @@ class CaseItem(pytest.Item):
         message = f"{result.status}: {result.note or result.error or 'no detail'}"
         if self.config.getoption("eval_min_pass_rate") is not None:
             pytest.xfail(message)
-        raise CaseNotPassed(message)
+        raise EvalCaseError(message)
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
-        if isinstance(excinfo.value, CaseNotPassed):
+        if isinstance(excinfo.value, EvalCaseError):
             return f"case {self.case.name!r} {excinfo.value}"
         return super().repr_failure(excinfo, style)
 

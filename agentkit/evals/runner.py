@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..abort import AbortController, AbortSignal
 from ..agent import Agent
 from ..budgets import Budgets
+from ..errors import EvalInterrupted
 from ..results import RunResult, RunUsage
 from ..types import UserMessage, role_of
 from ..waits import get_item
@@ -64,16 +65,6 @@ INTERRUPTED_TEXT = "the evaluation was interrupted"
 
 SWEEP = 1.0
 """Seconds without a case ending after which the caller's thread looks at every case."""
-
-
-class EvalInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped an evaluation; :attr:`report` holds the cases that ended (the others
-    are ``cancelled``)."""
-
-    def __init__(self, report: Report) -> None:
-        done = len(report.ran)
-        super().__init__(f"interrupted after {done} of {len(report.cases)} cases")
-        self.report = report
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,37 @@ def stream_response(
     return final, partial is not None
 
 
+def side_options(
+    options: StreamOptions, api_key: str | None, signal: AbortSignal, max_tokens: int | None
+) -> StreamOptions:
+    """The options of a request made beside the turns (a summary, a judge): no tools, no
+    reasoning, no output schema; the run's key, signal and (when given) ``max_tokens``."""
+    update: dict[str, Any] = {
+        "api_key": api_key or options.api_key,
+        "signal": signal,
+        "reasoning": None,
+        "tool_choice": None,
+        "output_schema": None,
+    }
+    if max_tokens is not None:
+        update["max_tokens"] = max_tokens
+    return options.model_copy(update=update)
+
+
+def read_quietly(request: ModelRequest, grace: float, deadline: Deadline | None) -> AssistantMessage:
+    """Make ``request`` and read its response to the end without events, as the loop reads
+    its own (abortable, given up on ``grace`` seconds after an abort, ended at the
+    ``deadline``); the final message, an ``aborted`` one when the stream never ended."""
+    response = request.stream_fn(request.model, request.context, request.options)
+    final: AssistantMessage | None = None
+    with _reading(response, request.signal, grace, deadline) as events:
+        for event in events:
+            if event is None or isinstance(event, (DoneEvent, ErrorEvent)):
+                final = response.result()
+                break
+    return final if final is not None else aborted_message(None, request.model)
+
+
 def request_once(
     model: Model,
     stream_fn: StreamFn,
@@ -111,28 +142,13 @@ def request_once(
     grace: float = 2.0,
     deadline: Deadline | None = None,
 ) -> AssistantMessage:
-    """One request without tools and without events (a summary, a judge), made as the loop
-    makes its own: abortable, given up on ``grace`` seconds after an abort, ended at the
-    ``deadline``. Returns the final message, an ``error`` or ``aborted`` one when it failed;
-    the caller counts its usage."""
+    """One request without tools and without events, outside a run (``agent.compact()``): made
+    as the loop makes its own (:func:`read_quietly`). Returns the final message, an ``error``
+    or ``aborted`` one when it failed; the caller counts its usage."""
     api_key = get_api_key(model.provider) if get_api_key is not None else None
-    options = options.model_copy(
-        update={
-            "api_key": api_key or options.api_key,
-            "signal": signal,
-            "reasoning": None,
-            "tool_choice": None,
-            "output_schema": None,
-        }
-    )
-    response = stream_fn(model, Context(messages=messages), options)
-    final: AssistantMessage | None = None
-    with _reading(response, signal, grace, deadline) as events:
-        for event in events:
-            if event is None or isinstance(event, (DoneEvent, ErrorEvent)):
-                final = response.result()
-                break
-    return final if final is not None else aborted_message(None, model)
+    options = side_options(options, api_key, signal, None)
+    request = ModelRequest(model, Context(messages=messages), options, stream_fn, signal, "summary")
+    return read_quietly(request, grace, deadline)
 
 
 def snapshot(message: AssistantMessage) -> AssistantMessage:

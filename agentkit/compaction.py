@@ -594,6 +594,8 @@ class CompactionPolicy(RunPolicy):
     def wrap_request(
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler
     ) -> AssistantMessage:
+        if request.purpose != "turn":
+            return call_next(request)  # its own summary request, or another policy's
         settings = self.settings
         access = ModelAccess(run.model, lambda m, n: run.complete(m, max_tokens=n))
         window = settings.window_for(run.model)

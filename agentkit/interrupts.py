@@ -103,7 +103,9 @@ class InterruptLane(RunPolicy):
     def wrap_request(
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler
     ) -> AssistantMessage:
-        """Each request runs under a turn signal an interrupt can abort."""
+        """Each request of a turn runs under a turn signal an interrupt can abort."""
+        if request.purpose != "turn":
+            return call_next(request)
         with self.turn(run.signal) as signal:
             return call_next(request.with_signal(signal))
 

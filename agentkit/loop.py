@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._request import request_once, snapshot, stream_response
+from ._request import read_quietly, request_once, side_options, snapshot, stream_response
 from ._serialize import LLM_ROLES, clean_message
 from .abort import ABORTED_TEXT, AbortController, AbortSignal
 from .config import (
@@ -346,19 +346,15 @@ class _Run(RunScope):
             messages = config.transform_context(messages, self.signal)
         return Context(messages=list(config.convert_to_llm(messages)))
 
-    def complete(self, messages: list[Any], *, max_tokens: int | None = None) -> AssistantMessage:
-        config = self.config
-        options = self.options
-        if max_tokens is not None:
-            options = options.model_copy(update={"max_tokens": max_tokens})
-        final = request_once(
-            self.model, self.stream_fn, options, messages, self.signal,
-            get_api_key=config.get_api_key, grace=config.tool_abort_grace,
-            deadline=self.deadline,
-        )  # fmt: skip
-        self.result.usage.requests += 1
-        self.result.usage.add(final.usage)
-        return final
+    def complete(
+        self, messages: list[Any], *, max_tokens: int | None = None, purpose: str = "summary"
+    ) -> AssistantMessage:
+        get_api_key = self.config.get_api_key
+        api_key = get_api_key(self.model.provider) if get_api_key is not None else None
+        options = side_options(self.options, api_key, self.signal, max_tokens)
+        context = Context(messages=messages)
+        request = ModelRequest(self.model, context, options, self.stream_fn, self.signal, purpose)
+        return self.send(request)
 
     def run_tools(self, message: AssistantMessage, calls: list[ToolCall]) -> BatchOutcome:
         results, terminate = _run_tools(self, message, calls)
@@ -370,10 +366,14 @@ class _Run(RunScope):
     # --- the innermost handlers ---
 
     def _send(self, request: ModelRequest) -> AssistantMessage:
-        """The request itself: stream the response into the transcript and count it."""
-        final = _stream_assistant_response(self, request)
-        self._sent = final
-        self.result.append(final)
+        """The request itself: a turn's streams its response into the transcript; another
+        (``run.complete``) is read quietly. Either is counted in the run's usage."""
+        if request.purpose == "turn":
+            final = _stream_assistant_response(self, request)
+            self._sent = final
+            self.result.append(final)
+        else:
+            final = read_quietly(request, self.config.tool_abort_grace, self.deadline)
         self.result.usage.requests += 1
         self.result.usage.add(final.usage)
         return final

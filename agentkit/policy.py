@@ -108,6 +108,11 @@ class ModelRequest(FieldsEqRepr):
     options: StreamOptions
     stream_fn: Callable[[Model, Context, Any], Any]
     signal: AbortSignal
+    purpose: str = "turn"
+    """``"turn"`` for the turn loop's requests (their responses stream into the transcript);
+    another word (``"summary"``, ``"judge"``) for a request a policy makes with
+    :meth:`RunScope.complete`, which passes the chain too but leaves no message and no event.
+    A policy about the conversation (a compaction, an input check) lets those through."""
 
     def with_signal(self, signal: AbortSignal) -> ModelRequest:
         """This request under another signal (a child of the run's), its options too."""
@@ -260,12 +265,13 @@ class RunScope(ABC):
 
     @abstractmethod
     def complete(
-        self, messages: list[Any], *, max_tokens: int | None = None
+        self, messages: list[Any], *, max_tokens: int | None = None, purpose: str = "summary"
     ) -> AssistantMessage:
         """One request of the run's own, without tools and without message events (a summary,
-        a judge): the run's one request path, with its abort, deadline and usage (counted in
-        the run's). Raises :class:`~agentkit.errors.ProviderError` or
-        :class:`~agentkit.errors.AbortError` when it fails."""
+        a judge): the run's one request path, through the policies' ``wrap_request`` chain
+        (the request's ``purpose`` says what it is for), with the run's abort, deadline and
+        usage (counted in the run's). Returns the final message: an ``error`` or ``aborted``
+        one when the request failed."""
 
     @abstractmethod
     def run_tools(self, message: AssistantMessage, calls: list[ToolCall]) -> BatchOutcome:

@@ -70,6 +70,13 @@ class SessionStore(ABC):
         """Append ``records`` atomically if the session is at ``expected_version``; return the
         new version. Raises :class:`SessionConflictError` (nothing written) otherwise."""
 
+    def awaiting_approval(self) -> list[SessionInfo]:
+        """The sessions that may have tool calls waiting for a decision, by name: every one
+        that has, and perhaps a few that no longer do (read each to know; see
+        :mod:`agentkit.sessions.waiting`). The stores of agentkit answer from an index they keep
+        as records are appended; a store without one names every session."""
+        return self.list()
+
     @abstractmethod
     def list(self) -> list[SessionInfo]:
         """Every session with at least one message, by name."""

@@ -27,6 +27,7 @@ from .base import (
     check_complete,
     check_name,
 )
+from .waiting import IndexChange, index_change, waiting_ids
 
 T = TypeVar("T")
 
@@ -43,6 +44,9 @@ CREATE TABLE IF NOT EXISTS agentkit_messages (
     PRIMARY KEY (session, seq)
 );
 """
+
+WAITING = "agentkit_waiting_calls"
+"""The approval index (:mod:`agentkit.sessions.waiting`): one row per call that waits."""
 
 
 class PostgresStore(SessionStore):
@@ -70,6 +74,9 @@ class PostgresStore(SessionStore):
         def create(cur: Any, _retry: bool) -> None:
             cur.execute("SELECT pg_advisory_xact_lock(726611)")  # two creators of the schema
             cur.execute(SCHEMA)
+            cur.execute("SELECT to_regclass(%s)", (WAITING,))
+            if cur.fetchone()[0] is None:
+                _make_index(cur)
 
         self._transact(create)
 
@@ -121,6 +128,8 @@ class PostgresStore(SessionStore):
         check_name(name)
         now = int(time.time() * 1000)
 
+        change = index_change(records)
+
         def write(cur: Any, retry: bool) -> int:
             cur.execute(
                 "INSERT INTO agentkit_sessions (name, version, updated_ms) VALUES (%s, 0, %s) "
@@ -148,9 +157,22 @@ class PostgresStore(SessionStore):
                 "UPDATE agentkit_sessions SET version = %s, updated_ms = %s WHERE name = %s",
                 (new_version, now, name),
             )
+            if change:
+                _index(cur, name, change)
             return int(new_version)
 
         return self._transact(write)
+
+    def awaiting_approval(self) -> list[SessionInfo]:
+        def read(cur: Any, _retry: bool) -> list[Any]:
+            cur.execute(
+                "SELECT name, version, updated_ms FROM agentkit_sessions WHERE version > 0 AND "
+                f"name IN (SELECT session FROM {WAITING}) ORDER BY name"
+            )
+            return list(cur.fetchall())
+
+        rows = self._transact(read)
+        return [SessionInfo(name, int(version), int(updated)) for name, version, updated in rows]
 
     def list(self) -> list[SessionInfo]:
         def read(cur: Any, _retry: bool) -> list[Any]:
@@ -166,6 +188,7 @@ class PostgresStore(SessionStore):
     def delete(self, name: str) -> bool:
         def remove(cur: Any, _retry: bool) -> bool:
             cur.execute("DELETE FROM agentkit_messages WHERE session = %s", (name,))
+            _index(cur, name, IndexChange(clear=True))
             cur.execute("DELETE FROM agentkit_sessions WHERE name = %s", (name,))
             return bool(cur.rowcount)
 
@@ -176,3 +199,38 @@ class PostgresStore(SessionStore):
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+def _make_index(cur: Any) -> None:
+    """Make the approval index, filled from the sessions already stored (a database written
+    before the store kept it); the caller holds the schema's lock."""
+    cur.execute(
+        f"CREATE TABLE {WAITING} (session TEXT NOT NULL, call_id TEXT NOT NULL, "
+        "PRIMARY KEY (session, call_id))"
+    )
+    cur.execute(
+        "SELECT DISTINCT session FROM agentkit_messages WHERE record LIKE %s",
+        ('%"approval_request"%',),
+    )
+    for (name,) in cur.fetchall():
+        cur.execute(
+            "SELECT record FROM agentkit_messages WHERE session = %s ORDER BY seq", (name,)
+        )
+        _index(cur, name, IndexChange(added=waiting_ids(r for (r,) in cur.fetchall())))
+
+
+def _index(cur: Any, name: str, change: IndexChange) -> None:
+    """Apply ``change`` to the session's rows of the approval index (in the caller's
+    transaction)."""
+    if change.clear:
+        cur.execute(f"DELETE FROM {WAITING} WHERE session = %s", (name,))
+    if change.removed:
+        cur.execute(
+            f"DELETE FROM {WAITING} WHERE session = %s AND call_id = ANY(%s)",
+            (name, sorted(change.removed)),
+        )
+    if change.added:
+        cur.executemany(
+            f"INSERT INTO {WAITING} (session, call_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            [(name, call_id) for call_id in sorted(change.added)],
+        )

@@ -3,8 +3,10 @@
 A session is a Redis list of records under ``<prefix>session:<name>``; its version is the list's
 length, also kept in the hash ``<prefix>versions`` so that a record removed outside agentkit is
 detected when the session loads. An append is one Lua script (check the length, push the
-records, touch the index and the version), which Redis runs atomically, so writers never
-interleave. Durability is the server's: run Redis with
+records, touch the index, the version and the approval index), which Redis runs atomically, so
+writers never interleave. The approval index (:mod:`agentkit.sessions.waiting`) is the set
+``<prefix>waiting`` of the sessions with calls waiting, and for each the set
+``<prefix>waiting:<name>`` of those calls. Durability is the server's: run Redis with
 ``appendonly yes`` and ``appendfsync always`` for an acknowledged append to survive a crash.
 """
 
@@ -24,15 +26,31 @@ from .base import (
     check_complete,
     check_name,
 )
+from .waiting import index_change, waiting_ids
 
 _APPEND = """
 local n = redis.call('LLEN', KEYS[1])
 if n ~= tonumber(ARGV[1]) then return {0, n} end
-for i = 4, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
+local removed, added = tonumber(ARGV[5]), tonumber(ARGV[6])
+local first = 7 + removed + added
+for i = first, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
+local version = n + #ARGV - first + 1
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-redis.call('HSET', KEYS[3], ARGV[2], n + #ARGV - 3)
-return {1, n + #ARGV - 3}
+redis.call('HSET', KEYS[3], ARGV[2], version)
+if ARGV[4] == '1' then redis.call('DEL', KEYS[5]) end
+for i = 7, 6 + removed do redis.call('SREM', KEYS[5], ARGV[i]) end
+for i = 7 + removed, first - 1 do redis.call('SADD', KEYS[5], ARGV[i]) end
+if ARGV[4] == '1' or first > 7 then
+  if redis.call('EXISTS', KEYS[5]) == 1 then
+    redis.call('SADD', KEYS[4], ARGV[2])
+  else
+    redis.call('SREM', KEYS[4], ARGV[2])
+  end
+end
+return {1, version}
 """
+"""Appends ARGV[7:] after the ids (ARGV[1]: the expected version, 2: the name, 3: the time,
+4: '1' to clear the session's waiting calls, 5 and 6: how many ids to remove, then to add)."""
 
 
 class RedisStore(SessionStore):
@@ -52,9 +70,40 @@ class RedisStore(SessionStore):
         self._append = self._client.register_script(_APPEND)
         self._index = f"{prefix}sessions"
         self._versions = f"{prefix}versions"
+        self._waiting = f"{prefix}waiting"
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}session:{name}"
+
+    def _waiting_key(self, name: str) -> str:
+        return f"{self._waiting}:{name}"
+
+    def _make_index(self) -> None:
+        """Fill the approval index from the sessions already stored (a server written before
+        the store kept it; appends keep it from then on), each session read and written in one
+        transaction (``WATCH``), so that an append meanwhile is not lost; then mark it made."""
+        import redis
+
+        for raw in self._client.hkeys(self._index):
+            name = raw.decode("utf-8")
+            while True:
+                with self._client.pipeline(transaction=True) as pipe:
+                    try:
+                        pipe.watch(self._key(name))
+                        records = pipe.lrange(self._key(name), 0, -1)
+                        ids = waiting_ids(r.decode("utf-8", "replace") for r in records)
+                        pipe.multi()
+                        pipe.delete(self._waiting_key(name))
+                        if ids:
+                            pipe.sadd(self._waiting_key(name), *sorted(ids))
+                            pipe.sadd(self._waiting, name)
+                        else:
+                            pipe.srem(self._waiting, name)
+                        pipe.execute()
+                        break
+                    except redis.WatchError:
+                        continue  # an append came in between: read the session again
+        self._client.set(f"{self._waiting}-made", "1")
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
@@ -80,14 +129,38 @@ class RedisStore(SessionStore):
     def append(self, name: str, records: Sequence[str], expected_version: int) -> int:
         check_name(name)
         now = str(int(time.time() * 1000))
+        change = index_change(records)
+        removed, added = sorted(change.removed), sorted(change.added)
         with self._errors():
             ok, version = self._append(
-                keys=[self._key(name), self._index, self._versions],
-                args=[expected_version, name, now, *records],
-            )
+                keys=[
+                    self._key(name), self._index, self._versions, self._waiting,
+                    self._waiting_key(name),
+                ],
+                args=[
+                    expected_version, name, now, "1" if change.clear else "0", len(removed),
+                    len(added), *removed, *added, *records,
+                ],
+            )  # fmt: skip
         if not ok:
             raise SessionConflictError(name, expected_version, int(version))
         return int(version)
+
+    def awaiting_approval(self) -> list[SessionInfo]:
+        with self._errors():
+            if not self._client.exists(f"{self._waiting}-made"):
+                self._make_index()
+            names = sorted(n.decode("utf-8") for n in self._client.smembers(self._waiting))
+            pipe = self._client.pipeline(transaction=False)
+            for name in names:
+                pipe.llen(self._key(name))
+            counts = pipe.execute() if names else []
+            updated = self._client.hmget(self._index, names) if names else []
+        return [
+            SessionInfo(name, int(count), int(when))
+            for name, count, when in zip(names, counts, updated, strict=True)
+            if count and when is not None
+        ]
 
     def list(self) -> list[SessionInfo]:
         with self._errors():
@@ -109,7 +182,9 @@ class RedisStore(SessionStore):
             pipe.delete(self._key(name))
             pipe.hdel(self._index, name)
             pipe.hdel(self._versions, name)
-            deleted, _, _ = pipe.execute()
+            pipe.delete(self._waiting_key(name))
+            pipe.srem(self._waiting, name)
+            deleted, *_ = pipe.execute()
         return bool(deleted)
 
     def close(self) -> None:

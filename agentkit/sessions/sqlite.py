@@ -23,6 +23,7 @@ from .base import (
     check_complete,
     check_name,
 )
+from .waiting import IndexChange, index_change, waiting_ids
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentkit_sessions (
@@ -37,6 +38,9 @@ CREATE TABLE IF NOT EXISTS agentkit_messages (
     PRIMARY KEY (session, seq)
 );
 """
+
+WAITING = "agentkit_waiting_calls"
+"""The approval index (:mod:`agentkit.sessions.waiting`): one row per call that waits."""
 
 
 class SqliteStore(SessionStore):
@@ -68,12 +72,62 @@ class SqliteStore(SessionStore):
                     self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
                 self._db.executescript(SCHEMA)
+                self._index_set_up()
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() + delay > deadline:
                     raise
             time.sleep(delay)  # the other connection finishes its switch in milliseconds
             delay = min(delay * 2, 0.1)
+
+    def _index_set_up(self) -> None:
+        """Make the approval index, filled from the sessions already stored (a file written
+        before the store kept it), in one write transaction: a second process opening the file
+        waits, then finds it made."""
+        if self._index_made():
+            return  # the usual case, without taking the write lock
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if not self._index_made():
+                self._db.execute(
+                    f"CREATE TABLE {WAITING} (session TEXT NOT NULL, call_id TEXT NOT NULL, "
+                    "PRIMARY KEY (session, call_id))"
+                )
+                asked = self._db.execute(
+                    "SELECT DISTINCT session FROM agentkit_messages "
+                    "WHERE record LIKE '%\"approval_request\"%'"
+                ).fetchall()
+                for (name,) in asked:
+                    records = self._db.execute(
+                        "SELECT record FROM agentkit_messages WHERE session = ? ORDER BY seq",
+                        (name,),
+                    ).fetchall()
+                    self._index(name, IndexChange(added=waiting_ids(r for (r,) in records)))
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _index_made(self) -> bool:
+        return bool(
+            self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (WAITING,)
+            ).fetchone()
+        )
+
+    def _index(self, name: str, change: IndexChange) -> None:
+        """Apply ``change`` to the session's rows of the approval index (in the caller's
+        transaction)."""
+        if change.clear:
+            self._db.execute(f"DELETE FROM {WAITING} WHERE session = ?", (name,))
+        self._db.executemany(
+            f"DELETE FROM {WAITING} WHERE session = ? AND call_id = ?",
+            [(name, call_id) for call_id in change.removed],
+        )
+        self._db.executemany(
+            f"INSERT OR IGNORE INTO {WAITING} (session, call_id) VALUES (?, ?)",
+            [(name, call_id) for call_id in change.added],
+        )
 
     def load(self, name: str) -> tuple[list[str], int]:
         with self._lock, self._errors():
@@ -94,6 +148,7 @@ class SqliteStore(SessionStore):
 
     def append(self, name: str, records: Sequence[str], expected_version: int) -> int:
         check_name(name)
+        change = index_change(records)
         with self._lock, self._errors():
             self._db.execute("BEGIN IMMEDIATE")  # the write lock, before reading the version
             try:
@@ -114,11 +169,21 @@ class SqliteStore(SessionStore):
                     "updated_ms = excluded.updated_ms",
                     (name, new_version, int(time.time() * 1000)),
                 )
+                if change:
+                    self._index(name, change)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
         return new_version
+
+    def awaiting_approval(self) -> list[SessionInfo]:
+        with self._lock, self._errors():
+            rows = self._db.execute(
+                "SELECT name, version, updated_ms FROM agentkit_sessions WHERE version > 0 AND "
+                f"name IN (SELECT session FROM {WAITING}) ORDER BY name"
+            ).fetchall()
+        return [SessionInfo(name, version, updated) for name, version, updated in rows]
 
     def list(self) -> list[SessionInfo]:
         with self._lock, self._errors():
@@ -133,6 +198,7 @@ class SqliteStore(SessionStore):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute("DELETE FROM agentkit_messages WHERE session = ?", (name,))
+                self._index(name, IndexChange(clear=True))
                 gone = self._db.execute("DELETE FROM agentkit_sessions WHERE name = ?", (name,))
             except BaseException:
                 self._db.execute("ROLLBACK")

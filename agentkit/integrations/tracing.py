@@ -176,8 +176,11 @@ class _Tracer:
         return {"gen_ai.provider.name": model.provider, "gen_ai.request.model": model.id}
 
     def _output_type(self) -> str:
-        """``gen_ai.output.type``: ``json`` when the agent asks for a typed output."""
-        return "json" if self._agent.output_type is not None else "text"
+        """``gen_ai.output.type``: ``json`` when the run asks for a typed output (its own
+        ``output_type`` wins over the agent's)."""
+        options = self._agent.run_options
+        spec = options.output_type if options is not None else self._agent.output_type
+        return "json" if spec is not None else "text"
 
     def _start_run(self) -> None:
         name = self._name
@@ -404,8 +407,6 @@ class _Tracer:
         run.set_attribute("gen_ai.usage.input_tokens", self._tokens[0])
         run.set_attribute("gen_ai.usage.output_tokens", self._tokens[1])
         run.set_attribute("gen_ai.usage.cache_read.input_tokens", self._tokens[2])
-        if getattr(messages, "output", None) is not None:
-            run.set_attribute("gen_ai.output.type", "json")
         outcome = self._run_outcome(messages)
         if outcome is not None:
             run.set_attribute("error.type", outcome[0])

@@ -483,6 +483,40 @@ def test_no_content_reaches_a_span_with_capture_off_not_even_through_an_error(
         server.stop()
 
 
+def test_no_content_reaches_a_log_record_with_capture_off(caplog: pytest.LogCaptureFixture) -> None:
+    from .providers.replay_server import ReplayServer, Reply, make_model
+    from .providers.replay_server import options as test_options
+
+    server = ReplayServer()
+    server.start()
+    try:
+        for capture in (False, True):
+            # A provider whose 400 quotes the prompt, over real HTTP.
+            model = make_model("openai-completions", server.url)
+            agent = Agent(model=model, stream_options=test_options())
+            if capture:
+                enable_logging(agent, capture_content=True)
+            else:
+                enable_logging(agent)  # the default
+            body = json.dumps({"error": {"message": f"Invalid prompt: {SECRET}"}}).encode()
+            server.enqueue(Reply(status=400, body=body, content_type="application/json"))
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger="agentkit.run"):
+                failed = agent.prompt(f"Tell me {SECRET}")
+            agent.close()
+            assert failed.stop_reason == "error" and SECRET in (failed.error_message or "")
+            records = [r for r in caplog.records if r.name == "agentkit.run"]
+            (error,) = [r for r in records if r.levelno == logging.ERROR]
+            if capture:  # the same run's record carries the text when content is switched on
+                assert SECRET in error.getMessage()
+            else:
+                assert not [r for r in records if SECRET in r.getMessage() + str(r.__dict__)]
+                assert error.getMessage() == "model request error: provider error (HTTP 400)"
+            assert error.http_status == 400  # type: ignore[attr-defined]
+    finally:
+        server.stop()
+
+
 def test_a_failed_run_reaches_a_real_otlp_http_receiver() -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 

@@ -35,6 +35,8 @@ class SessionInfo:
 
     name: str
     messages: int
+    """How many messages it holds (what :meth:`Session.load` reads; its marker records are
+    not messages)."""
     updated_ms: int
 
 

@@ -27,7 +27,7 @@ from .base import (
     check_complete,
     check_name,
 )
-from .waiting import IndexChange, index_change, waiting_ids
+from .indexes import IndexChange, index_change
 
 T = TypeVar("T")
 
@@ -35,7 +35,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentkit_sessions (
     name TEXT PRIMARY KEY,
     version INTEGER NOT NULL,
-    updated_ms BIGINT NOT NULL
+    updated_ms BIGINT NOT NULL,
+    markers INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS agentkit_messages (
     session TEXT NOT NULL,
@@ -46,7 +47,8 @@ CREATE TABLE IF NOT EXISTS agentkit_messages (
 """
 
 WAITING = "agentkit_waiting_calls"
-"""The approval index (:mod:`agentkit.sessions.waiting`): one row per call that waits."""
+"""The approval index (:mod:`agentkit.sessions.indexes`): one row per call that waits. Not in
+:data:`SCHEMA`: a database written before the store kept it gets it filled when first opened."""
 
 
 class PostgresStore(SessionStore):
@@ -74,9 +76,7 @@ class PostgresStore(SessionStore):
         def create(cur: Any, _retry: bool) -> None:
             cur.execute("SELECT pg_advisory_xact_lock(726611)")  # two creators of the schema
             cur.execute(SCHEMA)
-            cur.execute("SELECT to_regclass(%s)", (WAITING,))
-            if cur.fetchone()[0] is None:
-                _make_index(cur)
+            _make_indexes(cur)
 
         self._transact(create)
 
@@ -154,10 +154,11 @@ class PostgresStore(SessionStore):
             )
             new_version = version + len(records)
             cur.execute(
-                "UPDATE agentkit_sessions SET version = %s, updated_ms = %s WHERE name = %s",
-                (new_version, now, name),
+                "UPDATE agentkit_sessions SET version = %s, updated_ms = %s, "
+                "markers = markers + %s WHERE name = %s",
+                (new_version, now, change.markers, name),
             )
-            if change:
+            if change.approvals:
                 _index(cur, name, change)
             return int(new_version)
 
@@ -166,8 +167,8 @@ class PostgresStore(SessionStore):
     def awaiting_approval(self) -> list[SessionInfo]:
         def read(cur: Any, _retry: bool) -> list[Any]:
             cur.execute(
-                "SELECT name, version, updated_ms FROM agentkit_sessions WHERE version > 0 AND "
-                f"name IN (SELECT session FROM {WAITING}) ORDER BY name"
+                "SELECT name, version - markers, updated_ms FROM agentkit_sessions "
+                f"WHERE version > 0 AND name IN (SELECT session FROM {WAITING}) ORDER BY name"
             )
             return list(cur.fetchall())
 
@@ -177,8 +178,8 @@ class PostgresStore(SessionStore):
     def list(self) -> list[SessionInfo]:
         def read(cur: Any, _retry: bool) -> list[Any]:
             cur.execute(
-                "SELECT name, version, updated_ms FROM agentkit_sessions WHERE version > 0 "
-                "ORDER BY name"
+                "SELECT name, version - markers, updated_ms FROM agentkit_sessions "
+                "WHERE version > 0 ORDER BY name"
             )
             return list(cur.fetchall())
 
@@ -201,22 +202,41 @@ class PostgresStore(SessionStore):
                 self._conn = None
 
 
-def _make_index(cur: Any) -> None:
-    """Make the approval index, filled from the sessions already stored (a database written
-    before the store kept it); the caller holds the schema's lock."""
+def _make_indexes(cur: Any) -> None:
+    """Make the indexes (:mod:`~agentkit.sessions.indexes`) a database written before the
+    store kept them lacks, filled from the sessions stored; the caller holds the schema's
+    lock."""
+    cur.execute("SELECT to_regclass(%s)", (WAITING,))
+    no_table = cur.fetchone()[0] is None
     cur.execute(
-        f"CREATE TABLE {WAITING} (session TEXT NOT NULL, call_id TEXT NOT NULL, "
-        "PRIMARY KEY (session, call_id))"
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = 'agentkit_sessions' AND column_name = 'markers'"
     )
+    no_column = cur.fetchone() is None
+    if no_table:
+        cur.execute(
+            f"CREATE TABLE {WAITING} (session TEXT NOT NULL, call_id TEXT NOT NULL, "
+            "PRIMARY KEY (session, call_id))"
+        )
+    if no_column:
+        cur.execute("ALTER TABLE agentkit_sessions ADD COLUMN markers INTEGER NOT NULL DEFAULT 0")
+    if not (no_table or no_column):
+        return
     cur.execute(
-        "SELECT DISTINCT session FROM agentkit_messages WHERE record LIKE %s",
-        ('%"approval_request"%',),
+        "SELECT DISTINCT session FROM agentkit_messages WHERE record LIKE %s OR record LIKE %s",
+        ('%"approval_request"%', '%"deferred"%'),
     )
     for (name,) in cur.fetchall():
         cur.execute(
             "SELECT record FROM agentkit_messages WHERE session = %s ORDER BY seq", (name,)
         )
-        _index(cur, name, IndexChange(added=waiting_ids(r for (r,) in cur.fetchall())))
+        change = index_change(r for (r,) in cur.fetchall())
+        if no_table:
+            _index(cur, name, IndexChange(added=change.added))
+        if no_column:
+            cur.execute(
+                "UPDATE agentkit_sessions SET markers = %s WHERE name = %s", (change.markers, name)
+            )
 
 
 def _index(cur: Any, name: str, change: IndexChange) -> None:

@@ -3,10 +3,11 @@
 A session is a Redis list of records under ``<prefix>session:<name>``; its version is the list's
 length, also kept in the hash ``<prefix>versions`` so that a record removed outside agentkit is
 detected when the session loads. An append is one Lua script (check the length, push the
-records, touch the index, the version and the approval index), which Redis runs atomically, so
-writers never interleave. The approval index (:mod:`agentkit.sessions.waiting`) is the set
+records, touch the index, the version and the indexes of :mod:`agentkit.sessions.indexes`),
+which Redis runs atomically, so writers never interleave. The approval index is the set
 ``<prefix>waiting`` of the sessions with calls waiting, and for each the set
-``<prefix>waiting:<name>`` of those calls. Durability is the server's: run Redis with
+``<prefix>waiting:<name>`` of those calls; the hash ``<prefix>markers`` counts each session's
+marker records. Durability is the server's: run Redis with
 ``appendonly yes`` and ``appendfsync always`` for an acknowledged append to survive a crash.
 """
 
@@ -26,21 +27,22 @@ from .base import (
     check_complete,
     check_name,
 )
-from .waiting import index_change, waiting_ids
+from .indexes import index_change
 
 _APPEND = """
 local n = redis.call('LLEN', KEYS[1])
 if n ~= tonumber(ARGV[1]) then return {0, n} end
 local removed, added = tonumber(ARGV[5]), tonumber(ARGV[6])
-local first = 7 + removed + added
+local first = 8 + removed + added
 for i = first, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
 local version = n + #ARGV - first + 1
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[2], version)
+if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[6], ARGV[2], ARGV[7]) end
 if ARGV[4] == '1' then redis.call('DEL', KEYS[5]) end
-for i = 7, 6 + removed do redis.call('SREM', KEYS[5], ARGV[i]) end
-for i = 7 + removed, first - 1 do redis.call('SADD', KEYS[5], ARGV[i]) end
-if ARGV[4] == '1' or first > 7 then
+for i = 8, 7 + removed do redis.call('SREM', KEYS[5], ARGV[i]) end
+for i = 8 + removed, first - 1 do redis.call('SADD', KEYS[5], ARGV[i]) end
+if ARGV[4] == '1' or first > 8 then
   if redis.call('EXISTS', KEYS[5]) == 1 then
     redis.call('SADD', KEYS[4], ARGV[2])
   else
@@ -49,8 +51,9 @@ if ARGV[4] == '1' or first > 7 then
 end
 return {1, version}
 """
-"""Appends ARGV[7:] after the ids (ARGV[1]: the expected version, 2: the name, 3: the time,
-4: '1' to clear the session's waiting calls, 5 and 6: how many ids to remove, then to add)."""
+"""Appends ARGV[8:] after the ids (ARGV[1]: the expected version, 2: the name, 3: the time,
+4: '1' to clear the session's waiting calls, 5 and 6: how many ids to remove, then to add,
+7: how many of the records are markers)."""
 
 
 class RedisStore(SessionStore):
@@ -71,6 +74,7 @@ class RedisStore(SessionStore):
         self._index = f"{prefix}sessions"
         self._versions = f"{prefix}versions"
         self._waiting = f"{prefix}waiting"
+        self._markers = f"{prefix}markers"
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}session:{name}"
@@ -78,10 +82,10 @@ class RedisStore(SessionStore):
     def _waiting_key(self, name: str) -> str:
         return f"{self._waiting}:{name}"
 
-    def _make_index(self) -> None:
-        """Fill the approval index from the sessions already stored (a server written before
-        the store kept it; appends keep it from then on), each session read and written in one
-        transaction (``WATCH``), so that an append meanwhile is not lost; then mark it made."""
+    def _make_indexes(self) -> None:
+        """Fill the indexes from the sessions already stored, once (a server written before the
+        store kept them; appends keep them from then on): each session read and written in one
+        transaction (``WATCH``), so that an append meanwhile is not lost; then mark them made."""
         import redis
 
         for raw in self._client.hkeys(self._index):
@@ -91,19 +95,39 @@ class RedisStore(SessionStore):
                     try:
                         pipe.watch(self._key(name))
                         records = pipe.lrange(self._key(name), 0, -1)
-                        ids = waiting_ids(r.decode("utf-8", "replace") for r in records)
+                        change = index_change(r.decode("utf-8", "replace") for r in records)
                         pipe.multi()
                         pipe.delete(self._waiting_key(name))
-                        if ids:
-                            pipe.sadd(self._waiting_key(name), *sorted(ids))
+                        if change.added:
+                            pipe.sadd(self._waiting_key(name), *sorted(change.added))
                             pipe.sadd(self._waiting, name)
                         else:
                             pipe.srem(self._waiting, name)
+                        pipe.hset(self._markers, name, change.markers)
                         pipe.execute()
                         break
                     except redis.WatchError:
                         continue  # an append came in between: read the session again
-        self._client.set(f"{self._waiting}-made", "1")
+        self._client.set(self._made, "1")
+
+    @property
+    def _made(self) -> str:
+        """The key that says the indexes were made (the markers hash, too, since then)."""
+        return f"{self.prefix}indexes-made"
+
+    def _infos(self, names: list[str], updated: list[Any]) -> list[SessionInfo]:
+        """The sessions ``names`` (with their ``updated`` times, as stored) as the store lists
+        them: those with a record, each counting its messages (its records but markers)."""
+        pipe = self._client.pipeline(transaction=False)
+        for name in names:
+            pipe.llen(self._key(name))
+        counts = pipe.execute() if names else []
+        markers = self._client.hmget(self._markers, names) if names else []
+        return [
+            SessionInfo(name, int(count) - int(marked or 0), int(when))
+            for name, count, marked, when in zip(names, counts, markers, updated, strict=True)
+            if count and when is not None
+        ]
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
@@ -135,11 +159,11 @@ class RedisStore(SessionStore):
             ok, version = self._append(
                 keys=[
                     self._key(name), self._index, self._versions, self._waiting,
-                    self._waiting_key(name),
+                    self._waiting_key(name), self._markers,
                 ],
                 args=[
                     expected_version, name, now, "1" if change.clear else "0", len(removed),
-                    len(added), *removed, *added, *records,
+                    len(added), change.markers, *removed, *added, *records,
                 ],
             )  # fmt: skip
         if not ok:
@@ -148,33 +172,19 @@ class RedisStore(SessionStore):
 
     def awaiting_approval(self) -> list[SessionInfo]:
         with self._errors():
-            if not self._client.exists(f"{self._waiting}-made"):
-                self._make_index()
+            if not self._client.exists(self._made):
+                self._make_indexes()
             names = sorted(n.decode("utf-8") for n in self._client.smembers(self._waiting))
-            pipe = self._client.pipeline(transaction=False)
-            for name in names:
-                pipe.llen(self._key(name))
-            counts = pipe.execute() if names else []
             updated = self._client.hmget(self._index, names) if names else []
-        return [
-            SessionInfo(name, int(count), int(when))
-            for name, count, when in zip(names, counts, updated, strict=True)
-            if count and when is not None
-        ]
+            return self._infos(names, updated)
 
     def list(self) -> list[SessionInfo]:
         with self._errors():
+            if not self._client.exists(self._made):
+                self._make_indexes()
             index = self._client.hgetall(self._index)
             names = sorted(k.decode("utf-8") for k in index)
-            pipe = self._client.pipeline(transaction=False)
-            for name in names:
-                pipe.llen(self._key(name))
-            counts = pipe.execute()
-        return [
-            SessionInfo(name, int(count), int(index[name.encode("utf-8")]))
-            for name, count in zip(names, counts, strict=True)
-            if count
-        ]
+            return self._infos(names, [index[name.encode("utf-8")] for name in names])
 
     def delete(self, name: str) -> bool:
         with self._errors():
@@ -184,6 +194,7 @@ class RedisStore(SessionStore):
             pipe.hdel(self._versions, name)
             pipe.delete(self._waiting_key(name))
             pipe.srem(self._waiting, name)
+            pipe.hdel(self._markers, name)
             deleted, *_ = pipe.execute()
         return bool(deleted)
 

@@ -1,9 +1,12 @@
-"""The approval index each store keeps: which sessions have calls waiting for a decision, found
-without reading every session (the page's approval inbox reads only those), on real SQLite,
-Redis and PostgreSQL stores of their own."""
+"""The indexes each store keeps, on real SQLite, Redis and PostgreSQL stores of their own: which
+sessions have calls waiting for a decision, found without reading every session (the page's
+approval inbox reads only those), and how many of a session's records are messages (its marker
+records are not, in the list nor in an export)."""
 
 from __future__ import annotations
 
+import io
+import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,7 +15,7 @@ import pytest
 import requests
 
 from agentkit import Agent, Approvals, tool
-from agentkit.sessions import Session, SessionStore, encode_message, open_store
+from agentkit.sessions import Session, SessionStore, encode_message, import_jsonl, open_store
 from agentkit.testing import ScriptedModel, reply, tool_call
 from agentkit.types import AssistantMessage, TextContent, UserMessage
 
@@ -96,33 +99,90 @@ def test_a_new_answer_closes_what_an_abandoned_batch_left_waiting(store: Session
     assert really_waiting(store) == [] and awaiting(store) == []
 
 
-def _forget_the_index(url: str) -> None:
-    """Make the store look as one written before the stores kept the index."""
+def _forget_the_indexes(url: str) -> None:
+    """Make the store look as one written before the stores kept their indexes."""
     if url.startswith("sqlite://"):
         with sqlite3.connect(url[len("sqlite://") :]) as db:
             db.execute("DROP TABLE agentkit_waiting_calls")
+            db.execute("ALTER TABLE agentkit_sessions DROP COLUMN markers")
     elif url.startswith("redis://"):
         import redis
 
         with redis.Redis.from_url(url) as client:
-            client.delete(*client.keys("agentkit:waiting*"))
+            client.delete(*client.keys("agentkit:waiting*"), "agentkit:markers",
+                          "agentkit:indexes-made")  # fmt: skip
     else:
         import psycopg
 
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("DROP TABLE agentkit_waiting_calls")
+            conn.execute("ALTER TABLE agentkit_sessions DROP COLUMN markers")
 
 
-def test_a_store_written_before_the_index_is_indexed_when_opened(fresh_store_url: str) -> None:
+def test_a_store_written_before_the_indexes_is_indexed_when_opened(fresh_store_url: str) -> None:
     with open_store(fresh_store_url) as store:
         wait_for_approval(store, "old")
         wait_for_approval(store, "decided")
         for call_id in [r.id for r in Session("decided", store).pending_approvals()]:
             Session("decided", store).approve(call_id)
         Session("chat", store).append(UserMessage(content="hello"))
-    _forget_the_index(fresh_store_url)
+        deferring_run(store, "deferred")
+        before = counts(store)
+    _forget_the_indexes(fresh_store_url)
     with open_store(fresh_store_url) as store:
         assert awaiting(store) == really_waiting(store) == ["old"]
+        assert counts(store) == before == loaded_counts(store)
+
+
+# --- what the store counts: messages, not markers ----------------------------------------------
+
+
+@tool
+def slow() -> str:
+    """A tool during which another writer stores the user's next message."""
+    return "slow done"
+
+
+def deferring_run(store: SessionStore, name: str) -> None:
+    """A run during whose tool batch another writer stores a message: the run's writer then
+    stores a marker record (the message waits for the turn's end)."""
+    other = Session(name, store)
+
+    def interject(event: Any) -> None:
+        if event.type == "tool_execution_start":
+            other.load()
+            other.append(UserMessage(content="and also this"))
+
+    model = ScriptedModel([reply(tool_call("slow")), "Answer to both."])
+    agent = Agent(model=model.model, stream_fn=model, tools=[slow], session=Session(name, store))
+    agent.subscribe(interject)
+    assert agent.prompt("first").text == "Answer to both."
+    records, version = store.load(name)
+    assert sum('"role":"deferred"' in r for r in records) == 1 and version == len(records)
+
+
+def counts(store: SessionStore) -> dict[str, int]:
+    return {info.name: info.messages for info in store.list()}
+
+
+def loaded_counts(store: SessionStore) -> dict[str, int]:
+    return {info.name: len(Session(info.name, store).load()) for info in store.list()}
+
+
+def test_a_session_counts_and_exports_its_messages_not_its_markers(store: SessionStore) -> None:
+    deferring_run(store, "deferred")
+    wait_for_approval(store, "waiting")
+    loaded = Session("deferred", store).load()
+    assert counts(store) == loaded_counts(store) and counts(store)["deferred"] == len(loaded)
+    assert [i.messages for i in store.awaiting_approval()] == [counts(store)["waiting"]]
+
+    exported = io.StringIO()
+    assert Session("deferred", store).export_jsonl(exported) == len(loaded)
+    lines = exported.getvalue().splitlines()
+    assert json.loads(lines[0])["messages"] == len(loaded) == len(lines) - 1
+    assert not [line for line in lines if '"role":"deferred"' in line]
+    copy = import_jsonl(store, io.StringIO(exported.getvalue()), "deferred-copy")
+    assert copy.load() == loaded and counts(store)["deferred-copy"] == len(loaded)
 
 
 # --- the page's inbox ------------------------------------------------------------------------

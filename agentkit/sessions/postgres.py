@@ -109,6 +109,12 @@ class PostgresStore(SessionStore):
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def load(self, name: str) -> tuple[list[str], int]:
+        # An append whose COMMIT is on its way holds the session's row, and may commit after
+        # the process that sent it died (a SIGKILLed run): wait for it, so that this read, and
+        # a resumer's memory made from it, is not older than an append already made. The wait
+        # is bounded (a transaction left open by a client that hangs): then read anyway.
+        self._transact(lambda cur, _retry: self._wait_for_appends(cur, name))
+
         def read(cur: Any, _retry: bool) -> tuple[Any, list[Any]]:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             cur.execute("SELECT version FROM agentkit_sessions WHERE name = %s", (name,))
@@ -123,6 +129,18 @@ class PostgresStore(SessionStore):
         version = int(row[0]) if row else 0
         check_complete(self, name, [int(seq) for seq, _ in rows], version)
         return [record for _, record in rows], version
+
+    def _wait_for_appends(self, cur: Any, name: str) -> None:
+        """Wait, at most the store's timeout, until no append of session ``name`` is under
+        way (in the caller's transaction)."""
+        cur.execute(
+            "SELECT set_config('lock_timeout', %s, true)", (f"{int(self._timeout * 1000)}ms",)
+        )
+        try:
+            with cur.connection.transaction():  # a savepoint: a timeout leaves the rest usable
+                cur.execute("SELECT 1 FROM agentkit_sessions WHERE name = %s FOR SHARE", (name,))
+        except self._psycopg.errors.LockNotAvailable:
+            pass  # held too long: the read goes on, as a read that came first would
 
     def append(self, name: str, records: Sequence[str], expected_version: int) -> int:
         check_name(name)

@@ -14,7 +14,6 @@ notification or a client's response gets no answer, as JSON-RPC says.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import sys
@@ -24,70 +23,11 @@ from typing import Any, BinaryIO
 
 import anyio
 from mcp.shared.message import SessionMessage
-from mcp_types import (
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    PARSE_ERROR,
-    ErrorData,
-    JSONRPCError,
-    jsonrpc_message_adapter,
-)
+from mcp_types import JSONRPCError
+
+from ._mcp_answers import answer_for
 
 logger = logging.getLogger("agentkit.mcp")
-
-SKIP = "skip"
-"""What :func:`answer_for` says of a line nobody answers and the SDK need not see (blank)."""
-
-
-def answer_for(line: str) -> JSONRPCError | str | None:
-    """How the server treats ``line``: ``None`` to pass it on to the SDK (it reads it), a
-    JSON-RPC error to answer it with instead, or :data:`SKIP` (a blank line, or a malformed
-    notification or response: these are never answered)."""
-    if not line.strip():
-        return SKIP
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return _error(None, PARSE_ERROR, "Parse error: the line is not JSON")
-    if not isinstance(data, dict):
-        return _error(None, INVALID_REQUEST, "Invalid Request: send one JSON-RPC object a line")
-    if "method" not in data and ("result" in data or "error" in data):
-        return None if _reads(line) else SKIP  # a client's response is never answered
-    if "id" not in data:
-        if "method" in data:
-            return None if _reads(line) else SKIP  # a notification is never answered
-        return _error(None, INVALID_REQUEST, "Invalid Request: no method")
-    request_id = data["id"]
-    if not _is_request_id(request_id):
-        # The SDK would read this as a notification and answer nothing.
-        return _error(None, INVALID_REQUEST, "Invalid Request: an id is a string or an integer")
-    if _reads(line):
-        return None
-    if data.get("jsonrpc") != "2.0":
-        return _error(request_id, INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"')
-    if "method" not in data:
-        return _error(request_id, INVALID_REQUEST, 'Invalid Request: no "method"')
-    if not isinstance(data.get("method"), str):
-        return _error(request_id, INVALID_REQUEST, 'Invalid Request: "method" must be a string')
-    return _error(request_id, INVALID_PARAMS, 'Invalid params: "params" must be an object')
-
-
-def _reads(line: str) -> bool:
-    """Whether the SDK's stdio reader reads ``line`` as a message (it validates it so)."""
-    try:
-        jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_request_id(value: Any) -> bool:
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
-
-
-def _error(request_id: str | int | None, code: int, message: str) -> JSONRPCError:
-    return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
-
 
 class AnsweringLines:
     """The client's lines, as the SDK's ``stdio_server(stdin=...)`` iterates them: each line it

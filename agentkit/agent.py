@@ -33,6 +33,7 @@ from .loop import request_once, run_agent_loop, run_agent_loop_continue
 from .options import (
     AgentOptions,
     Envelope,
+    RunOptions,
     check_run_options,
     merge_options,
     run_policies,
@@ -238,6 +239,14 @@ class Agent(AgentOptions):
         """The active run's abort signal, or ``None`` when idle."""
         run = self._active
         return run.signal if run is not None else None
+
+    @property
+    def run_options(self) -> RunOptions | None:
+        """The active run's options, its own over the agent's (``prompt(..., output_type=...)``
+        wins over ``agent.output_type``), or ``None`` when idle: what a listener describing
+        the run reads."""
+        run = self._active
+        return run.options if run is not None else None
 
     @property
     def steering_mode(self) -> QueueMode:
@@ -693,10 +702,11 @@ class Agent(AgentOptions):
         deferred = [] if self._session_writer is None else self._session_writer.take_deferred()
         return deferred + self._steering.drain()
 
-    def _config(self, overrides: dict[str, Any]) -> tuple[AgentLoopConfig, StreamFn]:
-        """The loop config for a run starting now (the run's own options, ``overrides``, over
+    def _config(self, run: Run, overrides: dict[str, Any]) -> tuple[AgentLoopConfig, StreamFn]:
+        """The loop config for ``run``, starting now (the run's own options, ``overrides``, over
         the agent's, with the state and queues, and the policy chain), and its stream
-        function (with failover, when the agent has fallback models)."""
+        function (with failover, when the agent has fallback models). The run keeps its
+        options (``run.options``)."""
         level = self._state.thinking_level
         config, envelope = merge_options(
             self._loop,
@@ -708,6 +718,7 @@ class Agent(AgentOptions):
             get_follow_up_messages=self._follow_ups.drain,
         )
         config.policies = run_policies(envelope, self._interrupts)
+        run.options = RunOptions.of(config, envelope)
         return config, run_stream_fn(envelope, self.stream_fn)
 
     def _snapshot(self) -> AgentContext:
@@ -720,7 +731,7 @@ class Agent(AgentOptions):
         skip_first_steering: bool,
         overrides: dict[str, Any],
     ) -> list[Any]:
-        config, stream_fn = self._config(overrides)
+        config, stream_fn = self._config(run, overrides)
         if skip_first_steering:
             drain = self._poll_steering
             skipped = threading.Event()
@@ -742,7 +753,7 @@ class Agent(AgentOptions):
         )
 
     def _run_continue(self, run: Run, overrides: dict[str, Any]) -> list[Any]:
-        config, stream_fn = self._config(overrides)
+        config, stream_fn = self._config(run, overrides)
         return run_agent_loop_continue(
             self._snapshot(),
             config,

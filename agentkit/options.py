@@ -177,6 +177,35 @@ RUN_OPTIONS = frozenset(
 """What ``prompt()``, ``start()``, ``stream()`` and their asyncio twins accept per run."""
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """The run options one run goes by: its own (``prompt(..., output_type=City)``) over its
+    agent's. :attr:`Run.options <agentkit.Run.options>` holds them, and a listener reads the
+    active run's from :attr:`Agent.run_options <agentkit.Agent.run_options>`, never the agent's
+    own options, which a run may override."""
+
+    output_type: OutputSpec | None
+    """The type the final answer must validate as (with its retries), ``None`` for text."""
+    output_retries: int
+    budgets: Budgets | None
+    deps: Any
+    tool_choice: ToolChoice | None
+    policies: list[RunPolicy]
+    """The user's policies (the built-in ones are made from the other options)."""
+
+    @classmethod
+    def of(cls, config: AgentLoopConfig, envelope: Envelope) -> RunOptions:
+        """The run options of a run's ``config`` and ``envelope``."""
+        return cls(
+            output_type=envelope.output_type,
+            output_retries=envelope.output_retries,
+            budgets=envelope.budgets,
+            deps=config.deps,
+            tool_choice=config.stream_options.tool_choice,
+            policies=list(envelope.policies),
+        )
+
+
 def check_run_options(run_options: Mapping[str, Any]) -> dict[str, Any]:
     """A run's options, checked (an unknown name or a bad value raises before the run starts)."""
     unknown = sorted(set(run_options) - RUN_OPTIONS)

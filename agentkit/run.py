@@ -29,6 +29,8 @@ from .waits import get_item, wait_event
 if TYPE_CHECKING:
     import logging
 
+    from .options import RunOptions
+
 running_agent: ContextVar[Any] = ContextVar("agentkit_running_agent", default=None)
 """The :class:`~agentkit.Agent` whose run's worker thread, or one of whose tool calls, runs in
 this context (``None`` elsewhere): how a sub-agent finds its parent (:mod:`agentkit.subagents`)."""
@@ -64,6 +66,10 @@ class Run:
         self._settled: threading.Event | None = None
         """Set once the done callbacks ran, for a run held by a thread that lives on after it
         (:meth:`_host`), which a waiter cannot join."""
+        self.options: RunOptions | None = None
+        """The options the run goes by, its own over its agent's (a
+        :class:`~agentkit.options.RunOptions`), once its body has begun (``None`` until then,
+        and for a compaction)."""
 
     @property
     def signal(self) -> AbortSignal:

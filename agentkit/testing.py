@@ -268,26 +268,31 @@ class _Player:
         return [value[i : i + size] for i in range(0, len(value), size)] or [""]
 
     def play(self) -> None:
-        builder, script = self.builder, self.script
-        message = builder.message
+        """Stream the reply; an abort at any pause, the last one before the end included, ends
+        it as aborted (never as an error)."""
         try:
             self.pause()
-            builder.start()
-            for part in script.parts:
+            self.builder.start()
+            for part in self.script.parts:
                 if isinstance(part, Text):
                     self.play_text(part)
                 elif isinstance(part, Thinking):
                     self.play_thinking(part)
                 else:
                     self.play_call(part)
-            if script.hang:
+            if self.script.hang:
                 if self.signal is None:
                     raise RuntimeError("a hanging reply needs the run's signal")
                 self.signal.wait()
                 raise AbortError(ABORTED_TEXT)
+            self.end()
         except AbortError:
-            builder.fail("aborted", ABORTED_TEXT)
-            return
+            self.builder.fail("aborted", ABORTED_TEXT)
+
+    def end(self) -> None:
+        """End the streamed reply as scripted: with its usage, then its error or stop reason."""
+        builder, script = self.builder, self.script
+        message = builder.message
         chars = sum(len(getattr(p, "text", "") or getattr(p, "thinking", "")) for p in script.parts)
         message.usage = script.usage or Usage(
             input=10, output=max(1, chars // 4), total_tokens=10 + max(1, chars // 4)
@@ -303,7 +308,7 @@ class _Player:
         if stop in ("error", "aborted"):
             builder.fail(stop, message.error_message or stop)
             return
-        self.pause()
+        self.pause()  # the last pause: an abort here ends the reply as aborted too
         builder.finish(stop)
 
     def play_text(self, part: Text) -> None:

@@ -38,6 +38,18 @@ def postgres_server() -> Iterator[PostgresServer]:
         server.close()
 
 
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
+def fresh_store_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """The URL of an empty session store of each kind that no other test shares: for tests of
+    what a whole store holds (the shared servers' default databases hold every test's)."""
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path_factory.mktemp('sqlite') / 'sessions.db'}"
+    server: RedisServer | PostgresServer = request.getfixturevalue(f"{request.param}_server")
+    return server.fresh_url()
+
+
 @pytest.fixture
 def server() -> Iterator[ReplayServer]:
     """A replay server of recorded provider streams on 127.0.0.1 for one test (tests in a

@@ -174,6 +174,7 @@ class RedisServer(_Server):
         self.root = tempfile.mkdtemp(prefix="agentkit-redis-")
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
+        self._fresh = 0  # the database fresh_url() handed out last
 
     def start(self) -> RedisServer:
         """Start the server and wait until it answers PING."""
@@ -202,6 +203,17 @@ class RedisServer(_Server):
             client.close()
         return self
 
+    def fresh_url(self) -> str:
+        """The URL of an emptied database of this server other than the shared database 0
+        (the next of 1-15 in turn), for a test that reads what the whole store holds."""
+        import redis
+
+        self._fresh = self._fresh % 15 + 1
+        url = f"redis://127.0.0.1:{self.port}/{self._fresh}"
+        with redis.Redis.from_url(url) as client:
+            client.flushdb()
+        return url
+
 
 
 class PostgresServer(_Server):
@@ -213,6 +225,7 @@ class PostgresServer(_Server):
         self.data = os.path.join(self.root, "data")
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         self.process: subprocess.Popen[bytes] | None = None
+        self._fresh = 0  # how many databases fresh_url() made
         self._as_nobody = os.geteuid() == 0
         self._bin = public_postgres_bin_dir() if self._as_nobody else postgres_bin_dir()
         self._initdb()
@@ -256,6 +269,17 @@ class PostgresServer(_Server):
 
         _wait_until(answers, START_TIMEOUT, "postgres")
         return self
+
+    def fresh_url(self) -> str:
+        """The URL of a new, empty database on this server, for a test that reads what the
+        whole store holds (the shared database holds every other test's sessions)."""
+        import psycopg
+
+        self._fresh += 1
+        name = f"fresh_{os.getpid()}_{self._fresh}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return self.url.rsplit("/", 1)[0] + "/" + name
 
     def stop(self, sig: int = signal.SIGINT) -> None:
         """Stop the server (SIGINT: a fast shutdown; SIGKILL: a crash)."""

@@ -587,3 +587,35 @@ def test_a_saved_prefix_is_restored_and_skips_reading_it_again(server: S.LocalMo
     finally:
         (server.slot_dir / f"{key}.kv").unlink(missing_ok=True)
     assert not server.restore_prefix(key)  # nothing saved: no restore, no error
+
+
+# --- a kept server whose process dies ----------------------------------------------------------
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="looks for processes in /proc")
+def test_a_kept_server_whose_process_died_is_not_running(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    from agentkit.local import kept as K
+
+    # A stand-in for the server process: what a kept server's command line looks like.
+    stand_in = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", K.SERVER_MODULE, "--serve"]
+    )
+    state = K.ServerState(
+        pid=stand_in.pid, port=1, api_key="k", spec={"model": "m.gguf", "n_ctx": 512},
+        idle_s=60.0, started_at=time.time(),
+    )  # fmt: skip
+    server = K.KeptServer(state, os.open(os.devnull, os.O_RDONLY), reused=True)
+    try:
+        assert server.running
+        stand_in.send_signal(signal.SIGKILL)
+        os.waitid(os.P_PID, stand_in.pid, os.WEXITED | os.WNOWAIT)  # dead, not reaped yet
+        assert not server.running and repr(server).endswith(", gone)")  # a zombie serves not
+        stand_in.wait()
+        assert not server.running and not server.health()
+    finally:
+        server.stop()
+        stand_in.kill()
+        stand_in.wait()

@@ -229,6 +229,20 @@ def test_an_idle_server_ends_itself_but_not_under_a_connected_run(
     assert "idle for 0.5 s: exiting" in (server_dir / K.LOG_FILE).read_text()
 
 
+def test_a_server_killed_under_a_connected_run_is_not_running(server_dir: Path) -> None:
+    import signal
+
+    server = K.kept_server()
+    try:
+        assert server.running and server.health()
+        os.kill(server.pid, signal.SIGKILL)  # llama.cpp crashing takes its process with it
+        assert K._wait_exit(server.pid, 30.0)
+        assert not server.running and not server.health()
+        assert repr(server).endswith(", gone)")  # not "released": this process holds it
+    finally:
+        server.stop()
+
+
 def test_a_bad_idle_time_is_refused_before_anything_starts(
     server_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

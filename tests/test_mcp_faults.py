@@ -77,6 +77,13 @@ def test_a_non_json_line_is_skipped(no_leaked_threads: None) -> None:
         assert server.call_tool("echo", {"text": "ok"}).text == "ok"
         assert server.alive
 
+def test_a_request_of_the_servers_that_cannot_be_read_is_answered() -> None:
+    # The server sends its client a request with an id and a numeric method: the SDK's reader
+    # cannot read it and would drop it, the server waiting on that id for ever.
+    with fault_server() as server:
+        assert server.call_tool("ask_badly", {}).text == "-32600"
+        assert server.call_tool("echo", {"text": "ok"}).text == "ok"
+
 
 @pytest.mark.parametrize("fault", ["bad-utf8", "garbage"])
 def test_a_bad_line_before_the_first_answer_does_not_stop_the_start(fault: str) -> None:

@@ -9,9 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
+import anyio  # noqa: E402
 import mcp  # noqa: E402
 
 from agentkit.cli.mcp_serve import load_tools  # noqa: E402
@@ -309,6 +313,172 @@ def test_the_inspector_going_away_mid_run_aborts_the_run(transport: str, marker:
         assert wait_for_file(marker), "the run went on after its client had gone"
     finally:
         served.stop()
+
+
+# --- requests the SDK's stdio reader cannot read ---------------------------------------------
+
+
+class RawStdio:
+    """A raw JSON-RPC client of a served process over stdio: lines in, lines out, no SDK."""
+
+    def __init__(self, target: str) -> None:
+        self.process = subprocess.Popen(
+            serve_argv(target), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env={**os.environ, **server_env()}, cwd=str(ROOT),
+        )  # fmt: skip
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, name="raw-mcp-reader", daemon=True)
+        self.reader.start()
+        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                   "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                              "clientInfo": {"name": "raw", "version": "1"}}})  # fmt: skip
+        assert "result" in self.receive()
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def send(self, message: Any) -> None:
+        assert self.process.stdin is not None
+        line = message if isinstance(message, bytes) else json.dumps(message).encode()
+        self.process.stdin.write(line + b"\n")
+        self.process.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        """The next message the server writes (its answer: a hang fails after WAIT)."""
+        try:
+            answer: dict[str, Any] = json.loads(self.lines.get(timeout=WAIT))
+        except queue.Empty:
+            raise AssertionError("the server left a request unanswered") from None
+        return answer
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()  # the client leaves: the server ends
+        assert self.process.wait(WAIT) == 0
+        self.reader.join(WAIT)
+
+
+UNREADABLE = [
+    ({"jsonrpc": "2.0", "id": 1}, 1, -32600),  # an id, no method
+    ({"jsonrpc": "2.0", "id": 2, "method": 5}, 2, -32600),  # a numeric method
+    ({"jsonrpc": "2.0", "id": "three", "method": "tools/call",
+      "params": ["lookup", {"key": "answer"}]}, "three", -32602),  # array params  # fmt: skip
+    ({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": 5}, 4, -32602),
+    ({"id": 5, "method": "tools/list"}, 5, -32600),  # no "jsonrpc"
+    ({"jsonrpc": "1.0", "id": 6, "method": "ping"}, 6, -32600),
+    ({"jsonrpc": "2.0", "id": None, "method": "ping"}, None, -32600),  # MCP ids are never null
+    ({"jsonrpc": "2.0", "id": 7.5, "method": "ping"}, None, -32600),
+    ({"jsonrpc": "2.0", "id": True, "method": "ping"}, None, -32600),
+    ([{"jsonrpc": "2.0", "id": 8, "method": "ping"}], None, -32600),  # a batch
+    (b"not json", None, -32700),
+    (b'{"jsonrpc": "2.0", "id": 9, "method": "pi\xff\xfeng"', None, -32700),  # cut short
+    ({"jsonrpc": "2.0"}, None, -32600),
+]
+
+
+def test_every_request_over_stdio_gets_an_answer_from_a_raw_client() -> None:
+    client = RawStdio(TOOLBOX)
+    try:
+        for request, request_id, code in UNREADABLE:
+            client.send(request)
+            answer = client.receive()
+            assert (answer.get("id", "missing"), answer["error"]["code"]) == (request_id, code), (
+                request
+            )
+        # What gets no answer by rule gets none: a malformed notification, a client's response.
+        client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": []})
+        client.send({"jsonrpc": "2.0", "id": 10, "result": 5})
+        client.send(b"")
+        # ...and the server still serves, in order.
+        client.send({"jsonrpc": "2.0", "id": 11, "method": "tools/call",
+                     "params": {"name": "lookup", "arguments": {"key": "answer"}}})  # fmt: skip
+        answer = client.receive()
+        assert answer["id"] == 11 and answer["result"]["content"][0]["text"] == "42"
+    finally:
+        client.close()
+
+
+def test_a_tool_that_reads_stdin_reads_end_of_file_not_the_clients_messages() -> None:
+    client = RawStdio("tests.mcp_servers.served:stdin_reader")
+    try:
+        client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                     "params": {"name": "read_stdin", "arguments": {}}})  # fmt: skip
+        client.send({"jsonrpc": "2.0", "id": 2, "method": "ping"})  # not the tool's to read
+        answers = {a["id"]: a for a in (client.receive(), client.receive())}
+        assert answers[1]["result"]["content"][0]["text"] == "''"
+        assert answers[2]["result"] == {}
+    finally:
+        client.close()
+
+
+class _Mangling:
+    """A transport for the SDK's ``Client``: its stdio transport, with each ``tools/call``
+    request rewritten by ``mangle`` on its way out (a client with a bug, say); the SDK's
+    client then waits for an answer on that request's id."""
+
+    def __init__(self, mangle: Callable[[Any], Any]) -> None:
+        self.mangle = mangle
+        self.inner: Any = None
+
+    async def __aenter__(self) -> Any:
+        from mcp.client.stdio import stdio_client
+
+        self.inner = stdio_client(stdio_params(TOOLBOX))
+        read, write = await self.inner.__aenter__()
+        return read, _MangledWrites(write, self.mangle)
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self.inner.__aexit__(*exc)
+
+
+class _MangledWrites:
+    def __init__(self, inner: Any, mangle: Callable[[Any], Any]) -> None:
+        self.inner, self.mangle = inner, mangle
+
+    async def send(self, item: Any) -> None:
+        message = item.message
+        if getattr(message, "method", None) == "tools/call":
+            item.message = self.mangle(message)
+        await self.inner.send(item)
+
+    async def __aenter__(self) -> _MangledWrites:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self.inner.__aexit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # pydantic: the mangled fields' types
+@pytest.mark.parametrize(
+    "mangle, code",
+    [
+        (lambda m: type(m).model_construct(jsonrpc="2.0", id=m.id, params=m.params), -32600),
+        (lambda m: type(m).model_construct(jsonrpc="2.0", id=m.id, method=5), -32600),
+        (lambda m: type(m).model_construct(jsonrpc="2.0", id=m.id, method=m.method,
+                                           params=list(m.params.items())), -32602),  # fmt: skip
+    ],
+    ids=["no method", "numeric method", "array params"],
+)
+def test_the_sdk_client_gets_an_error_for_a_request_the_server_cannot_read(
+    mangle: Callable[[Any], Any], code: int
+) -> None:
+    async def client() -> Any:
+        async with mcp.Client(_Mangling(mangle)) as session:
+            with pytest.raises(mcp.MCPError) as failed:
+                with anyio.fail_after(WAIT):  # never reached when the server answers
+                    await session.call_tool("lookup", {"key": "answer"})
+            assert (await session.list_tools()).tools  # the connection carries on
+            return failed.value
+
+    error = asyncio.run(client())
+    assert error.error.code == code
 
 
 # --- the command's own checks ----------------------------------------------------------------

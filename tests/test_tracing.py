@@ -363,6 +363,48 @@ def test_chat_spans_carry_the_conventions_attributes_and_count_cached_input(
     assert run.attributes["gen_ai.usage.cache_read.input_tokens"] == 400
 
 
+@pytest.mark.parametrize("answer", ['{"value": 7}', "not json at all"], ids=["typed", "failed"])
+def test_a_runs_own_output_type_is_the_one_the_spans_say(
+    exporter: tuple[InMemorySpanExporter, TracerProvider], answer: str
+) -> None:
+    # The output type is the run's option here, not the agent's: the spans say json all the
+    # same, also for a typed run that fails (it has no output to tell by).
+    spans, provider = exporter
+    agent = _agent([answer, '{"value": 8}'], [])
+    enable_tracing(agent, tracer_provider=provider)
+    result = agent.prompt("seven?", output_type=Answer, output_retries=0)
+    assert result.stop_reason == ("stop" if answer.startswith("{") else "error")
+    assert agent.prompt("eight?").text == '{"value": 8}'  # the agent's own: text
+    named = _by_name(spans.get_finished_spans())
+    typed, plain = sorted(named["chat scripted"], key=lambda span: span.start_time or 0)
+    runs = sorted(named["invoke_agent"], key=lambda span: span.start_time or 0)
+    assert typed.attributes["gen_ai.output.type"] == runs[0].attributes["gen_ai.output.type"]
+    assert typed.attributes["gen_ai.output.type"] == "json"
+    assert plain.attributes["gen_ai.output.type"] == "text"
+    assert runs[1].attributes["gen_ai.output.type"] == "text"
+
+
+def test_a_run_knows_its_options_its_own_over_its_agents() -> None:
+    from dataclasses import fields
+
+    from agentkit.options import RUN_OPTIONS
+
+    seen: list[Any] = []
+    agent = _agent(["one", "two"], [])
+    agent.budgets, agent.deps = Budgets(max_turns=3), "the agent's"
+    agent.subscribe(lambda e: seen.append(agent.run_options) if e.type == "agent_start" else None)
+    run = agent.start("go", deps="the run's", tool_choice="none", output_retries=5)
+    run.result()
+    assert run.options is not None and seen == [run.options]
+    assert (run.options.deps, run.options.tool_choice, run.options.output_retries) == (
+        "the run's", "none", 5)  # fmt: skip
+    assert run.options.budgets == Budgets(max_turns=3) and run.options.output_type is None
+    assert agent.run_options is None  # idle
+    agent.prompt("again")
+    assert seen[1].deps == "the agent's" and seen[1].tool_choice is None
+    assert {f.name for f in fields(run.options)} == RUN_OPTIONS  # one field per run option
+
+
 def test_token_usage_and_operation_duration_histograms() -> None:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -437,6 +479,40 @@ def test_no_content_reaches_a_span_with_capture_off_not_even_through_an_error(
                 assert chat.attributes["error.type"] == "400"
                 assert chat.status.description == "provider error (HTTP 400)"
             spans.clear()
+    finally:
+        server.stop()
+
+
+def test_no_content_reaches_a_log_record_with_capture_off(caplog: pytest.LogCaptureFixture) -> None:
+    from .providers.replay_server import ReplayServer, Reply, make_model
+    from .providers.replay_server import options as test_options
+
+    server = ReplayServer()
+    server.start()
+    try:
+        for capture in (False, True):
+            # A provider whose 400 quotes the prompt, over real HTTP.
+            model = make_model("openai-completions", server.url)
+            agent = Agent(model=model, stream_options=test_options())
+            if capture:
+                enable_logging(agent, capture_content=True)
+            else:
+                enable_logging(agent)  # the default
+            body = json.dumps({"error": {"message": f"Invalid prompt: {SECRET}"}}).encode()
+            server.enqueue(Reply(status=400, body=body, content_type="application/json"))
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger="agentkit.run"):
+                failed = agent.prompt(f"Tell me {SECRET}")
+            agent.close()
+            assert failed.stop_reason == "error" and SECRET in (failed.error_message or "")
+            records = [r for r in caplog.records if r.name == "agentkit.run"]
+            (error,) = [r for r in records if r.levelno == logging.ERROR]
+            if capture:  # the same run's record carries the text when content is switched on
+                assert SECRET in error.getMessage()
+            else:
+                assert not [r for r in records if SECRET in r.getMessage() + str(r.__dict__)]
+                assert error.getMessage() == "model request error: provider error (HTTP 400)"
+            assert error.http_status == 400  # type: ignore[attr-defined]
     finally:
         server.stop()
 

@@ -6,7 +6,9 @@ client of someone else's server needs:
 
 - **A bad line is skipped, not fatal.** A line that is not UTF-8 (which kills the SDK's reader,
   leaving every call waiting) or not JSON-RPC (a stray ``print``, a logging library) is logged
-  and dropped; the connection carries on.
+  and dropped; the connection carries on. A request of
+  the server's that cannot be read (an id without a method, say) is answered with a JSON-RPC
+  error instead, so the server does not wait on it.
 - **The server's exit is noticed and explained.** When stdout ends, ``on_exit`` gets what
   happened ("exited with status 3", "was killed by signal 9", with the end of its stderr)
   before the read stream closes, so the calls that then fail at once can say why.
@@ -29,7 +31,9 @@ import anyio
 import anyio.abc
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
-from mcp_types import jsonrpc_message_adapter
+from mcp_types import JSONRPCError, jsonrpc_message_adapter
+
+from ._mcp_answers import answer_to_request
 
 logger = logging.getLogger("agentkit.mcp")
 
@@ -114,7 +118,9 @@ async def stdio_transport(
                         buffer = b""
                     for line in lines:
                         message = _parse(line, name)
-                        if message is not None:
+                        if isinstance(message, JSONRPCError):  # its request waits: answer it
+                            await write_stream.send(SessionMessage(message))
+                        elif message is not None:
                             await read_writer.send(message)
                 if not closing:
                     with anyio.move_on_after(EXIT_NOTICE):
@@ -190,8 +196,9 @@ async def _stop(process: anyio.abc.Process, grace: float) -> None:
                 await stream.aclose()
 
 
-def _parse(line: bytes, name: str) -> SessionMessage | None:
-    """One stdout line as a message, or ``None`` (logged) for a blank or broken line."""
+def _parse(line: bytes, name: str) -> SessionMessage | JSONRPCError | None:
+    """One stdout line as a message; the error to answer a request the SDK cannot read with
+    (the server waits on its id); or ``None`` (logged) for a blank or broken line."""
     if not line.strip():
         return None
     try:
@@ -202,6 +209,11 @@ def _parse(line: bytes, name: str) -> SessionMessage | None:
     try:
         return SessionMessage(jsonrpc_message_adapter.validate_json(text, by_name=False))
     except ValueError:
+        answer = answer_to_request(text)
+        if answer is not None:
+            logger.warning("MCP server %r sent a request that cannot be read; answered: %s",
+                           name, answer.error.message)  # fmt: skip
+            return answer
         logger.warning("MCP server %r wrote a line that is not JSON-RPC; skipped: %r", name, text[:200])
         return None
 

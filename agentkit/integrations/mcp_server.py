@@ -301,8 +301,15 @@ def serve(
 async def _serve_stdio(server: Any) -> None:
     from mcp.server.stdio import stdio_server
 
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    from ._mcp_stdio_server import AnsweringLines, wire_stdin
+
+    # The SDK's transport drops a line it cannot read without answering it: each such request
+    # is answered here (see _mcp_stdio_server), so no client waits on its id for ever.
+    with wire_stdin() as lines:
+        stdin = AnsweringLines(lines)
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
+            stdin.answer_with(write_stream)
+            await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
 async def _serve_http(

@@ -180,8 +180,11 @@ class _Tracer:
         return {"gen_ai.provider.name": model.provider, "gen_ai.request.model": model.id}
 
     def _output_type(self) -> str:
-        """``gen_ai.output.type``: ``json`` when the agent asks for a typed output."""
-        return "json" if self._agent.output_type is not None else "text"
+        """``gen_ai.output.type``: ``json`` when the run asks for a typed output (its own
+        ``output_type`` wins over the agent's)."""
+        options = self._agent.run_options
+        spec = options.output_type if options is not None else self._agent.output_type
+        return "json" if spec is not None else "text"
 
     def _start_run(self) -> None:
         name = self._name
@@ -411,8 +414,6 @@ class _Tracer:
         run.set_attribute("gen_ai.usage.input_tokens", self._tokens[0])
         run.set_attribute("gen_ai.usage.output_tokens", self._tokens[1])
         run.set_attribute("gen_ai.usage.cache_read.input_tokens", self._tokens[2])
-        if getattr(messages, "output", None) is not None:
-            run.set_attribute("gen_ai.output.type", "json")
         outcome = self._run_outcome(messages)
         if outcome is not None:
             run.set_attribute("error.type", outcome[0])
@@ -488,8 +489,9 @@ def enable_tracing(
 class _Logger:
     """The listener ``enable_logging`` subscribes: one record per run, turn and tool call."""
 
-    def __init__(self, logger: logging.Logger) -> None:
+    def __init__(self, logger: logging.Logger, capture_content: bool = False) -> None:
         self._log = logger
+        self._capture = capture_content
         self._run_id = ""
 
     def __call__(self, event: Any) -> None:
@@ -524,16 +526,17 @@ class _Logger:
             )
         elif kind == "message_end" and getattr(event.message, "role", None) == "assistant":
             message = event.message
-            extra = {"run_id": self._run_id, "stop_reason": message.stop_reason}
+            extra: dict[str, Any] = {"run_id": self._run_id, "stop_reason": message.stop_reason}
             if message.stop_reason in ("error", "aborted"):
                 level = logging.INFO if message.stop_reason == "aborted" else logging.ERROR
-                log.log(
-                    level,
-                    "model request %s: %s",
-                    message.stop_reason,
-                    message.error_message,
-                    extra=extra,
-                )
+                # A provider's error text may quote the prompt: it is content, as on a span.
+                status = _http_status(message.error_message)
+                summary = f"provider error (HTTP {status})" if status else message.stop_reason
+                if status:
+                    extra["http_status"] = int(status)
+                said = message.error_message if self._capture and message.error_message else None
+                log.log(level, "model request %s: %s", message.stop_reason, said or summary,
+                        extra=extra)  # fmt: skip
             else:
                 log.debug("model answered (%s)", message.stop_reason, extra=extra)
         elif kind == "agent_end":
@@ -552,12 +555,17 @@ class _Logger:
         }
 
 
-def enable_logging(agent: Agent, logger: logging.Logger | None = None) -> Callable[[], None]:
+def enable_logging(
+    agent: Agent, logger: logging.Logger | None = None, *, capture_content: bool = False
+) -> Callable[[], None]:
     """Log ``agent``'s runs on ``logger`` (default ``agentkit.run``); return a function that
     stops it. Records carry ``run_id`` and, for tool calls, ``tool_call_id`` and ``tool_name``
     in ``extra``: INFO for runs and tool calls, WARNING for a failed tool call, ERROR for a
-    failed model request, DEBUG for each model answer."""
-    return agent.subscribe(_Logger(logger or run_logger))
+    failed model request (with its ``http_status``), DEBUG for each model answer.
+
+    A failed request's record says what failed (``provider error (HTTP 400)``), not the
+    provider's error text, which may quote the prompt, unless ``capture_content=True``."""
+    return agent.subscribe(_Logger(logger or run_logger, capture_content))
 
 
 __all__ = ["enable_logging", "enable_tracing"]

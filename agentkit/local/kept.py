@@ -310,6 +310,14 @@ class KeptServer(LocalModel):
         self.state = state
         self.reused = reused
 
+    @property
+    def running(self) -> bool:
+        """Whether this process still holds the server and the server's process lives: one
+        that crashed or was killed is not running, though nothing here let go of it."""
+        return (
+            super().running and _pid_alive(self.pid) and _is_kept_server_process(self.pid)
+        )
+
     def stop(self) -> None:
         """Let go of the server (it keeps running for later runs until it is idle)."""
         with self._lock:
@@ -318,7 +326,7 @@ class KeptServer(LocalModel):
             os.close(lease)
 
     def __repr__(self) -> str:
-        state = "connected" if self.running else "released"
+        state = "released" if self._server is None else "connected" if self.running else "gone"
         return f"KeptServer(url={self.url!r}, pid={self.pid}, {state})"
 
 

@@ -149,7 +149,8 @@ class LocalModel:
 
     @property
     def running(self) -> bool:
-        """Whether :meth:`stop` has not been called yet."""
+        """Whether the server serves: :meth:`stop` has not been called yet (and, for a kept
+        server, its process is alive)."""
         return self._server is not None
 
     @property

@@ -36,6 +36,8 @@ class SessionInfo:
 
     name: str
     messages: int
+    """How many messages it holds (what :meth:`Session.load` reads; its marker records are
+    not messages)."""
     updated_ms: int
 
 
@@ -62,6 +64,13 @@ class SessionStore(ABC):
     def append(self, name: str, records: Sequence[str], expected_version: int) -> int:
         """Append ``records`` atomically if the session is at ``expected_version``; return the
         new version. Raises :class:`SessionConflictError` (nothing written) otherwise."""
+
+    def awaiting_approval(self) -> list[SessionInfo]:
+        """The sessions that may have tool calls waiting for a decision, by name: every one
+        that has, and perhaps a few that no longer do (read each to know; see
+        :mod:`agentkit.sessions.waiting`). The stores of agentkit answer from an index they keep
+        as records are appended; a store without one names every session."""
+        return self.list()
 
     @abstractmethod
     def list(self) -> list[SessionInfo]:

@@ -30,7 +30,7 @@ from .base import (
 )
 from .decisions import waiting_call_ids
 from .jsonl import read_jsonl, write_jsonl
-from .order import MOVABLE, deferral_marker, read_in_turn_order, release_marker
+from .order import MOVABLE, deferral_marker, in_turn_order, read_in_turn_order, release_marker
 
 if TYPE_CHECKING:
     from ..approvals import ApprovalRequest
@@ -174,9 +174,12 @@ class Session:
         return self.store.delete(self.name)
 
     def export_jsonl(self, file: IO[str]) -> int:
-        """Write the session as JSONL to ``file``; return the number of records written."""
+        """Write the session as JSONL to ``file``: its messages as stored, in the order
+        :meth:`load` reads them, without the store's markers; return how many were written."""
         records, _ = self.store.load(self.name)
-        return write_jsonl(self.name, records, file)
+        messages = decode_records(self.store, self.name, records)
+        stored = {id(message): record for message, record in zip(messages, records, strict=True)}
+        return write_jsonl(self.name, [stored[id(m)] for m in in_turn_order(messages)], file)
 
     def attach(self, initial: Sequence[Any], settle: Settle | None = None) -> SessionWriter:
         """Bind an agent to this session (what ``Agent(session=...)`` calls).

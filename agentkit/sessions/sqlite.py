@@ -23,12 +23,14 @@ from .base import (
     check_complete,
     check_name,
 )
+from .indexes import IndexChange, index_change
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentkit_sessions (
     name TEXT PRIMARY KEY,
     version INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL
+    updated_ms INTEGER NOT NULL,
+    markers INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS agentkit_messages (
     session TEXT NOT NULL,
@@ -37,6 +39,10 @@ CREATE TABLE IF NOT EXISTS agentkit_messages (
     PRIMARY KEY (session, seq)
 );
 """
+
+WAITING = "agentkit_waiting_calls"
+"""The approval index (:mod:`agentkit.sessions.indexes`): one row per call that waits. Not in
+:data:`SCHEMA`: a file written before the store kept it gets it filled when first opened."""
 
 
 class SqliteStore(SessionStore):
@@ -68,12 +74,80 @@ class SqliteStore(SessionStore):
                     self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
                 self._db.executescript(SCHEMA)
+                self._index_set_up()
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() + delay > deadline:
                     raise
             time.sleep(delay)  # the other connection finishes its switch in milliseconds
             delay = min(delay * 2, 0.1)
+
+    def _index_set_up(self) -> None:
+        """Make the indexes (:mod:`~agentkit.sessions.indexes`), filled from the sessions
+        already stored (a file written before the store kept them), in one write transaction: a
+        second process opening the file waits, then finds them made."""
+        if self._missing() == (False, False):
+            return  # the usual case, without taking the write lock
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            no_table, no_column = self._missing()
+            if no_table:
+                self._db.execute(
+                    f"CREATE TABLE {WAITING} (session TEXT NOT NULL, call_id TEXT NOT NULL, "
+                    "PRIMARY KEY (session, call_id))"
+                )
+            if no_column:
+                self._db.execute(
+                    "ALTER TABLE agentkit_sessions ADD COLUMN markers INTEGER NOT NULL DEFAULT 0"
+                )
+            if no_table or no_column:
+                self._fill_indexes(no_table, no_column)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _missing(self) -> tuple[bool, bool]:
+        """Whether the approval index table is missing, and the marker count column."""
+        table = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (WAITING,)
+        ).fetchone()
+        columns = self._db.execute("PRAGMA table_info(agentkit_sessions)").fetchall()
+        return not table, "markers" not in {column[1] for column in columns}
+
+    def _fill_indexes(self, waiting: bool, markers: bool) -> None:
+        """Fill the approval index (``waiting``) and the marker counts (``markers``) from the
+        sessions stored (in the caller's transaction)."""
+        names = self._db.execute(
+            "SELECT DISTINCT session FROM agentkit_messages WHERE record LIKE ? OR record LIKE ?",
+            ('%"approval_request"%', '%"deferred"%'),
+        ).fetchall()
+        for (name,) in names:
+            records = self._db.execute(
+                "SELECT record FROM agentkit_messages WHERE session = ? ORDER BY seq", (name,)
+            ).fetchall()
+            change = index_change(r for (r,) in records)
+            if waiting:
+                self._index(name, IndexChange(added=change.added))
+            if markers:
+                self._db.execute(
+                    "UPDATE agentkit_sessions SET markers = ? WHERE name = ?",
+                    (change.markers, name),
+                )
+
+    def _index(self, name: str, change: IndexChange) -> None:
+        """Apply ``change`` to the session's rows of the approval index (in the caller's
+        transaction)."""
+        if change.clear:
+            self._db.execute(f"DELETE FROM {WAITING} WHERE session = ?", (name,))
+        self._db.executemany(
+            f"DELETE FROM {WAITING} WHERE session = ? AND call_id = ?",
+            [(name, call_id) for call_id in change.removed],
+        )
+        self._db.executemany(
+            f"INSERT OR IGNORE INTO {WAITING} (session, call_id) VALUES (?, ?)",
+            [(name, call_id) for call_id in change.added],
+        )
 
     def load(self, name: str) -> tuple[list[str], int]:
         with self._lock, self._errors():
@@ -94,6 +168,7 @@ class SqliteStore(SessionStore):
 
     def append(self, name: str, records: Sequence[str], expected_version: int) -> int:
         check_name(name)
+        change = index_change(records)
         with self._lock, self._errors():
             self._db.execute("BEGIN IMMEDIATE")  # the write lock, before reading the version
             try:
@@ -109,22 +184,33 @@ class SqliteStore(SessionStore):
                 )
                 new_version = version + len(records)
                 self._db.execute(
-                    "INSERT INTO agentkit_sessions (name, version, updated_ms) VALUES (?, ?, ?) "
-                    "ON CONFLICT(name) DO UPDATE SET version = excluded.version, "
-                    "updated_ms = excluded.updated_ms",
-                    (name, new_version, int(time.time() * 1000)),
+                    "INSERT INTO agentkit_sessions (name, version, updated_ms, markers) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                    "version = excluded.version, updated_ms = excluded.updated_ms, "
+                    "markers = agentkit_sessions.markers + excluded.markers",
+                    (name, new_version, int(time.time() * 1000), change.markers),
                 )
+                if change.approvals:
+                    self._index(name, change)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
         return new_version
 
+    def awaiting_approval(self) -> list[SessionInfo]:
+        with self._lock, self._errors():
+            rows = self._db.execute(
+                "SELECT name, version - markers, updated_ms FROM agentkit_sessions "
+                f"WHERE version > 0 AND name IN (SELECT session FROM {WAITING}) ORDER BY name"
+            ).fetchall()
+        return [SessionInfo(name, version, updated) for name, version, updated in rows]
+
     def list(self) -> list[SessionInfo]:
         with self._lock, self._errors():
             rows = self._db.execute(
-                "SELECT name, version, updated_ms FROM agentkit_sessions WHERE version > 0 "
-                "ORDER BY name"
+                "SELECT name, version - markers, updated_ms FROM agentkit_sessions "
+                "WHERE version > 0 ORDER BY name"
             ).fetchall()
         return [SessionInfo(name, version, updated) for name, version, updated in rows]
 
@@ -133,6 +219,7 @@ class SqliteStore(SessionStore):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute("DELETE FROM agentkit_messages WHERE session = ?", (name,))
+                self._index(name, IndexChange(clear=True))
                 gone = self._db.execute("DELETE FROM agentkit_sessions WHERE name = ?", (name,))
             except BaseException:
                 self._db.execute("ROLLBACK")

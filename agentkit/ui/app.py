@@ -180,7 +180,8 @@ def create_app(
     def approvals() -> str:
         inbox: list[tuple[str, Any, str]] = []
         problems: list[tuple[str, str]] = []
-        for info in sorted(store.list(), key=lambda i: i.updated_ms, reverse=True):
+        # Only the sessions the store's approval index names are read, not every session.
+        for info in sorted(store.awaiting_approval(), key=lambda i: i.updated_ms, reverse=True):
             try:
                 waiting = Session(info.name, store).pending_approvals()
             except (SessionError, ValueError) as exc:

@@ -9,7 +9,9 @@ its faults straight onto the wire, which the SDK's own server would not let a to
 ``--start garbage`` prints a non-JSON line before its first answer, ``--start bad-utf8`` a line
 that is not UTF-8. Its tools: ``echo`` (text back), ``garbage`` and ``bad_utf8`` (the same faults
 mid-session, then an answer), ``slow`` (an answer after ``seconds``), ``crash`` (the process
-exits without answering), ``pid``.
+exits without answering), ``pid``, ``ask_badly`` (sends its client a request that is no valid
+JSON-RPC, an id with a numeric method, and answers with the error code it got back, or "no
+answer" after 20 s).
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ TOOLS = [
     },
     {"name": "crash", "description": "Exit without answering.", "inputSchema": EMPTY},
     {"name": "pid", "description": "The process id.", "inputSchema": EMPTY},
+    {"name": "ask_badly", "description": "Send the client a bad request.", "inputSchema": EMPTY},
 ]
+replies: dict[Any, dict[str, Any]] = {}  # the client's answers to our requests, by id
+replied = threading.Condition()  # guards replies
 FAULTS = {"garbage": b"a stray print, not JSON\n", "bad-utf8": b"\xff\xfe not utf-8 \xc3\x28\n"}
 
 
@@ -71,6 +76,12 @@ def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         os._exit(1)
     if name == "pid":
         return text_result(str(os.getpid()))
+    if name == "ask_badly":
+        send({"jsonrpc": "2.0", "id": "server-1", "method": 5})
+        with replied:
+            replied.wait_for(lambda: "server-1" in replies, timeout=20)
+            reply = replies.get("server-1")
+        return text_result(str(reply["error"]["code"]) if reply else "no answer")
     return {"content": [{"type": "text", "text": f"no tool {name}"}], "isError": True}
 
 
@@ -98,6 +109,11 @@ def main() -> None:
     start_fault = sys.argv[2] if len(sys.argv) > 2 and sys.argv[1] == "--start" else None
     for line in sys.stdin.buffer:
         request = json.loads(line)
+        if "id" in request and "method" not in request:  # the client answers us
+            with replied:
+                replies[request["id"]] = request
+                replied.notify_all()
+            continue
         if "id" not in request or "method" not in request:
             continue  # notifications (initialized, cancelled) need no answer
         if start_fault is not None:

@@ -6,6 +6,7 @@ a scripted model, and plain tools.
   ``wait_aborted`` (answers once a ``stuck`` run was aborted in this process, or after 60 s).
   When ``AGENTKIT_TEST_ABORT_MARKER`` names a file, an abort is also written there (and the
   start of the wait to that name plus ``.blocked``), so a test can see it from outside.
+- ``stdin_reader``: ``lookup`` and ``read_stdin`` (what the served process's stdin holds).
 """
 
 from __future__ import annotations
@@ -68,6 +69,19 @@ def stuck_agent() -> Agent:
 def wait_aborted() -> str:
     """Answer once a stuck run was aborted (or after 60 s)."""
     return "aborted" if aborted.wait(60) else "not aborted"
+
+
+@tool
+def read_stdin() -> str:
+    """Read what standard input holds (served over stdio: end-of-file, not the client's
+    messages)."""
+    import sys
+
+    return repr(sys.stdin.read())
+
+
+def stdin_reader() -> list[AgentTool]:
+    return [lookup, read_stdin]
 
 
 def toolbox() -> list[AgentTool]:

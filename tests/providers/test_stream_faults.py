@@ -29,7 +29,7 @@ from replay_server import (
 )
 
 from agentkit import Agent, AgentTool, AgentToolResult, TextContent
-from agentkit.abort import AbortController
+from agentkit.abort import AbortController, AbortSignal
 from agentkit.events import ErrorEvent, ToolCallDeltaEvent
 from agentkit.providers import builder as builder_module
 from agentkit.providers import json_stream, stream, stream_simple
@@ -390,6 +390,42 @@ def test_scripted_tool_calls_show_partial_arguments_on_toolcall_delta(
     assert any(p.get("path") == "notes.txt" and 0 < len(p.get("text", "")) < 40 for p in seen)
     assert events[-1].type == "done"
     assert events[-1].message.content[0].arguments == arguments
+
+
+class _AbortAtPause(AbortSignal):
+    """A run's signal aborted while the scripted model sits in its ``stop_at``-th pause (with a
+    delay, each pause waits on the signal once), so that a test puts an abort at every pause in
+    turn without a timer."""
+
+    def __init__(self, stop_at: int) -> None:
+        super().__init__()
+        self.stop_at, self.pauses = stop_at, 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.pauses += 1
+        if self.pauses == self.stop_at:
+            self._abort(None)
+        return self.aborted
+
+
+def test_an_abort_at_any_pause_of_a_scripted_reply_ends_it_as_aborted() -> None:
+    from agentkit.abort import ABORTED_TEXT
+    from agentkit.testing import ScriptedModel, reply, thinking, tool_call
+
+    # The last pause, after the last block and before "done", was outside the abort handling:
+    # an abort landing there ended the reply as "ScriptedModel failed: Operation aborted".
+    script = reply(thinking("hm", "sig"), "Hello there", tool_call("save", {"a": 1}))
+    stop_at = 0
+    while True:
+        stop_at += 1
+        model = ScriptedModel([script], delay=60.0, chunk_size=4)  # never waits: see the signal
+        signal = _AbortAtPause(stop_at)
+        message = model(model.model, Context(messages=[]), {"signal": signal}).result(30)
+        if not signal.aborted:  # past the last pause: the reply ended as scripted
+            assert message.stop_reason == "tool_use"
+            break
+        assert (message.stop_reason, message.error_message) == ("aborted", ABORTED_TEXT), stop_at
+    assert stop_at > 10  # every pause of every block was tried
 
 
 # --- options and quirks are typed -------------------------------------------------------------

@@ -234,7 +234,8 @@ def test_random_kills_with_another_writer_keep_every_invariant(
                         stream_fn=ScriptedModel(["Noted."] * 20), tools=random_tools(str(ledger)),
                         session=Session(name, open_stores()))  # fmt: skip
         if resumed.state.messages[-1].role != "assistant":
-            resumed.continue_()
+            outcome = resumed.continue_()
+            assert outcome.error is None, outcome.error_message  # a conflict says so here
         stored = Session(name, open_stores()).load()
         assert stored == resumed.state.messages
         assert_well_formed(stored)

@@ -15,6 +15,8 @@ import pytest
 
 from .terminal import Terminal
 
+pytestmark = pytest.mark.processes
+
 HERE = Path(__file__).resolve().parent
 WAIT = 120  # seconds: generous, the child needs about one
 

@@ -14,7 +14,10 @@ from .terminal import Terminal
 
 HERE = Path(__file__).resolve().parent
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pty")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pty"),
+]
 
 
 @pytest.mark.parametrize(

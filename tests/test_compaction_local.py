@@ -16,7 +16,7 @@ from agentkit.types import AssistantMessage, TextContent, role_of
 
 from .support import running_local_model
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.embedded
 
 CTX = 1024
 

@@ -19,6 +19,8 @@ from agentkit.types import role_of
 from tests.compaction_support import Windowed, agent_for, is_summary_request, view_key
 from tests.servers import PostgresServer
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -111,7 +111,16 @@ STAND_INS: dict[str, tuple[Callable[[], list[Reply]], Callable[[ReplayServer, st
 run must have done with them (given the server and what the page printed)."""
 
 
-@pytest.mark.parametrize("path", DOC_FILES, ids=[p.name for p in DOC_FILES])
+PAGE_MARKS = {
+    "mcp.md": pytest.mark.processes,  # its examples start an MCP server over stdio
+    "fleet.md": pytest.mark.slow,  # its rate limiter waits out real one-second windows
+}
+"""What more than this process a page's examples need (setup.cfg's markers)."""
+
+
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, id=p.name, marks=PAGE_MARKS.get(p.name, ())) for p in DOC_FILES]
+)
 def test_doc_code_blocks_run(
     path: Path, monkeypatch: pytest.MonkeyPatch, restore_catalog: None
 ) -> None:

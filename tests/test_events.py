@@ -91,6 +91,8 @@ def test_event_to_dict_puts_the_type_first() -> None:
     assert data["assistant_message_event"]["delta"] == "x"
 
 
+@pytest.mark.processes
+@pytest.mark.slow  # a whole mypy run
 def test_a_type_checker_reads_the_events_as_frozen(tmp_path: Path) -> None:
     mypy_api = pytest.importorskip("mypy.api")
     snippet = tmp_path / "assign.py"

@@ -440,6 +440,7 @@ def test_a_failure_whose_text_cannot_be_encoded_is_still_recorded_serialisably()
     assert other.prompt("hi")[-1].error_message == "Unprintable"
 
 
+@pytest.mark.processes
 def test_a_tool_given_up_on_never_holds_the_interpreter_exit(tmp_path: Path) -> None:
     # The tool ignores its signal and blocks until the process dies; the run gives up on it
     # after the grace period, and the script then ends: the stuck tool thread must not keep the

@@ -303,6 +303,7 @@ def test_a_bang_line_in_chat_interrupts_a_running_command(tmp_path: Path) -> Non
     assert isinstance(second[-1], UserMessage) and second[-1].content[0].text == MESSAGE
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pty")
 def test_a_bang_line_typed_on_a_terminal_interrupts_the_chat(tmp_path: Path) -> None:
     term = Terminal([str(HERE / "cli_pty_child.py"), "chat", str(tmp_path)], tmp_path)

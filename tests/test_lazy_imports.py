@@ -15,6 +15,7 @@ def in_a_fresh_interpreter(code: str) -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.processes
 def test_import_leaves_the_catalog_and_approvals_unloaded() -> None:
     in_a_fresh_interpreter(
         "import sys, agentkit\n"
@@ -63,6 +64,7 @@ def test_unknown_name_is_an_attribute_error() -> None:
         agentkit.NoSuchName  # noqa: B018
 
 
+@pytest.mark.processes
 def test_a_request_loads_only_its_own_api() -> None:
     in_a_fresh_interpreter(
         "import sys\n"

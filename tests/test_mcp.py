@@ -23,6 +23,8 @@ from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
 
 from .servers import MCP_SERVER, MCPHttpServer  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 WAIT = 20.0
 """Generous bound (seconds) for waits on the server; never reached when things work."""
 

@@ -24,6 +24,8 @@ from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
 
 from .mcp_servers.processes import HttpServerProcess, auth_server  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def bearer_server() -> Iterator[HttpServerProcess]:

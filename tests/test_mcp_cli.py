@@ -18,6 +18,8 @@ from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
 from .mcp_servers.processes import auth_server  # noqa: E402
 from .servers import MCP_SERVER, MCPHttpServer  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 FAULT_SERVER = str(Path(__file__).parent / "mcp_servers" / "fault_server.py")
 
 

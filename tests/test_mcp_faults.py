@@ -26,6 +26,8 @@ from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
 from .mcp_servers.processes import FAULT_SERVER  # noqa: E402
 from .servers import MCPHttpServer  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 WAIT = 30.0
 """Generous bound (seconds) for anything that should happen at once; never reached when it does."""
 

@@ -27,9 +27,12 @@ from .mcp_servers.processes import (  # noqa: E402
     npm_skip_reason,
 )
 
-pytestmark = pytest.mark.skipif(
-    npm_bin("mcp-server-everything") is None, reason=npm_skip_reason("server-everything")
-)
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(
+        npm_bin("mcp-server-everything") is None, reason=npm_skip_reason("server-everything")
+    ),
+]
 
 WAIT = 60.0
 """Generous bound (seconds) for waits on the server; never reached when things work."""

@@ -32,6 +32,8 @@ from .mcp_servers.processes import (  # noqa: E402
     npm_skip_reason,
 )
 
+pytestmark = pytest.mark.processes
+
 WAIT = 60.0
 """Generous bound (seconds) for anything that should happen soon; never reached when it does."""
 

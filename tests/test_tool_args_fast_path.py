@@ -82,6 +82,7 @@ def test_errors_are_still_jsonschema_messages() -> None:
     assert validate_tool_arguments(tool, ok) == {"n": 5}  # coerced, then validated
 
 
+@pytest.mark.processes
 def test_a_valid_plain_call_does_not_import_jsonschema() -> None:
     code = (
         "import sys\n"

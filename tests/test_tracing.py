@@ -274,6 +274,7 @@ def test_logging_records_carry_the_run_and_tool_call(caplog: pytest.LogCaptureFi
     )
 
 
+@pytest.mark.processes
 def test_nothing_is_imported_without_asking() -> None:
     code = (
         "import sys, agentkit, agentkit.integrations.tracing; from agentkit import Agent\n"

@@ -282,6 +282,7 @@ def test_unknown_arguments_are_refused(ws: Path) -> None:
 # --- search -----------------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_search_finds_lines_and_respects_bounds(ws: Path) -> None:
     (ws / ".git").mkdir()
     (ws / ".git" / "config").write_text("line 7 in git\n")
@@ -305,6 +306,7 @@ def test_search_finds_lines_and_respects_bounds(ws: Path) -> None:
 # --- run_command ------------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_run_command_reports_exit_code_and_output(ws: Path) -> None:
     ok = call(ws, "run_command", command="ls src && echo done")
     assert ok.text == "Exit code 0\napp.py\ndone"
@@ -332,6 +334,7 @@ def wait_gone(pid: int, seconds: float = 3.0) -> bool:
     return False
 
 
+@pytest.mark.processes
 def test_run_command_timeout_kills_the_process_and_its_children(ws: Path) -> None:
     started = time.monotonic()
     with pytest.raises(WorkspaceError, match="timed out after 0.5 s") as info:
@@ -347,6 +350,7 @@ def test_run_command_timeout_kills_the_process_and_its_children(ws: Path) -> Non
     assert wait_gone(int((ws / "child").read_text()))
 
 
+@pytest.mark.processes
 def test_run_command_abort_kills_the_process(ws: Path) -> None:
     controller = AbortController()
 
@@ -389,6 +393,7 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> type[CountingSelector]:
     return CountingSelector
 
 
+@pytest.mark.processes
 def test_a_silent_command_is_waited_for_without_polling(
     ws: Path, counting: type[CountingSelector]
 ) -> None:
@@ -398,6 +403,7 @@ def test_a_silent_command_is_waited_for_without_polling(
     assert counting.selects <= 5
 
 
+@pytest.mark.processes
 def test_an_abort_from_another_thread_ends_a_silent_command(
     ws: Path, counting: type[CountingSelector]
 ) -> None:
@@ -417,6 +423,7 @@ def test_an_abort_from_another_thread_ends_a_silent_command(
     assert counting.selects <= 3  # woken by the abort itself, not found by a poll
 
 
+@pytest.mark.processes
 def test_run_command_output_is_bounded_and_streamed(ws: Path) -> None:
     updates: list[Any] = []
     result = call(
@@ -431,6 +438,7 @@ def test_run_command_output_is_bounded_and_streamed(ws: Path) -> None:
     assert updates and isinstance(updates[0], AgentToolResult)
 
 
+@pytest.mark.processes
 def test_the_bounds_can_be_lowered_for_a_small_context(ws: Path) -> None:
     small = {t.name: t for t in workspace_tools(ws, max_read_chars=20, max_output_chars=30)}
     signal = AbortController().signal
@@ -443,6 +451,7 @@ def test_the_bounds_can_be_lowered_for_a_small_context(ws: Path) -> None:
         workspace_tools(ws, max_read_chars=0)
 
 
+@pytest.mark.processes
 def test_run_command_does_not_wait_for_background_children(ws: Path) -> None:
     started = time.monotonic()
     result = call(ws, "run_command", command="sleep 30 & echo $! > child; echo bye")
@@ -466,6 +475,7 @@ def test_run_command_validates_its_arguments(ws: Path) -> None:
 # --- hostile input ----------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_a_symlink_swapped_in_during_calls_never_escapes(ws: Path) -> None:
     """A folder swapped for a link that leads out while the tools run: every read returns the
     inside text or an error, and no write lands outside."""
@@ -552,6 +562,7 @@ def test_read_file_bounds_memory_on_a_file_without_newlines(ws: Path) -> None:
     assert peak < 5_000_000, peak  # the whole line would be 40 MB
 
 
+@pytest.mark.processes
 def test_a_catastrophic_regex_is_abortable(ws: Path) -> None:
     (ws / "evil.txt").write_text("a" * 40 + "b\n")
     controller = AbortController()
@@ -571,6 +582,7 @@ def test_a_catastrophic_regex_is_abortable(ws: Path) -> None:
     assert outcome and isinstance(outcome[0], AbortError)
 
 
+@pytest.mark.processes
 def test_plain_text_search_needs_no_regex_syntax(ws: Path) -> None:
     (ws / "calc.txt").write_text("total = price * (1 + tax)\n")
     found = call(ws, "search_text", pattern="PRICE", ignore_case=True)
@@ -595,6 +607,7 @@ needs_sandbox = pytest.mark.skipif(
 )
 
 
+@pytest.mark.processes
 @needs_sandbox
 def test_a_sandboxed_command_writes_only_the_workspace_and_has_no_network(ws: Path) -> None:
     import socket
@@ -618,6 +631,7 @@ def test_a_sandboxed_command_writes_only_the_workspace_and_has_no_network(ws: Pa
     assert reached.is_error and "connected" not in reached.text
 
 
+@pytest.mark.processes
 def test_without_a_sandbox_run_command_says_it_is_not_confined(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

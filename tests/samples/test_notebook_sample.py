@@ -10,6 +10,8 @@ import nbformat
 from jupyter_core.utils import run_sync
 from sample_helpers import SAMPLES, client_for, text_of, wait_until
 
+pytestmark = pytest.mark.processes
+
 NOTEBOOK = SAMPLES / "notebook.ipynb"
 
 

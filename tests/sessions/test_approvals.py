@@ -290,6 +290,7 @@ def refund_agent(session: Session, **approvals: Any) -> Agent:
                  approvals=Approvals(defer=True, **approvals))  # fmt: skip
 
 
+@pytest.mark.processes
 def test_an_approved_idempotent_call_whose_resumer_died_runs_again_on_its_decision(
     store_url: str, name: str
 ) -> None:

@@ -23,13 +23,27 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncGenerator, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .run import starting_threads_elsewhere
+from .run import Listener, Run, starting_threads_elsewhere
 
 if TYPE_CHECKING:
-    from agentkit import Agent, ImageContent, Run, RunResult
-    from agentkit.events import AgentEvent
+    from .events import AgentEvent
+    from .results import RunResult
+    from .types import ImageContent
+
+
+class _Agent(Protocol):
+    """What these callers use of an :class:`~agentkit.Agent`, named by its shape rather than
+    imported: ``Agent.aprompt`` and its kin call down into this module, and an import only ever
+    points down."""
+
+    def start(
+        self, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
+    ) -> Run: ...
+    def start_continue(self, **run_options: Any) -> Run: ...
+    def subscribe(self, listener: Listener) -> Callable[[], None]: ...
+
 
 _END = object()  # queue token: the run is over
 
@@ -73,7 +87,7 @@ async def _abort_and_wait(run: Run, finished: asyncio.Future[None]) -> None:
 
 
 async def aprompt(
-    agent: Agent, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
+    agent: _Agent, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
 ) -> RunResult:
     """Run ``agent`` on ``input`` and await its :class:`~agentkit.RunResult` (``Agent.prompt``
     for asyncio; ``run_options`` as for it).
@@ -86,7 +100,7 @@ async def aprompt(
     return await _result(run)
 
 
-async def acontinue(agent: Agent, **run_options: Any) -> RunResult:
+async def acontinue(agent: _Agent, **run_options: Any) -> RunResult:
     """Continue ``agent`` from its transcript and await the :class:`~agentkit.RunResult`
     (``Agent.continue_`` for asyncio; cancelling aborts the run as :func:`aprompt` does)."""
     with starting_threads_elsewhere():
@@ -106,7 +120,7 @@ async def _result(run: Run) -> RunResult:
 
 
 def start_relayed(
-    agent: Agent,
+    agent: _Agent,
     items: asyncio.Queue[Any],
     item: Callable[[Any], Any],
     input: Any,
@@ -144,7 +158,7 @@ def onto_loop(items: asyncio.Queue[Any]) -> Callable[[Any], None]:
 
 
 async def astream(
-    agent: Agent, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
+    agent: _Agent, input: Any, images: Sequence[ImageContent] | None = None, **run_options: Any
 ) -> AsyncGenerator[AgentEvent, None]:
     """Start a run and yield its events as they happen (``Agent.stream`` for asyncio;
     ``run_options`` as for it).

@@ -115,8 +115,8 @@ class ProviderError(AgentError):
 
 class ContextOverflowError(ProviderError):
     """The request did not fit the model's context window: the provider said so in its own
-    words (each wire module lists them, :mod:`agentkit.providers.overflow` reads them), or,
-    after compaction, the run's conversation still does not fit. With compaction configured
+    words (:mod:`agentkit.providers.overflow` lists each API's), or, after compaction, the
+    run's conversation still does not fit. With compaction configured
     (:mod:`agentkit.compaction`) the loop compacts and retries the request once on the first.
     """
 

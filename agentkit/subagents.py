@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._serialize import dumps, to_serialisable
 from .abort import AbortSignal
@@ -39,13 +39,12 @@ from .budgets import REFUSED_TEXT, Budgets, adopting_runs, current_budget
 from .errors import AbortError
 from .events import AgentEvent
 from .results import RunResult, RunUsage
-from .run import running_agent
+from .run import Listener, Run, running_agent
 from .tools import error_result
 from .types import AgentTool, AgentToolResult, TextContent, ToolResultMessage, Usage
 from .waits import wait_condition
 
 if TYPE_CHECKING:
-    from .agent import Agent
     from .sessions import Session
 
 __all__ = ["ChildRun", "SubAgentEvent", "agent_tool", "child_runs"]
@@ -80,9 +79,41 @@ class ChildRun:
     usage: RunUsage
 
 
+# --- the agent, by its shape --------------------------------------------------------------------
+
+
+class _State(Protocol):
+    """What a sub-agent tool reads of its agent's state."""
+
+    @property
+    def system_prompt(self) -> str: ...
+
+
+class _Agent(Protocol):
+    """What a sub-agent tool uses of the :class:`~agentkit.Agent` it offers, named by its shape
+    rather than imported: ``Agent.as_tool`` calls down into this module, and an import only ever
+    points down."""
+
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def description(self) -> str | None: ...
+    @property
+    def state(self) -> _State: ...
+    @property
+    def budgets(self) -> Budgets | None: ...
+    def fresh_copy(self, session: Session | None = None) -> _Agent: ...
+    def subscribe(self, listener: Listener) -> Callable[[], None]: ...
+    def _prompt_here(
+        self, input: Any, bind: Callable[[Run], None], **run_options: Any
+    ) -> RunResult: ...
+    def close(self) -> None: ...
+
+
 # --- children inherit what the parent's run sets up (tracing) ----------------------------------
 
-ChildSetup = Callable[["Agent", str], Any]
+ChildSetup = Callable[[Any, str], Any]
+"""``setup(child, name)``: ``child`` is the fresh :class:`~agentkit.Agent` a call runs."""
 
 _child_setups: ContextVar[tuple[ChildSetup, ...]] = ContextVar("agentkit_child_setups", default=())
 """What each sub-agent started in this context applies to its fresh agent, with its name."""
@@ -103,7 +134,7 @@ def remove_child_setup(token: Token[tuple[ChildSetup, ...]]) -> None:
 
 
 def agent_tool(
-    agent: Agent,
+    agent: _Agent,
     *,
     name: str | None = None,
     description: str | None = None,
@@ -140,7 +171,7 @@ def agent_tool(
     )
 
 
-def _describe(agent: Agent, name: str) -> str:
+def _describe(agent: _Agent, name: str) -> str:
     prompt = agent.state.system_prompt.strip()
     first = prompt.splitlines()[0] if prompt else ""
     return f"Delegate a task to the {name} agent. {first}".strip()
@@ -167,7 +198,7 @@ class _SubAgent:
     """One sub-agent tool: the child it copies, and the sessions its calls hold."""
 
     def __init__(
-        self, agent: Agent, name: str, input_type: type[Any] | None, session: SessionSpec
+        self, agent: _Agent, name: str, input_type: type[Any] | None, session: SessionSpec
     ) -> None:
         self.agent, self.name, self.input_type, self.session = agent, name, input_type, session
         # Guards _busy: the sessions a call is running in (calls come on several tool threads).
@@ -310,6 +341,6 @@ def _parent_session_name() -> str | None:
     return getattr(session, "name", None)
 
 
-def _fresh_copy(template: Agent, session: Session | None) -> Agent:
+def _fresh_copy(template: _Agent, session: Session | None) -> _Agent:
     """A new agent with ``template``'s settings and starting transcript, in ``session``."""
     return template.fresh_copy(session)

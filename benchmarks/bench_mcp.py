@@ -17,7 +17,7 @@ from agentkit.integrations.mcp import MCPServer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.test_mcp import SERVER, HttpServerProcess  # noqa: E402
+from tests.integrations.test_mcp import SERVER, HttpServerProcess  # noqa: E402
 
 CALLS = 300
 

@@ -15,6 +15,35 @@ from agentkit import set_default_stream_fn
 from tests.providers.replay_server import ReplayServer
 from tests.servers import PostgresServer, RedisServer
 
+# --- markers: what a test needs beyond its own process (setup.cfg lists them) ------------------
+
+_FIXTURE_MARKERS = {
+    "redis_server": "stores",
+    "postgres_server": "stores",
+    "embedded_server": "embedded",
+}
+"""The fixtures that bring a marker's need with them: a test using one gets the marker."""
+
+_STORE_KINDS = frozenset({"redis", "postgres"})
+"""A test parameter with one of these values runs on that store's real server (the session
+tests' ``store_url``, ``kind``...), which its fixtures start through ``getfixturevalue``."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before the -m selection of setup.cfg reads the markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test for the servers its fixtures and parameters need, so that a plain
+    ``pytest`` (``-m "not (...)"`` in setup.cfg) leaves it to ``scripts/test``."""
+    for item in items:
+        needs = {_FIXTURE_MARKERS[name] for name in item.fixturenames if name in _FIXTURE_MARKERS}
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and _STORE_KINDS & {
+            value for value in callspec.params.values() if isinstance(value, str)
+        }:
+            needs.add("stores")
+        for marker in sorted(needs):
+            item.add_marker(marker)
+
+
 # --- fixtures ---------------------------------------------------------------------------------
 
 

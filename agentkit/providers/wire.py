@@ -19,15 +19,6 @@ LOCAL_PROVIDER = "local"
 wire API it speaks."""
 
 
-LLAMA_CPP_OVERFLOW = (
-    r"exceed_context_size_error",
-    # "request (9412 tokens) exceeds the available context size (8192 tokens), try increasing it"
-    r"exceeds the available context size",
-)
-"""How llama.cpp's server (the embedded model's) reports a prompt over its ``--ctx-size``, in
-whichever wire API it speaks: HTTP 400, type ``exceed_context_size_error``."""
-
-
 def named_tool(choice: Any) -> Any:
     """The tool a portable ``{"name": "<tool>"}`` choice names, else ``None``."""
     if isinstance(choice, dict) and set(choice) == {"name"}:

@@ -41,6 +41,7 @@ def pytest_in(folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.processes
 def test_each_case_is_an_item_and_the_report_ends_the_summary(suite: Path) -> None:
     done = pytest_in(suite, "--eval", "cases.yaml", "--eval-agent", f"{APP}:make_agent")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -50,6 +51,7 @@ def test_each_case_is_an_item_and_the_report_ends_the_summary(suite: Path) -> No
     assert "sessions (replay): 6 cases: 6 passed" in done.stdout
 
 
+@pytest.mark.processes
 def test_a_diverged_case_fails_its_item(suite: Path) -> None:
     done = pytest_in(suite, "--eval", "cases.yaml", "--eval-agent", f"{APP}:make_colder_agent")
     assert done.returncode == 1
@@ -58,6 +60,7 @@ def test_a_diverged_case_fails_its_item(suite: Path) -> None:
         done.stdout  # fmt: skip
 
 
+@pytest.mark.processes
 def test_a_threshold_tolerates_failed_cases_or_fails_the_run(suite: Path) -> None:
     common = ["--eval", "cases.yaml", "--eval-agent", f"{APP}:make_colder_agent"]
     tolerated = pytest_in(suite, *common, "--eval-min-pass-rate", "0.5")
@@ -69,6 +72,7 @@ def test_a_threshold_tolerates_failed_cases_or_fails_the_run(suite: Path) -> Non
     assert "FAILED: pass rate 50% is under the threshold 60%" in failed.stdout
 
 
+@pytest.mark.processes
 def test_k_chooses_the_cases_that_run(suite: Path) -> None:
     done = pytest_in(suite, "--eval", "cases.yaml", "--eval-agent", f"{APP}:make_agent",
                      "-k", "chat-1")  # fmt: skip
@@ -77,6 +81,7 @@ def test_k_chooses_the_cases_that_run(suite: Path) -> None:
     assert "sessions (replay): 2 cases: 2 passed" in done.stdout
 
 
+@pytest.mark.processes
 def test_the_plugin_is_inert_without_eval(suite: Path) -> None:
     (suite / "test_plain.py").write_text(
         "import sys\n\n\ndef test_nothing_of_the_evaluations_was_loaded():\n"

@@ -3,12 +3,15 @@ name holds shows as text and never runs."""
 
 from __future__ import annotations
 
+import pytest
+
 from agentkit.evals import CaseResult, Evaluation, Report
 from tests.ui.browser import needs_browser, not_pwned, open_page
 
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
 
 
+@pytest.mark.browser
 @needs_browser
 def test_hostile_text_in_a_report_shows_as_text() -> None:
     result = CaseResult(HOSTILE, "failed", answer=HOSTILE,

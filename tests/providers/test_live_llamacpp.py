@@ -26,7 +26,7 @@ from agentkit.types import (
 )
 from tests.support import running_local_model
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.embedded
 
 WEATHER = Tool(
     name="get_weather",

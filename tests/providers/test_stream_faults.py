@@ -279,6 +279,7 @@ def _tls_context(tmp: Path) -> tuple[ssl.SSLContext, Path]:
     return context, cert
 
 
+@pytest.mark.processes
 def test_one_tls_connection_serves_a_20_turn_agent_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -488,6 +489,7 @@ def test_a_usage_count_beyond_float_range_does_not_fail_the_answer(server: Repla
     assert message.usage.input == 0
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_does_not_reuse_its_parents_connection(server: ReplayServer) -> None:
     # the same fault class as pooling itself: a prefork worker must not write to the

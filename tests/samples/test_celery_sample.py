@@ -22,6 +22,8 @@ from sample_helpers import SAMPLES, wait_until
 from tests.servers import RedisServer, worker_env
 from tests.sessions.invariants import assert_well_formed
 
+pytestmark = [pytest.mark.processes, pytest.mark.stores]
+
 READ_SECONDS = "1.5"  # read_report's simulated I/O: long enough to act while it runs
 VISIBILITY_TIMEOUT = "8"  # a dead worker's task goes to another one after this many seconds
 

@@ -76,6 +76,7 @@ def test_steering_then_abort_from_another_thread(thread_baseline: Callable[[], N
     thread_baseline()
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("name", ["quickstart.py", "parallel_tools.py", "steering.py"])
 def test_sample_runs_as_a_script(name: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "AGENTKIT_MODEL"}
@@ -114,7 +115,7 @@ def test_model_switch_rejects_unknown_models(spec: str, message: str) -> None:
         quickstart.main(["--model", spec], out=io.StringIO())
 
 
-@pytest.mark.integration
+@pytest.mark.embedded
 def test_quickstart_on_the_embedded_model() -> None:
     """The same sample on a real (embedded, offline) model: it runs and answers something."""
     if importlib.util.find_spec("xllamacpp") is None:
@@ -133,6 +134,7 @@ def test_quickstart_on_the_embedded_model() -> None:
     assert len(lines) > 1  # a streamed answer or tool calls (wording is the model's)
 
 
+@pytest.mark.processes
 def test_demo_answer_matches_its_tool_results() -> None:
     done = subprocess.run(
         [sys.executable, "demo.py"], cwd=SAMPLES, capture_output=True, text=True, timeout=120
@@ -144,6 +146,7 @@ def test_demo_answer_matches_its_tool_results() -> None:
     assert f"{cheapest} is the cheapest at {prices[cheapest]} EUR/night" in answer
 
 
+@pytest.mark.processes
 def test_samples_exit_non_zero_when_the_run_fails() -> None:
     env = {**os.environ, "AGENTKIT_MODEL": "openai:gpt-4.1-mini"}
     env = {k: v for k, v in env.items() if not k.endswith("_API_KEY")}  # no key: the run fails

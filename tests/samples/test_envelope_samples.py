@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 
 import budgets
+import pytest
 import typed_output
 from sample_helpers import SAMPLES
 
@@ -39,6 +40,7 @@ def test_budget_sample(thread_baseline: Callable[[], None]) -> None:
     thread_baseline()
 
 
+@pytest.mark.processes
 def test_samples_run_as_scripts() -> None:
     for name in ("typed_output.py", "budgets.py"):
         done = subprocess.run(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import nbformat
+import pytest
 from sample_helpers import SAMPLES, client_for, text_of
 
 NOTEBOOK = SAMPLES / "evals.ipynb"
@@ -16,6 +17,7 @@ def html_of(cell: Any) -> list[str]:
     return [o["data"]["text/html"] for o in cell.get("outputs", []) if "text/html" in o.get("data", {})]
 
 
+@pytest.mark.processes  # a real IPython kernel
 def test_the_evals_notebook_runs_top_to_bottom(kernel_name: str) -> None:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client_for(nb, kernel_name).execute()

@@ -7,8 +7,11 @@ import time
 from typing import Any
 
 import nbformat
+import pytest
 from jupyter_core.utils import run_sync
 from sample_helpers import SAMPLES, client_for, text_of, wait_until
+
+pytestmark = pytest.mark.processes
 
 NOTEBOOK = SAMPLES / "notebook.ipynb"
 

@@ -85,6 +85,7 @@ def wait_for_approval(store_url: str, name: str) -> list[ApprovalRequest]:
     return result.pending_approvals
 
 
+@pytest.mark.processes
 def test_calls_wait_in_the_session_and_are_decided_from_another_process(
     store_url: str, name: str
 ) -> None:
@@ -212,6 +213,7 @@ def test_a_decision_ttl_denies_old_approvals(tmp_path: Path) -> None:
     assert ran == [] and "expired" in result[1].content[0].text
 
 
+@pytest.mark.processes
 def test_two_deciders_at_once_record_one_decision(store_url: str, name: str) -> None:
     ann, _ = wait_for_approval(store_url, name)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -226,6 +228,7 @@ def test_two_deciders_at_once_record_one_decision(store_url: str, name: str) -> 
     assert sum(getattr(m, "role", None) == "approval_decision" for m in stored) == 1
 
 
+@pytest.mark.processes
 def test_wrong_decisions_are_refused_clearly(tmp_path: Path) -> None:
     store = f"sqlite://{tmp_path / 'sessions.db'}"
     session = Session("plain", store)
@@ -242,6 +245,7 @@ def test_wrong_decisions_are_refused_clearly(tmp_path: Path) -> None:
     assert code.returncode == 2 and "expected a JSON object" in code.stderr
 
 
+@pytest.mark.processes
 def test_kills_during_the_batch_and_during_the_resume_lose_nothing_and_run_nothing_twice(
     store_url: str, name: str
 ) -> None:
@@ -286,6 +290,7 @@ def refund_agent(session: Session, **approvals: Any) -> Agent:
                  approvals=Approvals(defer=True, **approvals))  # fmt: skip
 
 
+@pytest.mark.processes
 def test_an_approved_idempotent_call_whose_resumer_died_runs_again_on_its_decision(
     store_url: str, name: str
 ) -> None:
@@ -414,6 +419,7 @@ def worker(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[CeleryWo
         process.stop()
 
 
+@pytest.mark.processes
 def test_a_celery_worker_resumes_a_decided_run(
     worker: tuple[CeleryWorker, Any], redis_server: RedisServer, name: str
 ) -> None:

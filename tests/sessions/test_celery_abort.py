@@ -18,6 +18,8 @@ from agentkit.sessions import Session
 from tests.servers import RedisServer, celery_worker, worker_env
 from tests.sessions.invariants import assert_well_formed
 
+pytestmark = pytest.mark.processes
+
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 WAIT = 60.0

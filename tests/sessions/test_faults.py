@@ -27,6 +27,8 @@ from tests.servers import PostgresServer, RedisServer
 from tests.sessions.crash_child import random_tools
 from tests.sessions.invariants import assert_well_formed
 
+pytestmark = pytest.mark.processes
+
 CHILD = Path(__file__).with_name("crash_child.py")
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 30.0

@@ -113,6 +113,7 @@ def test_submit_stores_the_prompt_before_sending(redis_server: RedisServer, name
     assert sent == [(name,)]
 
 
+@pytest.mark.processes
 def test_an_abort_applied_before_the_worker_died_is_not_lost(
     redis_server: RedisServer, name: str
 ) -> None:

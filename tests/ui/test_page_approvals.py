@@ -84,6 +84,7 @@ def test_decide_over_http_once_and_resume(approval_page: UiServer, refunds: list
     assert stored[-1].content[0].text == "The refund is done."
 
 
+@pytest.mark.browser
 @needs_browser
 def test_approve_in_the_browser(approval_page: UiServer, refunds: list[int]) -> None:
     _start_waiting_run(approval_page)

@@ -15,7 +15,7 @@ from ..support import WAIT
 from .browser import expect, needs_browser, not_pwned, open_page, shot
 from .conftest import HOSTILE, Gate
 
-pytestmark = needs_browser
+pytestmark = [pytest.mark.browser, needs_browser]
 
 
 @pytest.fixture

@@ -10,11 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import requests
 
 from agentkit.sessions import Session, SqliteStore
 
 from ..support import WAIT
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 

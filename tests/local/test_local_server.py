@@ -1,0 +1,351 @@
+"""The kept local server (``agentkit.local.kept``), with real processes: the ``agentkit``
+command, the detached server it starts, its state file, lock and key, and Ctrl-C typed on a real
+terminal while a run uses it. Each test keeps its server in a folder of its own and stops it
+at the end; no server process may outlive a test."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import requests
+
+from agentkit.local import kept as K
+from tests.support import NEEDS_EMBEDDED_MODEL
+
+pytestmark = [
+    *NEEDS_EMBEDDED_MODEL,
+    pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="looks for processes in /proc"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTKIT = shutil.which("agentkit", path=str(Path(sys.executable).parent)) or "agentkit"
+QUICK_RUN = ["--tools", "none", "--max-turns", "1", "--system", "Answer in at most five words."]
+"""A run that costs the model little: no tool declarations, a short system prompt."""
+
+
+def servers_in(directory: Path) -> list[int]:
+    """The pids of the kept server processes whose files are in ``directory``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"agentkit.local.kept" in argv and str(directory).encode() in argv:
+            if K._pid_alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def server_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder of the test's own for the kept server; the server is stopped afterwards."""
+    directory = tmp_path / "server"
+    monkeypatch.setenv(K.DIR_ENV, str(directory))
+    for name in (K.IDLE_ENV, K.KEEP_ENV):
+        monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if n.endswith("_API_KEY")]:
+        monkeypatch.delenv(name)
+    yield directory
+    K.stop_kept_server()
+    assert servers_in(directory) == []
+
+
+def agentkit(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGENTKIT, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+def quick_run(workspace: Path, *extra: str, python: list[str] | None = None) -> (
+    subprocess.CompletedProcess[str]
+):
+    command = python or [AGENTKIT]
+    return subprocess.run(
+        [*command, "run", "Say hello.", "--workspace", str(workspace), *QUICK_RUN, *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, every: float = 0.1) -> bool:
+    """Whether ``condition`` became true within ``timeout`` (checked ``every`` seconds)."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        pause.wait(every)
+    return True
+
+
+def slot_busy(state: K.ServerState) -> bool:
+    headers = {"Authorization": f"Bearer {state.api_key}"}
+    with requests.Session() as session:
+        session.trust_env = False
+        slots = session.get(state.url + "/slots", headers=headers, timeout=10).json()
+    return any(slot.get("is_processing") for slot in slots)
+
+
+# --- reuse, the lock, stale states ------------------------------------------------------------
+
+
+def test_a_second_run_reuses_the_server_without_loading_llama_cpp(
+    server_dir: Path, tmp_path: Path
+) -> None:
+    first = quick_run(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "starting the local model" in first.stderr
+    started = K.read_state(server_dir)
+    assert started is not None and servers_in(server_dir) == [started.pid]
+
+    second = quick_run(
+        tmp_path, "--json", python=[sys.executable, "-X", "importtime", "-m", "agentkit"]
+    )
+    assert second.returncode == 0, second.stderr
+    assert started.api_key not in second.stdout + second.stderr  # never in events or errors
+    assert "starting the local model" not in second.stderr
+    assert f"kept from an earlier run (pid {started.pid})" in second.stderr
+    imported = [line for line in second.stderr.splitlines() if line.startswith("import time:")]
+    assert any("agentkit.local.kept" in line for line in imported)
+    assert not [line for line in imported if "xllamacpp" in line]
+    assert K.read_state(server_dir) == started
+    assert servers_in(server_dir) == [started.pid]
+
+
+def test_two_starts_at_once_make_one_server(server_dir: Path) -> None:
+    starts = [
+        subprocess.Popen(
+            [AGENTKIT, "server", "start"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=300) for process in starts]
+    assert [process.returncode for process in starts] == [0, 0], outputs
+    assert sum("starting the server" in err for _, err in outputs) == 1
+    state = K.read_state(server_dir)
+    assert state is not None
+    assert all(f"pid {state.pid}" in out for out, _ in outputs)
+    assert servers_in(server_dir) == [state.pid]
+
+
+def test_a_stale_state_is_replaced_never_trusted(server_dir: Path) -> None:
+    # A state whose process is gone and whose port answers nothing.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free_port = probe.getsockname()[1]
+    server_dir.mkdir(mode=0o700)
+    dead = K.ServerState(gone.pid, free_port, "key", {}, 600.0, time.time())
+    K._write_state(server_dir, dead)
+    assert K.stale_reason(dead) == f"its process {gone.pid} is gone"
+    done = agentkit("server", "start")
+    assert done.returncode == 0 and "starting the server" in done.stderr, done.stderr
+    first = K.read_state(server_dir)
+    assert first is not None and first.pid != gone.pid
+
+    # A state whose key the server refuses (the port is someone else's now, say).
+    K._write_state(server_dir, replace(first, api_key="not-the-key"))
+    assert K.stale_reason(K.read_state(server_dir)) == "its port answers but refuses its key"  # type: ignore[arg-type]
+    done = agentkit("server", "start")
+    assert done.returncode == 0 and "starting the server" in done.stderr, done.stderr
+    second = K.read_state(server_dir)
+    assert second is not None and second.pid != first.pid
+    assert not K._pid_alive(first.pid)  # the old kept server was stopped, not left behind
+
+    # A run that wants another context size replaces the server.
+    done = agentkit("server", "start", "--ctx-size", "2048")
+    assert done.returncode == 0 and "starting the server" in done.stderr, done.stderr
+    third = K.read_state(server_dir)
+    assert third is not None and third.pid != second.pid and third.spec["n_ctx"] == 2048
+    assert servers_in(server_dir) == [third.pid]
+
+
+# --- the key, status and stop -----------------------------------------------------------------
+
+
+def test_the_server_needs_its_key_and_server_stop_ends_it(server_dir: Path) -> None:
+    assert agentkit("server", "status").returncode == 1
+    done = agentkit("server", "start")
+    assert done.returncode == 0, done.stderr
+    state = K.read_state(server_dir)
+    assert state is not None
+    assert stat.S_IMODE((server_dir / K.STATE_FILE).stat().st_mode) == 0o600
+    assert stat.S_IMODE(server_dir.stat().st_mode) == 0o700
+    assert state.api_key not in repr(state)
+    data = json.loads((server_dir / K.STATE_FILE).read_text())
+    assert data["spec"]["n_ctx"] == 4096 and data["idle_s"] == K.DEFAULT_IDLE
+
+    with requests.Session() as session:
+        session.trust_env = False
+        assert session.get(state.url + "/v1/models", timeout=10).status_code == 401
+        chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        refused = session.post(state.url + "/v1/chat/completions", json=chat, timeout=10)
+        assert refused.status_code == 401
+        key = {"Authorization": f"Bearer {state.api_key}"}
+        assert session.get(state.url + "/v1/models", headers=key, timeout=10).status_code == 200
+
+    status = agentkit("server", "status")
+    assert status.returncode == 0 and f"running, pid {state.pid}" in status.stdout
+    assert state.api_key not in status.stdout + status.stderr
+
+    stopped = agentkit("server", "stop")
+    assert stopped.returncode == 0 and f"stopped (pid {state.pid})" in stopped.stdout
+    assert not K._pid_alive(state.pid) and K.read_state(server_dir) is None
+    status = agentkit("server", "status")
+    assert status.returncode == 1 and "not running" in status.stdout
+    assert "not running" in agentkit("server", "stop").stdout
+
+
+def test_an_idle_server_ends_itself_but_not_under_a_connected_run(
+    server_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(K.IDLE_ENV, "0.5")
+    server = K.kept_server()
+    assert not server.reused and server.running
+    assert not K._wait_exit(server.pid, 3.0)  # six idle times: it stays while a run holds it
+    server.stop()  # the run lets go of it
+    assert K._wait_exit(server.pid, 30.0)
+    assert K.read_state(server_dir) is None
+    assert "idle for 0.5 s: exiting" in (server_dir / K.LOG_FILE).read_text()
+
+
+def test_a_server_killed_under_a_connected_run_is_not_running(server_dir: Path) -> None:
+    import signal
+
+    server = K.kept_server()
+    try:
+        assert server.running and server.health()
+        os.kill(server.pid, signal.SIGKILL)  # llama.cpp crashing takes its process with it
+        assert K._wait_exit(server.pid, 30.0)
+        assert not server.running and not server.health()
+        assert repr(server).endswith(", gone)")  # not "released": this process holds it
+    finally:
+        server.stop()
+
+
+def test_a_bad_idle_time_is_refused_before_anything_starts(
+    server_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(K.IDLE_ENV, "soon")
+    done = quick_run(tmp_path)
+    assert done.returncode == 2 and "AGENTKIT_SERVER_IDLE must be a number" in done.stderr
+    assert servers_in(server_dir) == []
+
+
+@pytest.mark.parametrize("how", ["--no-keep-server", "AGENTKIT_KEEP_SERVER=0"])
+def test_opting_out_runs_a_server_for_this_run_only(
+    server_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, how: str
+) -> None:
+    extra = [how] if how.startswith("--") else []
+    if not extra:
+        monkeypatch.setenv(K.KEEP_ENV, "0")
+    done = quick_run(tmp_path, *extra)
+    assert done.returncode == 0, done.stderr
+    assert "starting the local model" in done.stderr
+    assert K.read_state(server_dir) is None and servers_in(server_dir) == []
+
+
+# --- Ctrl-C on a terminal, with the kept server ------------------------------------------------
+
+
+def terminal(args: list[str], cwd: Path) -> object:
+    from tests.terminal import Terminal
+
+    return Terminal([AGENTKIT, *args], cwd)
+
+
+def ctrl_c_exits_130(term: object) -> bytes:
+    term.ctrl_c()  # type: ignore[attr-defined]
+    code = term.wait(timeout=10)  # type: ignore[attr-defined]
+    output: bytes = term.output  # type: ignore[attr-defined]
+    assert code == 130, output
+    assert b"Traceback" not in output and b"interrupted" in output
+    return output
+
+
+def test_ctrl_c_while_this_run_starts_the_server_leaves_none_behind(
+    server_dir: Path, tmp_path: Path
+) -> None:
+    term = terminal(["run", "Say hello.", "--workspace", str(tmp_path), *QUICK_RUN], ROOT)
+    term.read_until(b"starting the local model", timeout=120)  # type: ignore[attr-defined]
+    ctrl_c_exits_130(term)
+    assert servers_in(server_dir) == [] and K.read_state(server_dir) is None
+
+
+def test_ctrl_c_while_another_run_starts_the_server_leaves_it_alone(
+    server_dir: Path, tmp_path: Path
+) -> None:
+    assert agentkit("server", "start").returncode == 0
+    state = K.read_state(server_dir)
+    assert state is not None
+    fd = os.open(server_dir / K.LOCK_FILE, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another run is checking or starting the server
+        term = terminal(["run", "Say hello.", "--workspace", str(tmp_path), *QUICK_RUN], ROOT)
+        term.read_until(b"using the embedded local model", timeout=120)  # type: ignore[attr-defined]
+        ctrl_c_exits_130(term)
+    finally:
+        os.close(fd)
+    assert K.read_state(server_dir) == state and K.stale_reason(state) is None
+
+
+def server_counters(state: K.ServerState) -> dict[str, float]:
+    """llama.cpp's own counters of the tokens it read and wrote."""
+    headers = {"Authorization": f"Bearer {state.api_key}"}
+    with requests.Session() as session:
+        session.trust_env = False
+        text = session.get(state.url + "/metrics", headers=headers, timeout=10).text
+    pairs = (line.split() for line in text.splitlines() if line.startswith("llamacpp:"))
+    return {name.split(":", 1)[1]: float(value) for name, value in pairs}
+
+
+@pytest.mark.parametrize("phase", ["prompt reading", "generation"])
+def test_ctrl_c_during_a_request_stops_the_kept_servers_work(
+    server_dir: Path, tmp_path: Path, phase: str
+) -> None:
+    assert agentkit("server", "start").returncode == 0
+    state = K.read_state(server_dir)
+    assert state is not None
+    if phase == "prompt reading":  # a long prompt: Ctrl-C lands while the model reads it
+        task = tmp_path / "task.txt"
+        task.write_text("Count the words: " + " ".join(["apple"] * 1500))
+        args, marker = ["run", f"@{task}"], b"working..."
+    else:  # a long answer: Ctrl-C lands while the model writes it
+        args = ["run", "Write a story of 1000 words about a cat.", "--json"]
+        marker = b'"text_delta"'
+    before = server_counters(state)
+    term = terminal([*args, "--workspace", str(tmp_path), "--tools", "none"], ROOT)
+    term.read_until(marker, timeout=120)  # type: ignore[attr-defined]
+    assert wait_until(lambda: slot_busy(state), timeout=60)
+    ctrl_c_exits_130(term)
+    # The server notices that its client left between two steps (a prompt step is up to
+    # PROMPT_STEP tokens, so on a slow machine that may take a while) and stops computing: it
+    # neither reads the whole prompt nor writes the whole story. Ask it seldom: llama.cpp checks
+    # the connection when no result came for a second, and answers to /slots count as results.
+    assert wait_until(lambda: not slot_busy(state), timeout=240, every=2.0)
+    after = server_counters(state)
+    if phase == "prompt reading":
+        assert after["prompt_tokens_total"] - before["prompt_tokens_total"] < 1500
+        assert after["tokens_predicted_total"] == before["tokens_predicted_total"]
+    else:
+        assert after["tokens_predicted_total"] - before["tokens_predicted_total"] < 150
+    assert K.stale_reason(state) is None and servers_in(server_dir) == [state.pid]

@@ -3,7 +3,7 @@ multi-process tests: one agent after another prompts the local server until a ru
 cap (or ``RUNS`` runs); prints the runs' stop reasons as one JSON object. With ``--stall`` it
 prints ``sent`` and waits for the answer (of a server that never gives it) until it is killed.
 
-``python tests/ledger_worker.py BASE_URL STORE_URL KEY CAP_USD RUNS [--stall]``
+``python tests/policies/ledger_worker.py BASE_URL STORE_URL KEY CAP_USD RUNS [--stall]``
 """
 
 from __future__ import annotations

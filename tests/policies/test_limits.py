@@ -25,7 +25,7 @@ from tests.quota_server import FakeClock, pass_time, run_prompts
 from tests.servers import RedisServer, free_port
 
 WORKER = Path(__file__).parent / "fleet_worker.py"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -245,6 +245,7 @@ def test_without_the_pause_every_agent_gets_the_429(quota_server: Any) -> None:
     assert server.stats()["rejected"] == 10
 
 
+@pytest.mark.processes
 def test_processes_share_a_quota_through_redis(
     quota_server: Any, redis_server: RedisServer
 ) -> None:

@@ -2,7 +2,7 @@
 agents on ``threads`` threads against ``base_url``, sharing a quota through Redis (or through
 nothing when the Redis URL is ``-``). Prints the runs' stop reasons as one JSON object.
 
-``python tests/fleet_worker.py BASE_URL REDIS_URL|- REQUESTS PER RUNS THREADS``
+``python tests/policies/fleet_worker.py BASE_URL REDIS_URL|- REQUESTS PER RUNS THREADS``
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from tests.quota_server import QuotaServer
 from tests.servers import PostgresServer, RedisServer, worker_env
 from tests.support import WAIT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).parent / "ledger_worker.py"
 
 PRICES = ModelCost(input=10.0, output=40.0, cache_read=1.0, cache_write=12.5)
@@ -376,6 +376,7 @@ def spawn(*args: str, **options: Any) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("kind", ["redis", "postgres"])
 def test_twenty_processes_racing_one_cap_pass_it_by_at_most_a_request_each(
     kind: str, request: Any, quota_server: Any
@@ -406,6 +407,7 @@ def test_twenty_processes_racing_one_cap_pass_it_by_at_most_a_request_each(
     assert 1.0 - each <= cost <= 1.0 + FLEET * each, (cost, each)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("kind", ["redis", "postgres"])
 def test_what_a_killed_worker_held_is_freed_after_its_hold(
     kind: str, request: Any, quota_server: Any

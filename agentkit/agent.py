@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from ._serialize import to_serialisable
+from ._log import agentkit_logger
 from .abort import AbortController, AbortSignal
 from .agent_state import AgentState, PendingMessageQueue, QueueMode, resolve_model
 from .config import AgentLoopConfig, StreamFn, get_default_stream_fn
@@ -45,13 +45,13 @@ from .run import (
     Listener,
     Run,
     _wait_through_interrupts,
-    agentkit_logger,
     caller_hosts_run,
     running_agent,
     start_worker,
 )
 from .transcript import (
     create_initial_system_message,
+    exception_text,
     failure_message,
     get_current_system_message,
     run_end_entry,
@@ -484,44 +484,24 @@ class Agent(AgentOptions):
         return cast("CompactionRecord", outcome[0])
 
     def _run_compaction(self, run: Run, outcome: list[Any]) -> list[Any]:
-        from .compaction import Compaction, ModelAccess, compact
-        from .results import RunUsage
+        from .compaction import Compaction, compact_now
 
         def emit(event: AgentEvent) -> None:
             self._process_event(run, event)
 
-        def append(record: Any) -> None:
-            emit(MessageStartEvent(record))
-            emit(MessageEndEvent(record))
-
-        loop, model, usage = self._loop, self._state.model, RunUsage()
+        loop, model = self._loop, self._state.model
 
         def request(messages: list[Any], max_tokens: int) -> Any:
             options = loop.stream_options.model_copy(update={"max_tokens": max_tokens})
-            final = request_once(
+            return request_once(
                 model, self.stream_fn, options, messages, run.signal,
                 get_api_key=loop.get_api_key, grace=loop.tool_abort_grace,
             )  # fmt: skip
-            usage.requests += 1
-            usage.add(final.usage)
-            return final
 
-        access = ModelAccess(model, request)
-        try:
-            record = compact(
-                list(self._state.messages), self.compaction or Compaction(), access, emit,
-                append, reason="manual",
-            )  # fmt: skip
-        except CompactionError as exc:
-            outcome.append(exc)
-            return []
-        except Exception as exc:  # a user's strategy or a listener: the caller gets it
-            failure = CompactionError(f"the compaction failed: {type(exc).__name__}: {exc}")
-            failure.__cause__ = exc
-            outcome.append(failure)
-            return []
-        outcome.append(record)
-        return [record]
+        settings = self.compaction or Compaction()
+        done = compact_now(self._state.messages, settings, model, request, emit)
+        outcome.append(done)
+        return [] if isinstance(done, BaseException) else [done]
 
     def close(self) -> None:
         """Abort any active run, wait for it to end, refuse further runs, then call the close
@@ -791,13 +771,10 @@ class Agent(AgentOptions):
         A listener that raises again here is logged, not raised: the caller of ``prompt()``
         never sees a listener's or hook's exception.
         """
-        model = self._state.model
-        try:
-            text = to_serialisable(str(exc)) or type(exc).__name__
-        except Exception:  # an exception whose __str__ fails still gets recorded
-            text = type(exc).__name__
         reason: Literal["error", "aborted"] = "aborted" if run.signal.aborted else "error"
-        failure = failure_message(reason, text, model, content=[TextContent(text="")])
+        failure = failure_message(
+            reason, exception_text(exc), self._state.model, content=[TextContent(text="")]
+        )
         events: list[AgentEvent] = [
             MessageStartEvent(failure),
             MessageEndEvent(failure),

@@ -41,7 +41,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._serialize import LLM_ROLES
 from .errors import AbortError, CompactionError, ContextOverflowError, ProviderError
-from .events import AgentEvent, CompactionEndEvent, CompactionStartEvent
+from .events import (
+    AgentEvent,
+    CompactionEndEvent,
+    CompactionStartEvent,
+    MessageEndEvent,
+    MessageStartEvent,
+)
 from .policy import ModelRequest, RequestHandler, RunPolicy, RunScope
 from .transcript import (
     COMPACTION_ROLE,
@@ -517,6 +523,33 @@ def compact(
     append(record)
     emit(CompactionEndEvent(reason, record))
     return record
+
+
+def compact_now(
+    messages: Sequence[Any],
+    settings: Compaction,
+    model: Model,
+    request: Callable[[list[Any], int], AssistantMessage],
+    emit: Callable[[AgentEvent], None],
+) -> CompactionRecord | CompactionError:
+    """``agent.compact()``'s work, outside a run: compact ``messages`` once (``request`` makes
+    the summary requests), the record announced with its message events through ``emit``;
+    the record, or the :class:`CompactionError` that says why there is none (a user's strategy
+    or a listener that raised is one too, its cause kept)."""
+
+    def append(record: CompactionRecord) -> None:
+        emit(MessageStartEvent(record))
+        emit(MessageEndEvent(record))
+
+    access = ModelAccess(model, request)
+    try:
+        return compact(list(messages), settings, access, emit, append, reason="manual")
+    except CompactionError as exc:
+        return exc
+    except Exception as exc:  # a user's strategy or a listener: the caller gets it
+        failure = CompactionError(f"the compaction failed: {type(exc).__name__}: {exc}")
+        failure.__cause__ = exc
+        return failure
 
 
 def _make_record(

@@ -32,10 +32,10 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from ._log import agentkit_logger
 from .errors import ProviderError, QuotaWaitError
 from .event_stream import WAKE, AssistantMessageEventStream, consuming_here
 from .events import AssistantMessageEvent, DoneEvent, ErrorEvent
-from .run import agentkit_logger
 from .types import Context, Model
 
 if TYPE_CHECKING:

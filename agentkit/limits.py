@@ -523,7 +523,7 @@ class _Watch:
 
 def _logger() -> Any:
     """The ``agentkit.limits`` logger (``logging`` is imported at the first record, as
-    :func:`agentkit.run.agentkit_logger` does, to keep it out of ``import agentkit``)."""
+    :func:`agentkit._log.agentkit_logger` does, to keep it out of ``import agentkit``)."""
     import logging
 
     return logging.getLogger("agentkit.limits")

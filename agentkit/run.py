@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
+from ._log import agentkit_logger
 from .abort import AbortController, AbortSignal
 from .errors import AgentError
 from .events import AgentEvent, MessageStartEvent, MessageUpdateEvent, TextDeltaEvent
@@ -27,7 +28,6 @@ from .results import RunResult, as_run_result
 from .waits import get_item, wait_event
 
 if TYPE_CHECKING:
-    import logging
 
     from .options import RunOptions
 
@@ -38,14 +38,6 @@ this context (``None`` elsewhere): how a sub-agent finds its parent (:mod:`agent
 Listener = Callable[[AgentEvent], Any]
 Subscribe = Callable[[Listener], Callable[[], None]]
 """``subscribe(listener) -> unsubscribe``: how a stream listens to its agent's events."""
-
-
-def agentkit_logger() -> logging.Logger:
-    """The ``agentkit`` logger. Only failures are logged (a raising callback or listener), so
-    ``logging`` is imported at the first one rather than with agentkit (a few ms of import)."""
-    import logging
-
-    return logging.getLogger("agentkit")
 
 
 class Run:

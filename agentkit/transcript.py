@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._serialize import clean_text
+from ._serialize import clean_text, to_serialisable
 from .types import (
     AssistantMessage,
     SystemMessage,
@@ -48,6 +48,15 @@ TRUNCATED_TEXT = (
 def user_message(text: str) -> UserMessage:
     """``text`` as a user message of one text block."""
     return UserMessage(content=[TextContent(text=text)])
+
+
+def exception_text(exc: BaseException) -> str:
+    """What a failure message says of ``exc``: its text (JSON-safe), else its class's name (an
+    exception whose ``__str__`` fails is recorded too)."""
+    try:
+        return to_serialisable(str(exc)) or type(exc).__name__
+    except Exception:
+        return type(exc).__name__
 
 
 def failure_message(

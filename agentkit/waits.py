@@ -16,12 +16,20 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-
-if TYPE_CHECKING:
-    from .abort import AbortSignal
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
+
+class Signal(Protocol):
+    """What these waits need of an abort signal (:class:`~agentkit.AbortSignal` is one): named
+    by its shape, since the signal's own waits are these."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until aborted or ``timeout``; whether it was aborted."""
+
+    def add_callback(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        """Call ``callback`` on abort; return what unregisters it."""
+
 
 class _Wake:
     """Queue token: a waiting consumer should look up (see :meth:`EventStream.wake`)."""
@@ -63,7 +71,7 @@ def wait_condition(condition: threading.Condition, timeout: float | None = None)
     return any(condition.wait(step) for step in _steps(timeout))
 
 
-def pause(seconds: float, signal: AbortSignal | None = None) -> bool:
+def pause(seconds: float, signal: Signal | None = None) -> bool:
     """Sleep ``seconds`` (a negative time is none), ended early by ``signal``'s abort; return
     whether the signal aborted it. Ctrl-C on the main thread ends it too."""
     seconds = max(seconds, 0.0)
@@ -112,7 +120,7 @@ class Deadline(Protocol):
 
 def wait_or_give_up(
     get: Callable[[float | None], Any],
-    signal: AbortSignal,
+    signal: Signal,
     wake: Callable[[], None],
     grace: float,
     deadline: Deadline | None = None,

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import ApprovalError, SessionConflictError, SessionError
 from ..transcript import (
@@ -25,8 +25,20 @@ from ..transcript import (
 from ..transcript import as_entry as _entry
 from ..types import AssistantMessage, ToolCall, ToolResultMessage, role_of
 
-if TYPE_CHECKING:
-    from .session import Session
+
+class Recorded(Protocol):
+    """What a decision is recorded in: a session (:class:`~agentkit.sessions.Session`), named by
+    its shape here, since the session's own ``approve``/``deny`` call into this module."""
+
+    @property
+    def name(self) -> str:
+        """The session's name."""
+
+    def load(self) -> list[Any]:
+        """Its transcript, as stored."""
+
+    def append(self, *messages: Any) -> int:
+        """Append ``messages`` at the version last read (a conflict raises)."""
 
 _AFTER_A_BATCH = APPROVAL_ROLES | {"tool_result", "user"}
 """The roles that may follow a batch whose calls wait."""
@@ -145,14 +157,14 @@ def refuse_while_waiting(messages: Sequence[Any]) -> None:
 # --- the decisions, from any process -----------------------------------------------------------
 
 
-def pending_approvals(session: Session) -> list[ApprovalRequest]:
+def pending_approvals(session: Recorded) -> list[ApprovalRequest]:
     """The calls of ``session`` that wait for a decision, read from the store."""
     batch = waiting_batch(session.load())
     return batch.pending() if batch is not None else []
 
 
 def decide(
-    session: Session,
+    session: Recorded,
     tool_call_id: str,
     *,
     approved: bool,

@@ -16,9 +16,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..abort import ABORTED_TEXT
 from ..events import ToolExecutionEndEvent
-from ..tools import error_result
 from ..transcript import TRUNCATED_TEXT
-from ..types import AssistantMessage, ToolCall, ToolResultMessage, role_of
+from ..types import AssistantMessage, TextContent, ToolCall, ToolResultMessage, role_of
 from .base import (
     SessionConflictError,
     SessionCorruptError,
@@ -28,12 +27,12 @@ from .base import (
     decode_message,
     encode_message,
 )
-from .decisions import waiting_call_ids
+from .decisions import decide, pending_approvals, waiting_call_ids
 from .jsonl import read_jsonl, write_jsonl
 from .order import MOVABLE, deferral_marker, in_turn_order, read_in_turn_order, release_marker
 
 if TYPE_CHECKING:
-    from ..approvals import ApprovalRequest
+    from ..transcript import ApprovalRequest
 
 CRASHED_TEXT = (
     "Tool call {name} ({id}) was interrupted: the process running it stopped before it "
@@ -133,8 +132,6 @@ class Session:
     def pending_approvals(self) -> list[ApprovalRequest]:
         """The tool calls that wait in this session for a decision (see docs/approvals.md),
         read from the store: any process may list them."""
-        from .decisions import pending_approvals
-
         return pending_approvals(self)
 
     def approve(
@@ -148,15 +145,11 @@ class Session:
         """Record the approval of a waiting call, durably, from any process; ``arguments``
         runs it with these instead, ``expires_in`` (seconds) denies it if it resumes later.
         A call is decided once: a second decision raises :class:`~agentkit.errors.ApprovalError`."""
-        from .decisions import decide
-
         decide(self, tool_call_id, approved=True, reason=reason, arguments=arguments,
                expires_in=expires_in)  # fmt: skip
 
     def deny(self, tool_call_id: str, reason: str | None = None) -> None:
         """Record the denial of a waiting call (the model reads ``reason``), as :meth:`approve`."""
-        from .decisions import decide
-
         decide(self, tool_call_id, approved=False, reason=reason)
 
     def fork(self, new_name: str, upto: int | None = None) -> Session:
@@ -474,10 +467,9 @@ def settle_plainly(messages: Sequence[Any]) -> list[ToolResultMessage]:
 def unsettled_result(call: ToolCall, cut_off: bool = False) -> ToolResultMessage:
     """The result of an interrupted call that does not run again."""
     text = TRUNCATED_TEXT if cut_off else CRASHED_TEXT
-    result = error_result(text.format(name=call.name, id=call.id))
     return ToolResultMessage(
-        tool_call_id=call.id, tool_name=call.name, content=list(result.content or []),
-        details=result.details, is_error=True,
+        tool_call_id=call.id, tool_name=call.name, details={}, is_error=True,
+        content=[TextContent(text=text.format(name=call.name, id=call.id))],
     )  # fmt: skip
 
 
@@ -489,7 +481,7 @@ def settle_aborted(session: Session) -> None:
     if calls:
         session._append_past_inputs([
             ToolResultMessage(tool_call_id=call.id, tool_name=call.name, is_error=True,
-                              content=list(error_result(ABORTED_TEXT).content))
+                              content=[TextContent(text=ABORTED_TEXT)])
             for call in calls
         ])  # fmt: skip
 

@@ -24,9 +24,7 @@ from .events import (
     AgentEndEvent,
     AgentEvent,
     MessageEndEvent,
-    MessageStartEvent,
     ToolExecutionEndEvent,
-    TurnEndEvent,
 )
 from .interrupts import InterruptLane
 from .loop import request_once, run_agent_loop, run_agent_loop_continue
@@ -45,6 +43,7 @@ from .run import (
     Listener,
     Run,
     _wait_through_interrupts,
+    announce_failure,
     caller_hosts_run,
     running_agent,
     start_worker,
@@ -54,6 +53,7 @@ from .transcript import (
     exception_text,
     failure_message,
     get_current_system_message,
+    last_said,
     run_end_entry,
     user_message,
 )
@@ -411,7 +411,7 @@ class Agent(AgentOptions):
                 self._session_writer.reorders()
         if not any(role_of(m) != "system" for m in messages):
             raise CannotContinueError("No messages to continue from")
-        if role_of(messages[-1]) == "assistant":
+        if role_of(last_said(messages)) == "assistant":
             steering = self._steering.drain()
             if steering:
                 return lambda run: self._run_prompt(run, steering, True, overrides)
@@ -775,21 +775,7 @@ class Agent(AgentOptions):
         failure = failure_message(
             reason, exception_text(exc), self._state.model, content=[TextContent(text="")]
         )
-        events: list[AgentEvent] = [
-            MessageStartEvent(failure),
-            MessageEndEvent(failure),
-            TurnEndEvent(failure, []),
-            AgentEndEvent([failure]),
-        ]
-        for event in events:
-            self._state.reduce(event)
-            for listener in self._listeners:
-                try:
-                    listener(event)
-                except Exception:
-                    agentkit_logger().exception(
-                        "agentkit: a listener raised while reporting a failed run"
-                    )
+        announce_failure(failure, self._state.reduce, self._listeners)
         if not isinstance(exc, Exception):  # KeyboardInterrupt/SystemExit inside a hook
             agentkit_logger().warning("agentkit: run stopped by %s", type(exc).__name__)
         return [failure]

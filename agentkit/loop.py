@@ -68,6 +68,7 @@ from .transcript import (
     ToolDeclarations,
     compacted_view,
     declare_tool_changes,
+    last_said,
 )
 from .types import (
     AgentContext,
@@ -137,7 +138,7 @@ def check_can_continue(messages: Sequence[Any]) -> None:
     """Raise :class:`CannotContinueError` unless the transcript ends in a continuable message."""
     if not messages:
         raise CannotContinueError("Cannot continue: no messages in context")
-    last = role_of(messages[-1])
+    last = role_of(last_said(messages))  # a run_end record says nothing to go on from
     if last == "assistant":
         raise CannotContinueError("Cannot continue from message role: assistant")
 

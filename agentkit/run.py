@@ -13,7 +13,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import TracebackType
@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any, cast
 from ._log import agentkit_logger
 from .abort import AbortController, AbortSignal
 from .errors import AgentError
-from .events import AgentEvent, MessageStartEvent, MessageUpdateEvent, TextDeltaEvent
+from .events import (
+    AgentEndEvent,
+    AgentEvent,
+    MessageEndEvent,
+    MessageStartEvent,
+    MessageUpdateEvent,
+    TextDeltaEvent,
+    TurnEndEvent,
+)
 from .output import OutputSpec
 from .results import RunResult, as_run_result
 from .waits import get_item, wait_event
@@ -172,6 +180,30 @@ class Run:
 # threads are handed to one process-wide starter thread that waits for them instead.
 
 _elsewhere = threading.local()
+
+
+def announce_failure(
+    failure: Any, reduce: Callable[[AgentEvent], None], listeners: Sequence[Listener]
+) -> None:
+    """Announce a failed run's failure message with the events a run ends with (SPEC 5.5):
+    ``reduce`` updates the agent's state, then each listener hears each event. A listener that
+    raises again here is logged, not raised: the caller of ``prompt()`` never sees a
+    listener's or a hook's exception."""
+    events: list[AgentEvent] = [
+        MessageStartEvent(failure),
+        MessageEndEvent(failure),
+        TurnEndEvent(failure, []),
+        AgentEndEvent([failure]),
+    ]
+    for event in events:
+        reduce(event)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:
+                agentkit_logger().exception(
+                    "agentkit: a listener raised while reporting a failed run"
+                )
 
 
 @contextmanager

@@ -525,6 +525,16 @@ def as_entry(message: Any) -> Any:
     return decode_entry(message) if isinstance(message, dict) else message
 
 
+def last_said(messages: Sequence[Any]) -> Any:
+    """The transcript's last message that is part of the conversation: its last one, but for a
+    :class:`RunEndEntry` that ends it (the record of how the run ended says nothing to go on
+    from); ``None`` for an empty transcript."""
+    for message in reversed(messages):
+        if role_of(message) != RUN_END_ROLE:
+            return message
+    return None
+
+
 def run_end_entry(stop_reason: str, result: Any) -> RunEndEntry | None:
     """The entry that records how a run ended, or ``None`` when its transcript says it already:
     it stopped, waits for approval (its entries say so), or its last assistant message carries

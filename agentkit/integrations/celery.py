@@ -31,7 +31,7 @@ from ..agent import Agent
 from ..errors import AgentRunFailedError, SessionConflictError
 from ..events import AgentEvent, event_to_dict, to_jsonable
 from ..sessions import Session, SessionStore, open_store, settle_aborted
-from ..transcript import user_message
+from ..transcript import last_said, user_message
 from ..types import TextContent, role_of
 
 logger = logging.getLogger("agentkit.celery")
@@ -423,7 +423,7 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
         if channel is not None and channel.abort_requested:
             raise AgentRunFailedError("aborted: a client aborted the run before it started")
         waiting: list[Any] = []
-        if role_of(history[-1]) != "assistant":
+        if role_of(last_said(history)) != "assistant":
             waiting = agent.continue_().pending_approvals
         if aborted.is_set():
             raise AgentRunFailedError("aborted: the run was aborted")
@@ -468,11 +468,11 @@ def _waiting(session: Session, pending: list[Any]) -> dict[str, Any]:
 
 
 def _outcome(session: Session, messages: list[Any]) -> dict[str, Any]:
-    last = messages[-1]
-    stop_reason = getattr(last, "stop_reason", None)
+    ended = messages[-1]  # a run_end record, when the last message does not say how it ended
+    stop_reason = getattr(ended, "stop_reason", None)
     if stop_reason in ("error", "aborted"):
-        raise AgentRunFailedError(f"{stop_reason}: {getattr(last, 'error_message', None)}")
-    content = getattr(last, "content", [])
+        raise AgentRunFailedError(f"{stop_reason}: {getattr(ended, 'error_message', None)}")
+    content = getattr(last_said(messages), "content", [])
     answer = "".join(c.text for c in content if isinstance(c, TextContent))
     return {"session": session.name, "answer": answer, "messages": session.version}
 

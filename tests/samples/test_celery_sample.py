@@ -176,7 +176,8 @@ def test_a_client_aborts_the_run(sample: ModuleType, workers: list[Worker]) -> N
         result.get(timeout=30)
     assert type(raised.value).__name__ == "AgentRunFailedError"
     stored = sample.Session("aborted", sample.SESSIONS).load()
-    assert stored[-1].role == "tool_result" and stored[-1].content[0].text == "Operation aborted"
+    assert stored[-2].role == "tool_result" and stored[-2].content[0].text == "Operation aborted"
+    assert stored[-1].role == "run_end" and stored[-1].stop_reason == "aborted"  # said, stored
 
 
 def test_a_client_steers_the_run(sample: ModuleType, workers: list[Worker]) -> None:
@@ -240,7 +241,8 @@ def test_soft_time_limit_aborts_the_run(sample: ModuleType, workers: list[Worker
     assert type(raised.value).__name__ == "SoftTimeLimitExceeded"
     assert result.state == "FAILURE"
     stored = session.load()
-    assert stored[-1].role == "tool_result" and stored[-1].content[0].text == "Operation aborted"
+    assert stored[-2].role == "tool_result" and stored[-2].content[0].text == "Operation aborted"
+    assert stored[-1].role == "run_end" and stored[-1].stop_reason == "aborted"  # said, stored
     # The workers are fine: the next task runs to the end.
     again = sample.submit(sample.run_agent, sample.Session("after-limit", sample.SESSIONS), "Go")
     assert again.get(timeout=30)["answer"]

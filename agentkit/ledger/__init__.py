@@ -25,22 +25,19 @@ window.
 
 from __future__ import annotations
 
-from .core import (
-    DEFAULT_HOLD,
+from .core import DEFAULT_HOLD, Cap, Ledger, open_ledger_store
+from .policy import SpendPolicy, worst_case
+from .store import (
     WINDOWS,
-    Cap,
     Check,
     Crossing,
-    Ledger,
     LedgerStore,
     MemoryLedgerStore,
     Reservation,
     Spend,
     Window,
-    open_ledger_store,
     periods,
 )
-from .policy import SpendPolicy, worst_case
 
 __all__ = [
     "DEFAULT_HOLD",

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._pg import PgLink
 from ..errors import LedgerError
-from .core import SETTLED_KEPT, Check, Crossing, Reservation, Spend, crosses, window_of
+from .store import SETTLED_KEPT, Check, Crossing, Reservation, Spend, crosses, window_of
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentkit_spend (

@@ -6,7 +6,7 @@ Redis server's clock (``TIME``). Under ``{prefix}`` (a hash tag: a Redis Cluster
 key of one ledger in one slot), each period has three hashes, ``spent:<period>:usd``,
 ``:tokens`` and ``:requests``, whose fields are the keys; each key's live reservations are a
 sorted set by expiry (``held:<key>``) with their amounts (``held:<key>:usd``, ``:tokens``); a
-settled reservation leaves a marker (``settled:<id>``) for :data:`~agentkit.ledger.core.
+settled reservation leaves a marker (``settled:<id>``) for :data:`~agentkit.ledger.store.
 SETTLED_KEPT` seconds. Hour periods are kept 8 days, days 400, months 5 years; the totals
 always.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from .._pg import safe_url
 from ..errors import LedgerError
-from .core import SETTLED_KEPT, Check, Crossing, Reservation, Spend, window_of
+from .store import SETTLED_KEPT, Check, Crossing, Reservation, Spend, window_of
 
 KEPT = {"hour": 8 * 86_400, "day": 400 * 86_400, "month": 5 * 366 * 86_400, "total": 0}
 """Seconds a period's counts are kept after their last change (0: always)."""

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from .dataset import Case, Dataset, Recording, Turn, case_filter
+    from .cases import Case, case_filter
+    from .dataset import Dataset
     from .evaluators import (
         CaseRun,
         Contains,
@@ -32,25 +33,27 @@ if TYPE_CHECKING:
         MaxTurns,
         SameToolCalls,
         ToolCalled,
-        ToolCallRecord,
         ToolNotCalled,
         ToolOrder,
     )
     from .judge import JudgeError, LLMJudge, Verdict
-    from .replay import Divergence, Replay
+    from .recording import Divergence, Recording, ToolCallRecord, Turn
+    from .replay import Replay
     from .report import CaseChange, CaseResult, Comparison, Report
     from .runner import EvalInterrupted, arun_dataset, run_dataset
     from .sessions import cases_from_messages, cases_from_sessions, session_tags, tag_session
 
 _HOME = {
-    "agentkit.evals.dataset": ("Case", "Dataset", "Recording", "Turn", "case_filter"),
+    "agentkit.evals.cases": ("Case", "case_filter"),
+    "agentkit.evals.dataset": ("Dataset",),
     "agentkit.evals.evaluators": (
         "CaseRun", "Contains", "Equals", "EqualsExpected", "Evaluation", "Evaluator",
         "FunctionEvaluator", "MaxCost", "MaxDuration", "MaxTokens", "MaxToolCalls", "MaxTurns",
-        "SameToolCalls", "ToolCallRecord", "ToolCalled", "ToolNotCalled", "ToolOrder",
+        "SameToolCalls", "ToolCalled", "ToolNotCalled", "ToolOrder",
     ),
     "agentkit.evals.judge": ("JudgeError", "LLMJudge", "Verdict"),
-    "agentkit.evals.replay": ("Divergence", "Replay"),
+    "agentkit.evals.recording": ("Divergence", "Recording", "ToolCallRecord", "Turn"),
+    "agentkit.evals.replay": ("Replay",),
     "agentkit.evals.report": ("CaseChange", "CaseResult", "Comparison", "Report"),
     "agentkit.evals.runner": ("EvalInterrupted", "arun_dataset", "run_dataset"),
     "agentkit.evals.sessions": (

@@ -23,56 +23,36 @@ file moves between the two.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from .._serialize import to_jsonable
 from ..results import RunUsage
-from ..types import AssistantMessage, ToolCall, ToolResultMessage
+from .recording import Divergence, Recording, ToolCallRecord, Turn
 
 if TYPE_CHECKING:
     from ..abort import AbortSignal
     from ..agent import Agent
     from ..budgets import Budgets
-    from .dataset import Case
-    from .replay import Divergence
 
 On = Literal["output", "answer"]
 """What a check looks at: ``"output"`` is the typed output when the run had one, else the
 answer's text; ``"answer"`` is always the final answer's text."""
 
 
-@dataclass
-class ToolCallRecord:
-    """One tool call of a run, with its result: what the trajectory checks read."""
+class CaseLike(Protocol):
+    """The case a :class:`CaseRun` ran, as an evaluator reads it: an
+    :class:`~agentkit.evals.cases.Case` (a Protocol because a case holds its evaluators, so
+    :mod:`~agentkit.evals.cases` stands on this module, not under it)."""
 
-    id: str
     name: str
-    arguments: dict[str, Any]
-    result: str = ""
-    is_error: bool = False
-
-
-def tool_calls_of(messages: Iterable[Any]) -> list[ToolCallRecord]:
-    """The tool calls of ``messages`` in the order the model made them, each with the text of
-    its result (``""`` when it has none)."""
-    calls: list[ToolCallRecord] = []
-    by_id: dict[str, list[ToolCallRecord]] = {}
-    for message in messages:
-        if isinstance(message, AssistantMessage):
-            for block in message.content:
-                if isinstance(block, ToolCall):
-                    record = ToolCallRecord(block.id, block.name, dict(block.arguments))
-                    calls.append(record)
-                    by_id.setdefault(block.id, []).append(record)
-        elif isinstance(message, ToolResultMessage):
-            waiting = by_id.get(message.tool_call_id)
-            if waiting:
-                record = waiting.pop(0)
-                record.result = "".join(getattr(c, "text", "") for c in message.content)
-                record.is_error = message.is_error
-    return calls
+    turns: list[Turn]
+    history: list[Any]
+    expected_output: Any
+    metadata: dict[str, Any]
+    evaluators: list[Evaluator]
+    recording: Recording | None
 
 
 @dataclass
@@ -88,7 +68,7 @@ class CaseRun:
     ``judge_budgets``; what a judge spends goes in ``judge_usage``.
     """
 
-    case: Case
+    case: CaseLike
     mode: Literal["live", "replay"] = "live"
     answer: str = ""
     output: Any = None
@@ -552,21 +532,8 @@ BUILTIN: tuple[type[Evaluator], ...] = (
     MaxTurns,
     MaxDuration,
 )
-"""The evaluators a dataset file may name without registering them (the judge is added by
-:mod:`agentkit.evals.judge`)."""
-
-
-def evaluator_types(extra: Iterable[type[Evaluator]] = ()) -> dict[str, type[Evaluator]]:
-    """The evaluators a file may name, by name: the built-ins, the judge and ``extra``."""
-    from .judge import LLMJudge
-
-    known: tuple[type[Evaluator], ...] = (*BUILTIN, LLMJudge)
-    table = {cls.serial_name(): cls for cls in known}
-    for cls in extra:
-        if not (isinstance(cls, type) and issubclass(cls, Evaluator)):
-            raise TypeError(f"{cls!r} is not an Evaluator subclass")
-        table[cls.serial_name()] = cls
-    return table
+"""The evaluators a dataset file may name without registering them (with the judge: see
+:func:`agentkit.evals.cases.evaluator_types`)."""
 
 
 def evaluator_from_spec(spec: Any, types: Mapping[str, type[Evaluator]]) -> Evaluator:

@@ -35,7 +35,8 @@ def load_object(spec: str, what: str = "object") -> Any:
 def evaluator_from_text(text: str) -> Any:
     """An evaluator written as a dataset file would (``SameToolCalls``, ``{"Contains":
     "Paris"}``, ``{Contains: Paris}`` in YAML when PyYAML is installed)."""
-    from .evaluators import evaluator_from_spec, evaluator_types
+    from .cases import evaluator_types
+    from .evaluators import evaluator_from_spec
 
     try:
         spec = json.loads(text)

@@ -27,7 +27,8 @@ import pytest
 from ..errors import EvalCaseError
 
 if TYPE_CHECKING:
-    from .dataset import Case, Dataset
+    from .cases import Case
+    from .dataset import Dataset
     from .report import CaseResult, Report
 
 

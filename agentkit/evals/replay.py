@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._serialize import to_jsonable
@@ -41,10 +40,8 @@ from ..types import (
     as_stream_options,
     role_of,
 )
-from .dataset import Case, turn_messages
-
-DivergenceKind = Literal["tool_result", "refused", "unrecorded_request", "prompt",
-                         "system_prompt", "messages"]  # fmt: skip
+from .cases import Case
+from .recording import Divergence, DivergenceKind, turn_messages
 
 SameResult = Callable[[ToolResultMessage, ToolResultMessage], bool]
 """``same_result(recorded, now)``: whether a tool result counts as the recorded one (the
@@ -53,23 +50,6 @@ default compares the tool, the text and ``is_error``; pass your own to ignore a 
 PLAYBACK_CHUNK = 1 << 16
 """Characters per streamed delta: a replay streams each block in one piece (it is fast, and
 what a listener sees of a delta is not what an evaluation tests)."""
-
-
-@dataclass
-class Divergence:
-    """Where a replay left its recording: at model request ``request`` (1-based), of
-    ``kind``, as ``detail`` says."""
-
-    request: int
-    kind: DivergenceKind
-    detail: str
-
-    def __str__(self) -> str:
-        return f"request {self.request}: {self.detail}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """As JSON data."""
-        return {"request": self.request, "kind": self.kind, "detail": self.detail}
 
 
 class Replay:

@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from .._serialize import to_jsonable
 from ..results import RunUsage
-from .evaluators import Evaluation, ToolCallRecord
-from .replay import Divergence
+from .evaluators import Evaluation
+from .recording import Divergence, ToolCallRecord
 
 Status = Literal["passed", "failed", "diverged", "error", "cancelled"]
 

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..abort import AbortController, AbortSignal
 from ..agent import Agent
@@ -38,21 +38,16 @@ from ..results import RunResult, RunUsage
 from ..types import UserMessage, role_of
 from ..waits import get_item
 from ._abortable import run_abortably
-from .evaluators import (
-    CaseRun,
-    Evaluation,
-    Evaluator,
-    as_evaluations,
-    as_evaluator,
-    tool_calls_of,
-)
+from .evaluators import CaseRun, Evaluation, Evaluator, as_evaluations, as_evaluator
 from .progress import make_progress
+from .recording import tool_calls_of
 from .replay import Replay, SameResult
 from .report import CaseResult, Report, Status
 
 if TYPE_CHECKING:
     from ..limits import RateLimiter
-    from .dataset import Case, Dataset, Turn
+    from .cases import Case
+    from .recording import Turn
 
 Mode = Literal["live", "replay"]
 
@@ -65,6 +60,27 @@ INTERRUPTED_TEXT = "the evaluation was interrupted"
 
 SWEEP = 1.0
 """Seconds without a case ending after which the caller's thread looks at every case."""
+
+
+class DatasetLike(Protocol):
+    """What the runner reads of the dataset it runs: a :class:`~agentkit.evals.dataset.Dataset`
+    is one. (A Protocol because ``Dataset.run`` calls this module: the dataset's module stands
+    above the runner, not under it.)"""
+
+    @property
+    def name(self) -> str:
+        """Names the report, unless the run is given a name."""
+        ...
+
+    @property
+    def cases(self) -> Sequence[Case]:
+        """The cases to run, in order."""
+        ...
+
+    @property
+    def evaluators(self) -> Sequence[Evaluator | Callable[[CaseRun], Any]]:
+        """What judges every case (each case adds its own)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -83,7 +99,7 @@ class Settings:
 
 
 def run_dataset(
-    dataset: Dataset,
+    dataset: DatasetLike,
     agent: Callable[[], Any],
     *,
     mode: Mode = "live",
@@ -135,7 +151,7 @@ def run_dataset(
     return evaluation.run(dataset.cases, name or dataset.name, signal)
 
 
-async def arun_dataset(dataset: Dataset, agent: Callable[[], Any], **options: Any) -> Report:
+async def arun_dataset(dataset: DatasetLike, agent: Callable[[], Any], **options: Any) -> Report:
     """:func:`run_dataset` for asyncio callers: it runs on a thread of the loop's executor
     while the loop goes on. Cancelling the awaiting task aborts the evaluation and waits for
     its threads to end before the cancellation propagates."""

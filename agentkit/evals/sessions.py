@@ -26,7 +26,8 @@ from ..sessions.order import read_in_turn_order
 from ..sessions.session import CONFLICT_RETRIES
 from ..transcript import get_current_system_prompt
 from ..types import AssistantMessage, UserMessage, now_ms, role_of
-from .dataset import Case, Recording, Turn, case_filter, epoch_ms
+from .cases import Case, case_filter, epoch_ms
+from .recording import Recording, Turn
 
 TAGS_ROLE = "tags"
 """The role of a session's tag record (see :func:`tag_session`)."""
@@ -66,7 +67,7 @@ def cases_from_sessions(
     **criteria: Any,
 ) -> list[Case]:
     """The cases of every session of ``store`` (see the module) that match ``criteria`` (see
-    :func:`~agentkit.evals.dataset.case_filter`), by session name then turn. ``store`` may also
+    :func:`~agentkit.evals.cases.case_filter`), by session name then turn. ``store`` may also
     be the path of one session's JSONL export (``agentkit sessions export``)."""
     if per not in ("turn", "session"):
         raise ValueError(f"per is 'turn' or 'session', not {per!r}")

@@ -243,7 +243,7 @@ def merge_options(
     if request:
         stream_options = stream_options.model_copy(update=request)
     merged = dataclasses.replace(config, **state, **loop, stream_options=stream_options)
-    return merged, dataclasses.replace(envelope, **outer)
+    return merged, dataclasses.replace(envelope, **outer) if outer else envelope
 
 
 class AgentOptions:

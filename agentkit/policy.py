@@ -372,8 +372,16 @@ class RunPolicy:
 
 def overrides(policy: RunPolicy, hook: str) -> bool:
     """Whether ``policy`` has its own ``hook`` (the loop calls only those: a chain of policies
-    that do not wrap requests costs a request nothing)."""
-    return getattr(type(policy), hook) is not getattr(RunPolicy, hook)
+    that do not wrap requests costs a request nothing). Known once per class and hook."""
+    key = (type(policy), hook)
+    known = _OVERRIDES.get(key)
+    if known is None:
+        known = _OVERRIDES[key] = getattr(type(policy), hook) is not getattr(RunPolicy, hook)
+    return known
+
+
+_OVERRIDES: dict[tuple[type, str], bool] = {}
+""":func:`overrides`'s answers (a class's methods are fixed once it is made)."""
 
 
 def chain(

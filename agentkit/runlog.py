@@ -37,7 +37,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -260,7 +260,7 @@ def follow(
     *,
     keepalive: float | None = None,
     stop: threading.Event | None = None,
-) -> Iterator[RunEvent | None]:
+) -> Generator[RunEvent | None, None, None]:
     """:func:`attach` for relays: also yields ``None`` after each ``keepalive`` seconds without
     an event (an SSE relay writes a comment then, which is how it notices a reader that left),
     and ends early, within :data:`SLICE` seconds, once ``stop`` is set."""
@@ -276,7 +276,7 @@ def follow(
 
 
 def _follow(log: RunLogStore, info: RunInfo, after: int, keepalive: float | None,
-            stop: threading.Event | None) -> Iterator[RunEvent | None]:  # fmt: skip
+            stop: threading.Event | None) -> Generator[RunEvent | None, None, None]:  # fmt: skip
     run_id, position = info.id, after
     quiet_since = time.monotonic()
     while info.live or position < info.last_seq:

@@ -62,6 +62,7 @@ __all__ = [
     "interrupt",
     "live_runs",
     "log_record",
+    "logged",
     "new_run_id",
     "run_id",
     "run_info",
@@ -251,6 +252,23 @@ def attach(store: Store, run_id: str, after: int = 0) -> Iterator[RunEvent]:
     :class:`~agentkit.errors.RunLogError` for an ``after`` past the run's last event."""
     events = follow(store, run_id, after)
     return (event for event in events if event is not None)
+
+
+def logged(store: Store, run_id: str, after: int = 0, limit: int = 50_000) -> list[RunEvent]:
+    """The run's events logged so far after ``after`` (at most ``limit``), at once: what a
+    page shows of a run, live or not. Raises as :func:`run_info` does."""
+    log = _log(store)
+    run_info(log, run_id)
+    events: list[RunEvent] = []
+    position = after
+    while len(events) < limit:
+        entries = log.read(run_id, position, min(2000, limit - len(events)))
+        if not entries:
+            break
+        for seq, record in entries:
+            events.append(_event(seq, record, position))
+            position = seq
+    return events
 
 
 def follow(

@@ -47,8 +47,8 @@ def test_watch_a_live_run_steer_it_and_read_its_transcript(
     # The run ends; the page reloads into the stored transcript.
     page.wait_for_selector(".call .badge.ok")
     page.wait_for_selector("section.live[hidden]", state="attached")
-    texts = page.locator(".role-assistant .text").all_inner_texts()
-    assert texts == ["Looking it up.", f"Here it is: {HOSTILE}"]
+    texts = [t.strip() for t in page.locator(".role-assistant .text").all_inner_texts()]
+    assert texts == ["Looking it up.", f"Here it is: {HOSTILE}"]  # Markdown, shown as text
     assert "also check the date" in page.locator(".role-user .text").all_inner_texts()
     not_pwned(page)
     shot(page, "transcript")

@@ -90,6 +90,11 @@ class PostgresRunLog(RunLogStore):
         self._closing = threading.Event()
 
         def create(cur: Any, _retry: bool) -> None:
+            # Made once: even "IF NOT EXISTS", an index's DDL locks its table, which would make
+            # each new process (a web worker starting) wait for, or deadlock with, live runs.
+            cur.execute("SELECT to_regclass('agentkit_run_commands_by_run') IS NOT NULL")
+            if cur.fetchone()[0]:
+                return
             cur.execute("SELECT pg_advisory_xact_lock(726612)")  # two creators of the schema
             cur.execute(SCHEMA)
 

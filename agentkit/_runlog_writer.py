@@ -46,6 +46,11 @@ logger = logging.getLogger("agentkit.runlog")
 BATCH = 500
 """Most records one append writes."""
 
+WINDOW = 0.005
+"""Seconds the writer gathers records after the first of a batch before it writes them: a
+follower sees an event at most this much later, and a fast run makes a few large writes rather
+than one per event (each a round trip to the store, and a wake-up of its thread)."""
+
 COALESCE_OVER = 1000
 """An ended run that logged more deltas than this has them coalesced (:func:`runlog.compact`)."""
 
@@ -188,9 +193,10 @@ class _Writer:
             except queue.Empty:
                 self._beat()
                 continue
+            gathered_by = time.monotonic() + WINDOW
             while len(batch) < BATCH and not isinstance(batch[-1], _End):
-                try:
-                    batch.append(self._queue.get_nowait())
+                try:  # what comes within the window joins this batch: fewer, larger writes
+                    batch.append(self._queue.get(timeout=max(0.0, gathered_by - time.monotonic())))
                 except queue.Empty:
                     break
             end = batch.pop() if isinstance(batch[-1], _End) else None

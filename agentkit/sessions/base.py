@@ -87,10 +87,19 @@ class SessionStore(ABC):
     def close(self) -> None:  # noqa: B027 - a store without resources needs no close
         """Release the store's connections."""
 
+    run_logs: bool = True
+    """Whether runs of agents with sessions in this store keep a run log (:mod:`agentkit.runlog`);
+    set it to ``False`` on a store object, before its agents run, for runs nobody follows."""
+
     def run_log(self) -> RunLogStore:
         """The store's run logs (:mod:`agentkit.runlog`): opened at the first call, on
         connections of their own, and closed with the store. Raises
-        :class:`~agentkit.errors.RunLogError` for a store that keeps none."""
+        :class:`~agentkit.errors.RunLogError` for a store that keeps none, or whose
+        :attr:`run_logs` is off."""
+        if not self.run_logs:
+            from ..errors import RunLogError
+
+            raise RunLogError(f"run logs are off for the session store {self.display_url}")
         with _run_logs_lock:
             log: RunLogStore | None = self.__dict__.get("_run_log")
             if log is None:

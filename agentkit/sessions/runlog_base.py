@@ -26,6 +26,9 @@ from ..errors import RunLogError
 
 T = TypeVar("T")
 
+PRUNE_EVERY = 60.0
+"""Seconds between two prunings of expired run logs by one process."""
+
 Entry = tuple[int, str]
 """One logged event: its sequence number and its JSON record."""
 
@@ -161,6 +164,17 @@ class RunLogStore(ABC):
 
     def close(self) -> None:  # noqa: B027 - a log without resources of its own needs no close
         """Release the run log's connections and threads."""
+
+    _pruned_at: float | None = None
+
+    def prune_due(self) -> bool:
+        """Whether :meth:`start` prunes expired logs now: at most every :data:`PRUNE_EVERY`
+        seconds in a process (two threads pruning at once do no harm)."""
+        now = time.monotonic()
+        if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:
+            return False
+        self._pruned_at = now
+        return True
 
 
 class Changes:

@@ -106,15 +106,11 @@ class PostgresRunLog(RunLogStore):
     def start(self, run_id: str, session: str) -> RunInfo:
         check_run_id(run_id)
         keep_ms = int(self.keep * 1000)
+        prune = self.prune_due()
 
         def write(cur: Any, _retry: bool) -> Any:
-            cur.execute(
-                "WITH old AS (SELECT id FROM agentkit_runs WHERE NOT live AND ended_ms < "
-                f"{_NOW} - %s LIMIT 100), e AS (DELETE FROM agentkit_run_events WHERE run_id IN "
-                "(SELECT id FROM old)), c AS (DELETE FROM agentkit_run_commands WHERE run_id IN "
-                "(SELECT id FROM old)) DELETE FROM agentkit_runs WHERE id IN (SELECT id FROM old)",
-                (keep_ms,),
-            )
+            if prune:
+                self._prune(cur, keep_ms)
             cur.execute(
                 "INSERT INTO agentkit_runs (id, session, live, started_ms, heartbeat_ms, "
                 f"last_seq) VALUES (%s, %s, TRUE, {_NOW}, {_NOW}, 0) ON CONFLICT (id) DO UPDATE "
@@ -128,6 +124,16 @@ class PostgresRunLog(RunLogStore):
             return row
 
         return _info(self._sql.transact(write))
+
+    @staticmethod
+    def _prune(cur: Any, keep_ms: int) -> None:
+        cur.execute(
+            "WITH old AS (SELECT id FROM agentkit_runs WHERE NOT live AND ended_ms < "
+            f"{_NOW} - %s LIMIT 100), e AS (DELETE FROM agentkit_run_events WHERE run_id IN "
+            "(SELECT id FROM old)), c AS (DELETE FROM agentkit_run_commands WHERE run_id IN "
+            "(SELECT id FROM old)) DELETE FROM agentkit_runs WHERE id IN (SELECT id FROM old)",
+            (keep_ms,),
+        )
 
     def append(self, run_id: str, entries: Sequence[Entry]) -> bool:
         if not entries:

@@ -99,7 +99,8 @@ class RedisRunLog(RunLogStore):
                   keys["commands"], keys["wake"]],
             args=[run_id, session],
         )  # fmt: skip
-        self._prune(by_session)
+        if self.prune_due():
+            self._prune(by_session)
         info = self.info(run_id)
         assert info is not None
         return info

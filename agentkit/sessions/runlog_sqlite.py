@@ -101,7 +101,8 @@ class SqliteRunLog(RunLogStore):
         check_run_id(run_id)
         now = now_ms()
         with self._transaction() as db:
-            self._prune(db, now)
+            if self.prune_due():
+                self._prune(db, now)
             db.execute(
                 "INSERT INTO agentkit_runs (id, session, live, started_ms, heartbeat_ms, last_seq)"
                 " VALUES (?, ?, 1, ?, ?, 0) ON CONFLICT(id) DO UPDATE SET live = 1, "

@@ -320,3 +320,33 @@ def test_async_attach_follows_a_live_run(
     with pytest.raises(RunNotFoundError):
         asyncio.run(unknown())
     agent.close()
+
+
+def test_run_logs_can_be_turned_off_for_a_store(store: SessionStore, name: str) -> None:
+    store.run_logs = False
+    model = ScriptedModel(["fine"])
+    agent = Agent(model=model.model, stream_fn=model, session=Session(name, store))
+    run = agent.start("x")
+    assert run.wait(WAIT) and run.result().text == "fine"
+    with pytest.raises(RunLogError, match="run logs are off"):
+        runlog.run_info(store, run.id)
+
+
+def test_an_ended_runs_log_expires_after_keep(store: SessionStore, name: str) -> None:
+    log = store.run_log()
+    log.keep = 0.05
+    old, new = f"old-{name}", f"new-{name}"
+    log.start(old, name)
+    log.end(old, json.dumps({"type": "run_end", "stop_reason": "stop", "t": 1}))
+    deadline = time.monotonic() + WAIT
+    while True:  # the next start past the keep prunes it (Redis expires it by itself)
+        log._pruned_at = None
+        log.start(new, name)
+        try:
+            runlog.run_info(store, old)
+        except RunNotFoundError:
+            break
+        assert time.monotonic() < deadline, "an ended run's log was kept past its keep"
+        threading.Event().wait(0.01)
+    assert [r.id for r in runlog.runs(store, name)] == [new]
+    assert runlog.run_info(store, new).live  # a live run is never pruned

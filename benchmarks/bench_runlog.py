@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +42,11 @@ def look_up(topic: str) -> str:
     return f"{topic}: found"
 
 
-def one_run(session: Session | None) -> tuple[float, str]:
-    """Seconds one run takes, start to end (its log's end written), and its id."""
-    model = ScriptedModel([reply("Looking.", tool_call("look_up", {"topic": "x"})), "y" * 200],
+def one_run(session: Session | None, pace: float = 0.0) -> tuple[float, str]:
+    """Seconds one run takes, start to end (its log's end written), and its id; ``pace`` is
+    the seconds between two deltas of its answer (a model streaming)."""
+    answer = reply("y" * 200, delay=pace)
+    model = ScriptedModel([reply("Looking.", tool_call("look_up", {"topic": "x"})), answer],
                           chunk_size=1)  # fmt: skip
     agent = Agent(model=model.model, stream_fn=model, tools=[look_up], session=session)
     started = time.perf_counter()
@@ -56,11 +57,22 @@ def one_run(session: Session | None) -> tuple[float, str]:
     return took, run.id
 
 
-def per_run(make: Callable[[], Session | None]) -> float:
-    """The median milliseconds of :data:`RUNS` runs (after two to warm up)."""
-    for _ in range(2):
-        one_run(make())
-    return statistics.median(one_run(make())[0] for _ in range(RUNS)) * 1000
+def per_run(store: SessionStore, runs: int = RUNS, pace: float = 0.0
+            ) -> tuple[float, float, float]:  # fmt: skip
+    """The median milliseconds of a run without a session, with one in ``store`` whose run
+    logs are off, and with one whose run logs are on: :data:`RUNS` of each, interleaved (so a
+    machine busy for a while weighs on all three alike), after two of each to warm up."""
+    times: dict[str, list[float]] = {"bare": [], "off": [], "on": []}
+    for index in range(runs + 2):
+        for mode in times:
+            store.run_logs = mode == "on"
+            session = None if mode == "bare" else Session(uuid.uuid4().hex, store)
+            took, _ = one_run(session, pace)
+            if index >= 2:
+                times[mode].append(took * 1000)
+    store.run_logs = True
+    bare, off, on = (statistics.median(times[mode]) for mode in ("bare", "off", "on"))
+    return bare, off, on
 
 
 def delivery(store_url: str, store: SessionStore) -> tuple[float, float]:
@@ -104,17 +116,16 @@ def aborts(store_url: str, store: SessionStore) -> list[float]:
 
 def bench(kind: str, store_url: str) -> None:
     store = open_store(store_url)
-    bare = per_run(lambda: None)
-    store.run_logs = False
-    unlogged = per_run(lambda: Session(uuid.uuid4().hex, store))
-    store.run_logs = True
-    logged = per_run(lambda: Session(uuid.uuid4().hex, store))
+    bare, unlogged, logged = per_run(store)
+    _, paced_off, paced_on = per_run(store, max(3, RUNS // 10), pace=0.002)
     _, run_id = one_run(Session(uuid.uuid4().hex, store))
     events = runlog.run_info(store, run_id).last_seq
     p50, p95 = delivery(store_url, store)
     abort_ms = aborts(store_url, store)
     print(f"{kind:9} run: no session {bare:6.1f} ms | session {unlogged:6.1f} ms | session + "
-          f"run log {logged:6.1f} ms ({logged - unlogged:+.1f} ms, {events} events logged) | "
+          f"run log {logged:6.1f} ms ({logged - unlogged:+.1f} ms, {events} events logged); "
+          f"streamed at 2 ms a delta: {paced_off:.0f} ms, with run log {paced_on:.0f} ms "
+          f"({100 * (paced_on - paced_off) / paced_off:+.1f} %) | "
           f"follower lag p50 {p50:.1f} ms p95 {p95:.1f} ms | abort reached the tool: median "
           f"{statistics.median(abort_ms):.0f} ms, max {max(abort_ms):.0f} ms ({len(abort_ms)})")
     store.close()

@@ -33,7 +33,7 @@ from agentkit import runlog
 from agentkit.errors import RunNotFoundError
 from agentkit.sessions import Session, SessionStore, SqliteStore
 from agentkit.sse_response import sse_response
-from tests.sessions.runlog_support import Gate, gated_agent
+from tests.sessions.runlog_support import Gate, frames, gated_agent
 
 WAIT = 10.0
 HEARTBEAT = 0.1
@@ -115,24 +115,6 @@ def serve(store: SessionStore) -> Iterator[Callable[[str], str]]:
     yield start
     for stop in reversed(stops):
         stop()
-
-
-def frames(response: requests.Response) -> Iterator[tuple[str | None, str, str]]:
-    """``(id, event, data)`` of each frame as it arrives (comments skipped)."""
-    buffer = b""
-    while True:
-        data = response.raw.read1(65536)
-        if not data:
-            return
-        buffer += data
-        while b"\n\n" in buffer:
-            block, buffer = buffer.split(b"\n\n", 1)
-            fields = dict(
-                line.split(": ", 1) for line in block.decode().splitlines() if ": " in line
-                and not line.startswith(":")
-            )  # fmt: skip
-            if "data" in fields:
-                yield fields.get("id"), fields.get("event", "message"), fields["data"]
 
 
 FRAMEWORKS = ["flask", "django", "starlette"]

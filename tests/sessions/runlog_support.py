@@ -4,8 +4,11 @@ runs), and helpers that read a run's log back."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import requests
 
 from agentkit import Agent, current_run_context, runlog, tool
 from agentkit.runlog import RunEvent
@@ -60,3 +63,49 @@ def text_of(events: list[RunEvent]) -> str:
         for e in events
         if e.type == "message_update" and e.data["update"]["type"] == "text_delta"
     )
+
+
+WAIT = 60.0
+
+
+def frames(response: requests.Response) -> Iterator[tuple[str | None, str, str]]:
+    """``(id, event, data)`` of each server-sent event frame as it arrives (comments skipped);
+    leaving early leaves the connection to the caller."""
+    buffer = b""
+    while True:
+        data = response.raw.read1(65536)
+        if not data:
+            return
+        buffer += data
+        while b"\n\n" in buffer:
+            block, buffer = buffer.split(b"\n\n", 1)
+            fields = dict(line.split(": ", 1) for line in block.decode().splitlines()
+                          if ": " in line and not line.startswith(":"))  # fmt: skip
+            if "data" in fields:
+                yield fields.get("id"), fields.get("event", "message"), fields["data"]
+
+
+def connect(url: str, last: int, other_than: str | None) -> requests.Response:
+    """A new connection to the events at ``url`` after ``last``, served by a worker process
+    other than ``other_than`` (its ``X-Worker``) if one answers within a few tries: the kernel,
+    not the client, picks the process that accepts."""
+    headers = {"Connection": "close"}
+    if last:
+        headers["Last-Event-ID"] = str(last)
+    for _ in range(12):
+        response = requests.get(url, headers=headers, stream=True, timeout=WAIT)
+        if response.headers["X-Worker"] != other_than:
+            return response
+        response.close()
+    return requests.get(url, headers=headers, stream=True, timeout=WAIT)
+
+
+def elsewhere(probe: str, pid: str) -> requests.Session:
+    """A client whose kept-alive connection a worker process other than ``pid`` serves (found
+    by asking ``probe``, a URL every worker answers with its ``X-Worker``)."""
+    for _ in range(50):
+        client = requests.Session()
+        if client.get(probe, timeout=WAIT).headers["X-Worker"] != pid:
+            return client
+        client.close()
+    raise AssertionError("no other worker process answered")

@@ -26,6 +26,7 @@ import requests
 from agentkit import runlog
 from agentkit.sessions import SessionStore
 from tests.servers import free_port, worker_env
+from tests.sessions.runlog_support import connect, elsewhere, frames
 
 pytest.importorskip("gunicorn", reason="the test extra installs gunicorn")
 
@@ -64,36 +65,6 @@ def site(store_url: str) -> Iterator[str]:
     except subprocess.TimeoutExpired:
         server.kill()
         server.wait(WAIT)
-
-
-def frames(response: requests.Response) -> Iterator[tuple[str | None, str, str]]:
-    """``(id, event, data)`` of each frame as it arrives."""
-    buffer = b""
-    while True:
-        data = response.raw.read1(65536)
-        if not data:
-            return
-        buffer += data
-        while b"\n\n" in buffer:
-            block, buffer = buffer.split(b"\n\n", 1)
-            fields = dict(line.split(": ", 1) for line in block.decode().splitlines()
-                          if ": " in line and not line.startswith(":"))  # fmt: skip
-            if "data" in fields:
-                yield fields.get("id"), fields.get("event", "message"), fields["data"]
-
-
-def connect(url: str, last: int, other_than: str | None) -> requests.Response:
-    """A new connection to the events of a run after ``last``, on a worker other than
-    ``other_than`` if one answers within a few tries (the kernel picks which one accepts)."""
-    headers = {"Connection": "close"}
-    if last:
-        headers["Last-Event-ID"] = str(last)
-    for _ in range(12):
-        response = requests.get(url, headers=headers, stream=True, timeout=WAIT)
-        if response.headers["X-Worker"] != other_than:
-            return response
-        response.close()
-    return requests.get(url, headers=headers, stream=True, timeout=WAIT)
 
 
 def follow_in_pieces(base: str, run_id: str) -> tuple[list[int], list[dict[str, Any]], int, int]:
@@ -148,16 +119,6 @@ def test_every_event_once_in_order_across_worker_processes(
           f"reconnections to another worker, in {time.monotonic() - began:.1f} s")  # fmt: skip
 
 
-def elsewhere(site: str, pid: str) -> requests.Session:
-    """A client whose kept-alive connection a worker other than ``pid`` serves."""
-    for _ in range(50):
-        client = requests.Session()
-        if client.get(f"{site}/runs/none/events", timeout=WAIT).headers["X-Worker"] != pid:
-            return client
-        client.close()
-    raise AssertionError("no other worker process answered")
-
-
 def test_an_abort_sent_to_another_worker_stops_the_run(
     site: str, store: SessionStore, name: str
 ) -> None:
@@ -177,7 +138,7 @@ def test_an_abort_sent_to_another_worker_stops_the_run(
     watcher.start()
     while "message_update" not in seen:
         time.sleep(0.01)
-    client = elsewhere(site, str(started["pid"]))  # a connection to another worker process
+    client = elsewhere(f"{site}/runs/none/events", str(started["pid"]))  # a connection to another worker process
     response = client.post(f"{site}/runs/{run_id}/abort", timeout=WAIT)
     assert response.headers["X-Worker"] != str(started["pid"])
     assert response.json() == {"aborted": True}

@@ -65,7 +65,7 @@ def test_a_reload_and_a_second_tab_show_the_live_run(page_server: UiServer, gate
         second.set_default_timeout(MS)
         second.goto(page.url)
         expect(second.locator(".live-tools li")).to_have_count(1)
-        shot(second, "live-run")
+        shot(second, "live-run-second-tab")
         gate.open.set()
         for tab in (page, second):  # both see the end, then the stored transcript
             tab.wait_for_selector("section.live[hidden]", state="attached")
@@ -92,6 +92,9 @@ def test_a_run_of_another_agent_is_followed_and_aborted_from_the_page(
         page.click("section.live button:has-text('Abort')")
         assert gate.aborted.wait(WAIT)
         page.wait_for_selector(".badge[data-state=aborted]")
+        page.goto(page_server.url.split("?")[0] + "runs")
+        expect(page.locator("tr[data-run] .badge").first).to_have_text("aborted")
+        shot(page, "runs")
     assert runlog.run_info(page_server.store, run.id).stop_reason == "aborted"
     agent.close()
 

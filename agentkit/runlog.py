@@ -40,7 +40,7 @@ import uuid
 from collections.abc import AsyncIterator, Generator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from ._serialize import dumps, event_data, to_serialisable
 from .errors import RunLogError, RunNotFoundError
@@ -57,6 +57,7 @@ __all__ = [
     "attach",
     "compact",
     "deny",
+    "export_jsonl",
     "follow",
     "follow_up",
     "interrupt",
@@ -437,6 +438,21 @@ def approve(store: Store, run_id: str, call_id: str, reason: str | None = None, 
 def deny(store: Store, run_id: str, call_id: str, reason: str | None = None) -> bool:
     """Deny a call the run waits on, as :func:`approve`."""
     return _send(store, run_id, {"type": "deny", "call_id": call_id, "reason": reason})
+
+
+def export_jsonl(store: Store, run_id: str, file: IO[str]) -> int:
+    """Write the run's log to ``file`` as JSONL, the format of session exports: a header line
+    (``{"format": "agentkit-runlog", "version": 1, "run_id", "session", "events"}``), then one
+    event per line, with its ``seq``. Return the number of events written."""
+    info = run_info(store, run_id)
+    events = logged(store, run_id, limit=info.last_seq)
+    header = {"format": "agentkit-runlog", "version": 1, "run_id": run_id,
+              "session": info.session, "events": len(events)}  # fmt: skip
+    file.write(dumps(header) + "\n")
+    for event in events:  # escaped U+2028/2029 keep one event on one line (as sessions do)
+        line = dumps(event.data).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+        file.write(line + "\n")
+    return len(events)
 
 
 # --- coalescing an ended run's deltas ---------------------------------------------------------

@@ -350,3 +350,22 @@ def test_an_ended_runs_log_expires_after_keep(store: SessionStore, name: str) ->
         threading.Event().wait(0.01)
     assert [r.id for r in runlog.runs(store, name)] == [new]
     assert runlog.run_info(store, new).live  # a live run is never pruned
+
+
+def test_a_runs_log_exports_as_jsonl(store: SessionStore, name: str) -> None:
+    import io
+
+    model = ScriptedModel(["a line\u2028with a separator"])
+    agent = Agent(model=model.model, stream_fn=model, session=Session(name, store))
+    run = agent.start("x")
+    run.wait(WAIT)
+    out = io.StringIO()
+    written = runlog.export_jsonl(store, run.id, out)
+    lines = out.getvalue().split("\n")
+    assert lines[-1] == "" and len(lines) == written + 2
+    header = json.loads(lines[0])
+    assert header == {"format": "agentkit-runlog", "version": 1, "run_id": run.id,
+                      "session": name, "events": written}  # fmt: skip
+    events = [json.loads(line) for line in lines[1:-1]]
+    assert [e["seq"] for e in events] == list(range(1, written + 1))
+    assert events[-1]["type"] == "run_end"

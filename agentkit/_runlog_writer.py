@@ -23,7 +23,8 @@ import logging
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import ApprovalError, RunLogError, SessionError
 from .runlog import (
@@ -37,11 +38,23 @@ from .runlog import (
 from .sessions.runlog_base import RunInfo, RunLogStore
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from .approvals import Approvals
     from .run import Run
     from .sessions import Session
 
 logger = logging.getLogger("agentkit.runlog")
+
+
+class Agent(Protocol):
+    """What a run log uses of an :class:`~agentkit.Agent`, named by its shape rather than
+    imported: the Agent calls down into this module, and an import only ever points down."""
+
+    approvals: Approvals | None
+
+    def subscribe(self, listener: Callable[[Any], Any]) -> Callable[[], None]: ...
+    def steer(self, message: Any) -> None: ...
+    def follow_up(self, message: Any) -> None: ...
+    def interrupt(self, message: Any) -> None: ...
 
 BATCH = 500
 """Most records one append writes."""

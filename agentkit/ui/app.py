@@ -390,6 +390,7 @@ def _mark_ends(entries: list[Entry], runs: list[RunInfo]) -> None:
         before = [e for e in entries if e.timestamp is not None and e.timestamp <= run.ended_ms]
         if before:
             before[-1].ended_runs.append(summary(run))
+            before[-1].said_by_run = before[-1].role == "run_end"  # said once, with its run
 
 
 def _pretty(value: Any) -> str:

@@ -86,6 +86,8 @@ class Entry:
     timestamp: int | None = None
     ended_runs: list[Any] = field(default_factory=list)
     """The runs that ended after this message and before the next (their states)."""
+    said_by_run: bool = False
+    """A ``run_end`` record whose run's end the page shows from the run's log instead."""
 
 
 @dataclass
@@ -150,22 +152,7 @@ def transcript(messages: list[Any]) -> tuple[list[Entry], Totals]:
         entry = Entry(index=index, role=role, when=when(stamp),
                       timestamp=stamp if isinstance(stamp, int) else None)  # fmt: skip
         if isinstance(message, AssistantMessage):
-            entry.model = f"{message.provider}:{message.model}"
-            entry.stop_reason = message.stop_reason
-            entry.error = message.error_message
-            entry.usage = message.usage
-            totals.add(message.usage)
-            totals.stop_reason = message.stop_reason
-            for part in message.content:
-                if isinstance(part, TextContent) and part.text:
-                    entry.blocks.append(Block("markdown", part.text, html=markdown(part.text)))
-                elif isinstance(part, ThinkingContent):
-                    shown = "[redacted]" if part.redacted else part.thinking
-                    entry.blocks.append(Block("thinking", shown))
-                elif isinstance(part, ToolCall):
-                    call = CallView(part.id, part.name, pretty(part.arguments))
-                    calls[part.id] = call
-                    entry.blocks.append(Block("call", call=call))
+            _assistant(message, entry, calls, totals)
         elif isinstance(message, ToolResultMessage):
             answered = calls.get(message.tool_call_id)
             if answered is not None and answered.result is None:
@@ -183,18 +170,44 @@ def transcript(messages: list[Any]) -> tuple[list[Entry], Totals]:
                 entry.blocks += _system_notes(message)
                 if not entry.blocks:
                     continue  # a system message that says nothing is no box
-
         else:
-            data = to_jsonable(message)
-            entry.record = pretty(message)
-            said = record_summary(data)
-            if said:
-                entry.blocks.append(Block("text", said))
-            if role == "run_end" and isinstance(data, dict):  # how the run ended
-                entry.stop_reason = totals.stop_reason = str(data.get("stop_reason"))
-                entry.error = data.get("error_message")
+            _record(message, role, entry, totals)
         entries.append(entry)
     return entries, totals
+
+
+def _assistant(message: AssistantMessage, entry: Entry, calls: dict[str, CallView],
+               totals: Totals) -> None:  # fmt: skip
+    """Fill ``entry`` from an assistant message: its Markdown, thinking and calls (remembered
+    in ``calls`` for the results that answer them), its usage counted in ``totals``."""
+    entry.model = f"{message.provider}:{message.model}"
+    entry.stop_reason = message.stop_reason
+    entry.error = message.error_message
+    entry.usage = message.usage
+    totals.add(message.usage)
+    totals.stop_reason = message.stop_reason
+    for part in message.content:
+        if isinstance(part, TextContent) and part.text:
+            entry.blocks.append(Block("markdown", part.text, html=markdown(part.text)))
+        elif isinstance(part, ThinkingContent):
+            shown = "[redacted]" if part.redacted else part.thinking
+            entry.blocks.append(Block("thinking", shown))
+        elif isinstance(part, ToolCall):
+            call = CallView(part.id, part.name, pretty(part.arguments))
+            calls[part.id] = call
+            entry.blocks.append(Block("call", call=call))
+
+
+def _record(message: Any, role: str, entry: Entry, totals: Totals) -> None:
+    """Fill ``entry`` from an application's own record (a role outside the model's four)."""
+    data = to_jsonable(message)
+    entry.record = pretty(message)
+    said = record_summary(data)
+    if said:
+        entry.blocks.append(Block("text", said))
+    if role == "run_end" and isinstance(data, dict):  # how the run ended
+        entry.stop_reason = totals.stop_reason = str(data.get("stop_reason"))
+        entry.error = data.get("error_message")
 
 
 def _system_notes(message: Any) -> list[Block]:

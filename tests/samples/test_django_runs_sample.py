@@ -18,6 +18,8 @@ import requests
 from tests.servers import free_port, worker_env
 from tests.sessions.runlog_support import WAIT, connect, elsewhere, frames
 
+pytestmark = pytest.mark.processes
+
 pytest.importorskip("gunicorn", reason="the test extra installs gunicorn")
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"

@@ -28,6 +28,8 @@ from agentkit.sessions import SessionStore
 from tests.servers import free_port, worker_env
 from tests.sessions.runlog_support import connect, elsewhere, frames
 
+pytestmark = pytest.mark.processes
+
 pytest.importorskip("gunicorn", reason="the test extra installs gunicorn")
 
 ROOT = str(Path(__file__).resolve().parents[2])

@@ -21,6 +21,8 @@ from agentkit.sessions import SessionStore, open_store
 from tests.servers import worker_env
 from tests.sessions.runlog_support import collect, text_of
 
+pytestmark = pytest.mark.processes
+
 CHILD = str(Path(__file__).with_name("runlog_child.py"))
 ROOT = str(Path(__file__).resolve().parents[2])
 WAIT = 60.0  # generous: every wait here takes well under it

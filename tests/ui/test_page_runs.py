@@ -47,6 +47,7 @@ def _signed_in(server: UiServer) -> tuple[requests.Session, str]:
     return client, server.url.split("?")[0].rstrip("/")
 
 
+@pytest.mark.browser
 @needs_browser
 def test_a_reload_and_a_second_tab_show_the_live_run(page_server: UiServer, gate: Gate) -> None:
     live = page_server.live.prompt("watched", "look it up")
@@ -75,6 +76,7 @@ def test_a_reload_and_a_second_tab_show_the_live_run(page_server: UiServer, gate
     assert live.run.wait(WAIT)
 
 
+@pytest.mark.browser
 @needs_browser
 def test_a_run_of_another_agent_is_followed_and_aborted_from_the_page(
     page_server: UiServer,
@@ -161,6 +163,7 @@ def _rows(html: str, key: str) -> Iterator[tuple[str, str]]:
         yield session, state
 
 
+@pytest.mark.browser
 @needs_browser
 def test_markdown_is_rendered_and_nothing_a_model_wrote_runs(page_server: UiServer) -> None:
     text = "# Report\n\nSome **bold**, a [link](https://example.com), `code`.\n\n" + "\n\n".join(

@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 import requests
 
 from tests.servers import free_port, worker_env
-from tests.sessions.runlog_support import WAIT, connect, elsewhere, frames
+from tests.sessions.runlog_support import WAIT, connect, elsewhere, every_worker_up, frames
 
 pytestmark = pytest.mark.processes
 
@@ -42,14 +41,8 @@ def serve(tmp_path: Path) -> Iterator[Callable[[float], str]]:
              "--log-level", "warning"], cwd=SAMPLES, env=env,
         ))  # fmt: skip
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + WAIT
-        while True:
-            try:
-                requests.get(base + "/", timeout=5)
-                return base
-            except requests.ConnectionError:
-                assert time.monotonic() < deadline and servers[-1].poll() is None
-                time.sleep(0.05)
+        every_worker_up(f"{base}/", 3)
+        return base
 
     yield start
     for server in servers:

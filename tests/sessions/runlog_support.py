@@ -4,6 +4,7 @@ runs), and helpers that read a run's log back."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,3 +110,17 @@ def elsewhere(probe: str, pid: str) -> requests.Session:
             return client
         client.close()
     raise AssertionError("no other worker process answered")
+
+
+def every_worker_up(url: str, workers: int) -> None:
+    """Wait until ``workers`` different worker processes have answered ``url`` (gunicorn's
+    workers come up one by one: a site answers before all of them can)."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + WAIT
+    while len(seen) < workers:
+        assert time.monotonic() < deadline, f"only {len(seen)} of {workers} workers answered"
+        try:
+            seen.add(requests.get(url, headers={"Connection": "close"}, timeout=5)
+                     .headers["X-Worker"])  # fmt: skip
+        except requests.ConnectionError:
+            threading.Event().wait(0.05)  # not listening yet

@@ -26,7 +26,7 @@ import requests
 from agentkit import runlog
 from agentkit.sessions import SessionStore
 from tests.servers import free_port, worker_env
-from tests.sessions.runlog_support import connect, elsewhere, frames
+from tests.sessions.runlog_support import connect, elsewhere, every_worker_up, frames
 
 pytestmark = pytest.mark.processes
 
@@ -51,15 +51,7 @@ def site(store_url: str) -> Iterator[str]:
         env=env, cwd=ROOT,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + WAIT
-    while True:
-        try:
-            requests.get(f"{base}/runs/none/events", timeout=5)
-            break
-        except requests.ConnectionError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("gunicorn did not start") from None
-            time.sleep(0.05)
+    every_worker_up(f"{base}/runs/none/events", 3)
     yield base
     server.send_signal(signal.SIGTERM)
     try:

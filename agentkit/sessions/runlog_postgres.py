@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._pg import PgLink
+from .._pg import PgLink, safe_url
 from ..errors import SessionStoreError
 from .runlog_base import (
     Changes,
@@ -78,7 +78,8 @@ class PostgresRunLog(RunLogStore):
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
         self._sql = PgLink(url, timeout, SessionStoreError, "PostgreSQL run log", "PostgresRunLog")
         self._psycopg: Any = self._sql._psycopg
-        self.url = url
+        self.url = safe_url(url)  # what messages name: never the password
+        self._connect_url = url
         self._timeout = timeout
         self.changes = Changes()
         # Guards _listener, _waiters and _last_wait: which thread listens, how many waits are
@@ -322,7 +323,7 @@ class PostgresRunLog(RunLogStore):
         try:
             while True:
                 try:
-                    with self._psycopg.connect(self.url, autocommit=True,
+                    with self._psycopg.connect(self._connect_url, autocommit=True,
                                                connect_timeout=int(self._timeout)) as conn:  # fmt: skip
                         conn.execute(f"LISTEN {CHANNEL}")
                         self.changes.mark()  # listening now: look again at what may have come

@@ -369,3 +369,19 @@ def test_a_runs_log_exports_as_jsonl(store: SessionStore, name: str) -> None:
     events = [json.loads(line) for line in lines[1:-1]]
     assert [e["seq"] for e in events] == list(range(1, written + 1))
     assert events[-1]["type"] == "run_end"
+
+
+def test_no_password_in_a_run_logs_errors(store_url: str) -> None:
+    if not store_url.startswith(("postgresql", "redis")):
+        pytest.skip("a SQLite file has no password")
+    scheme, rest = store_url.split("://", 1)
+    user = "postgres" if scheme == "postgresql" else ""
+    host = rest.split("@", 1)[-1]
+    from agentkit.sessions import open_store
+
+    # The test servers trust every local connection, so a password is accepted and ignored.
+    with open_store(f"{scheme}://{user}:s3cret-pw@{host}") as secret_store:
+        with pytest.raises(RunNotFoundError) as caught:
+            runlog.run_info(secret_store, "no-such-run")
+        assert "s3cret-pw" not in str(caught.value)
+        assert "s3cret-pw" not in secret_store.run_log().url

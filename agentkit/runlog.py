@@ -57,6 +57,7 @@ __all__ = [
     "attach",
     "compact",
     "deny",
+    "end_run",
     "export_jsonl",
     "follow",
     "follow_up",
@@ -322,6 +323,18 @@ def _follow(log: RunLogStore, info: RunInfo, after: int, keepalive: float | None
 def log_lease_ms(log: RunLogStore) -> int:
     """The lease, in milliseconds, after which a silent live run of ``log`` is dead."""
     return int(log.lease * 1000)
+
+
+def end_run(store: Store, run_id: str, stop_reason: str, error: str | None = None) -> bool:
+    """End a live run's log with ``stop_reason`` from outside its run (a Celery attempt that
+    ends the run without running it); whether this call ended it. A store without run logs, or
+    a run it does not know, is no error: there is nothing to end."""
+    record = {"type": "run_end", "stop_reason": stop_reason, "error": error,
+              "t": int(time.time() * 1000)}  # fmt: skip
+    try:
+        return _log(store).end(check_run_id(run_id), dumps(record)) is not None
+    except RunLogError:
+        return False
 
 
 def declare_interrupted(log: RunLogStore, run_id: str) -> bool:

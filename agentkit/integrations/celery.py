@@ -33,7 +33,7 @@ from .._serialize import dumps, to_serialisable
 from ..agent import Agent
 from ..errors import AgentRunFailedError, SessionConflictError
 from ..events import AgentEvent, event_to_dict, to_jsonable
-from ..runlog import run_id
+from ..runlog import end_run, run_id
 from ..sessions import Session, SessionStore, open_store, settle_aborted
 from ..transcript import last_said, user_message
 from ..types import TextContent, role_of
@@ -461,6 +461,7 @@ def _end_aborted(session: Session, channel: RunChannel, attempt: int) -> None:
     error = "aborted: a client aborted the run (applied by an earlier attempt)"
     channel.publish({"type": "run_start", "session": session.name, "attempt": attempt})
     channel.publish({"type": "run_end", "ok": False, "error": error})
+    end_run(session.store, channel.run_id, "aborted", error)  # its run log says so too
     raise AgentRunFailedError(error)
 
 

@@ -599,6 +599,10 @@ class Agent(AgentOptions):
                 self._state.streaming_message = None
                 self._state.error_message = None
             body = choose()
+            if self._session_writer is not None:  # its events go to the session's run log
+                from ._runlog_writer import record_run
+
+                record_run(self, run, self._session_writer.session)
             # The run sees the caller's contextvars (an OpenTelemetry parent span, say).
             worker: threading.Thread | None = None
             if here:

@@ -33,7 +33,9 @@ time ran out; both say what they are for and never reach the caller of a run as 
     │   ├── SessionConflictError      another writer appended first; nothing written
     │   ├── SessionStoreError         the store failed or could not be reached
     │   ├── SessionCorruptError       a stored message unreadable or missing
-    │   └── SessionImportError        a JSONL import rejected at a line
+    │   ├── SessionImportError        a JSONL import rejected at a line
+    │   └── RunLogError               a run log asked for what it does not hold
+    │       └── RunNotFoundError      (also KeyError) no run of that id in the store
     ├── LedgerError                   the spend ledger's store failed, or a key or cap is bad
     │   └── SpendCapError             a reservation would take a key's spend past its cap
     ├── MCPServerError                an MCP server could not be started, reached or listed
@@ -219,6 +221,22 @@ class SessionImportError(SessionError):
     def __init__(self, line: int, reason: str) -> None:
         super().__init__(f"line {line}: {reason}; nothing was imported")
         self.line = line
+
+
+class RunLogError(SessionError):
+    """A run log (:mod:`agentkit.runlog`) was asked for what it does not hold: an ``after``
+    past the run's last event, a store that keeps no run log, a bad run id."""
+
+
+class RunNotFoundError(RunLogError, KeyError):
+    """No run of this id in the store (never started there, or its log expired)."""
+
+    def __init__(self, run_id: str, store: str) -> None:
+        super().__init__(f"no run {run_id!r} in {store} (never started there, or its log expired)")
+        self.run_id = run_id
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
 
 
 # --- the spend ledger ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import queue
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -52,6 +53,9 @@ class Run:
     """One run of an :class:`~agentkit.Agent`, returned by :meth:`~agentkit.Agent.start`."""
 
     def __init__(self, controller: AbortController) -> None:
+        self.id: str = uuid.uuid4().hex
+        """The run's id: how its run log (:mod:`agentkit.runlog`) names it, when its agent has
+        a session."""
         self._controller = controller
         self._done = threading.Event()
         self._thread: threading.Thread | None = None

@@ -15,6 +15,19 @@ server closes the response and closing it aborts the run and waits for it to end
 Starlette/FastAPI the disconnect is also watched for directly (the ASGI ``http.disconnect``
 message), and the run is relayed without blocking the event loop (:mod:`agentkit.aio`).
 
+**Resuming.** A run whose agent has a session is relayed from its run log
+(:mod:`agentkit.runlog`): each event goes out with its sequence number as its ``id:``, and the
+first ``run`` event carries the ``run_id``. Any process then follows that run from where a
+client was with the second form, which starts nothing::
+
+    @app.get("/runs/<run_id>/events")              # any worker process
+    def events(run_id):
+        return sse_response(request, store=store, run_id=run_id)
+
+It resumes after the request's ``Last-Event-ID`` header (what a browser's ``EventSource`` sends
+when it reconnects), so a client that reconnects to another worker gets every event once, in
+order; leaving it stops nothing.
+
 The framework is told by the request's class; none of them is imported unless it is the one
 in use.
 """
@@ -22,18 +35,23 @@ in use.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import queue
+import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import runlog
 from .aio import _END, _abort_and_wait, start_relayed
+from .errors import RunLogError, SessionError
 from .events import event_to_dict
 from .run import Run, _wait_through_interrupts
 from .waits import get_item
 
 if TYPE_CHECKING:
     from .agent import Agent
+    from .sessions import SessionStore
     from .types import ImageContent
 
 __all__ = ["DEFAULT_HEARTBEAT", "event_payload", "sse_response"]
@@ -58,43 +76,94 @@ def event_payload(event: Any) -> dict[str, Any]:
 
 def sse_response(
     request: Any,
-    agent: Agent,
-    input: Any,
+    agent: Agent | None = None,
+    input: Any = None,
     images: Sequence[ImageContent] | None = None,
     *,
+    store: SessionStore | None = None,
+    run_id: str | None = None,
+    after: int | None = None,
     heartbeat: float = DEFAULT_HEARTBEAT,
     run_info: Mapping[str, Any] | None = None,
     payload: Callable[[Any], Any] = event_payload,
     **run_options: Any,
 ) -> Any:
-    """Start a run of ``agent`` on ``input`` and return the framework's streaming response of it.
+    """The framework's streaming response of a run, in one of two forms.
+
+    ``sse_response(request, agent, input)`` starts a run of ``agent`` on ``input`` and relays
+    it; the client leaving aborts it. ``run_options`` are :meth:`~agentkit.Agent.prompt`'s.
+    ``run_info`` (an id, say) is sent first as a ``run`` event and added to ``done``;
+    ``payload(event)`` makes each event's JSON, on the agent's thread, for a run that is not
+    logged. The run starts now, so a busy agent or a bad option raises here, in the view.
+
+    ``sse_response(request, store=store, run_id=run_id)`` follows a run from its log, after the
+    request's ``Last-Event-ID`` (or ``after``); the client leaving stops nothing. An unknown
+    run raises :class:`~agentkit.errors.RunNotFoundError` here (a 404), an ``after`` past the
+    run's last event :class:`~agentkit.errors.RunLogError`.
 
     ``request`` is the view's request (a Flask/Werkzeug, Django or Starlette/FastAPI request);
-    the response is of the same framework. ``run_options`` are :meth:`~agentkit.Agent.prompt`'s.
-    ``run_info`` (an id, say) is sent first as a ``run`` event and added to ``done``.
-    ``payload(event)`` makes each event's JSON, on the agent's thread while the event is
-    current. The run starts now, so a busy agent or a bad option raises here, in the view.
+    the response is of the same framework.
     """
     if heartbeat <= 0:
         raise ValueError("heartbeat must be a positive number of seconds")
     framework = _framework(request)
     info = dict(run_info or {})
+    if agent is None:
+        if store is None or run_id is None:
+            raise TypeError("sse_response() takes an agent and an input, or store= and run_id=")
+        start = _last_event_id(request) if after is None else after
+        runlog.follow(store, run_id, start).close()  # an unknown run or a bad after: now
+        if framework == "starlette":
+            return _streaming(framework, _async_log_body(request, store, run_id, start,
+                                                         heartbeat, info))  # fmt: skip
+        return _streaming(framework, _LogRelay(store, run_id, start, heartbeat, info))
+    if framework == "starlette":
+        body = _async_body(request, agent, input, images, heartbeat, info, payload, run_options)
+        return _streaming(framework, body)
+    return _streaming(framework, _relay(agent, input, images, heartbeat, info, payload,
+                                        run_options))  # fmt: skip
+
+
+def _streaming(framework: str, body: Any) -> Any:
+    """The framework's streaming response of ``body``."""
     if framework == "starlette":
         from starlette.responses import StreamingResponse
 
-        body = _async_body(request, agent, input, images, heartbeat, info, payload, run_options)
         return StreamingResponse(body, media_type=_MEDIA_TYPE, headers=_HEADERS)
-    relay = _Relay(agent, input, images, heartbeat, info, payload, run_options)
     if framework == "flask":
         from flask import Response
 
-        return Response(relay, mimetype=_MEDIA_TYPE, headers=_HEADERS)
+        return Response(body, mimetype=_MEDIA_TYPE, headers=_HEADERS)
     from django.http import StreamingHttpResponse  # type: ignore[import-untyped]
 
-    response = StreamingHttpResponse(relay, content_type=_MEDIA_TYPE)
+    response = StreamingHttpResponse(body, content_type=_MEDIA_TYPE)
     for name, value in _HEADERS.items():
         response[name] = value
     return response
+
+
+def _last_event_id(request: Any) -> int:
+    """The sequence number in the request's ``Last-Event-ID`` header (0 without one)."""
+    value = request.headers.get("Last-Event-ID")
+    if not value:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise RunLogError(f"Last-Event-ID {value!r} is not an event's sequence number") from None
+
+
+def _logged_store(agent: Agent, run: Run) -> SessionStore | None:
+    """The store whose run log ``run`` writes to, or ``None`` for a run that is not logged."""
+    writer = getattr(agent, "_session_writer", None)
+    if writer is None:
+        return None
+    store: SessionStore = writer.session.store
+    try:
+        runlog.run_info(store, run.id)
+    except SessionError:  # a store that keeps no run log, or one that failed at the start
+        return None
+    return store
 
 
 def _framework(request: Any) -> str:
@@ -130,6 +199,41 @@ def _done(run: Run, info: dict[str, Any]) -> str:
     return _sse("done", {**info, "stop_reason": reason})
 
 
+def _log_frame(event: runlog.RunEvent) -> str:
+    """A logged event as a frame whose ``id:`` is its sequence number; a text update in the
+    shape :func:`event_payload` gives it (``kind`` and ``delta``)."""
+    data = event.data
+    if event.type == "message_update":
+        update = data.get("update") or {}
+        data = {"type": event.type, "kind": update.get("type"), "delta": update.get("delta", ""),
+                "seq": event.seq}  # fmt: skip
+    return f"id: {event.seq}\n" + _sse(event.type, data)
+
+
+def _relay(
+    agent: Agent,
+    input: Any,
+    images: Sequence[ImageContent] | None,
+    heartbeat: float,
+    info: dict[str, Any],
+    payload: Callable[[Any], Any],
+    run_options: dict[str, Any],
+) -> _Relay | _LogRelay:
+    """Start the run and make the WSGI body that relays it: from its log when it has one."""
+    items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    unsubscribe = agent.subscribe(lambda event: items.put((event.type, payload(event))))
+    try:
+        run = agent.start(input, images, **run_options)
+    except BaseException:
+        unsubscribe()
+        raise
+    store = _logged_store(agent, run)
+    if store is None:
+        return _Relay(run, items, unsubscribe, heartbeat, info)
+    unsubscribe()
+    return _LogRelay(store, run.id, 0, heartbeat, {**info, "run_id": run.id}, run)
+
+
 class _Relay:
     """A WSGI response body: the run's events, heartbeats while it is quiet, then ``done``.
 
@@ -140,23 +244,14 @@ class _Relay:
 
     def __init__(
         self,
-        agent: Agent,
-        input: Any,
-        images: Sequence[ImageContent] | None,
+        run: Run,
+        items: queue.SimpleQueue[Any],
+        unsubscribe: Callable[[], None],
         heartbeat: float,
         info: dict[str, Any],
-        payload: Callable[[Any], Any],
-        run_options: dict[str, Any],
     ) -> None:
-        self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        put = self._items.put
-        self._unsubscribe = agent.subscribe(lambda event: put((event.type, payload(event))))
-        try:
-            self._run = agent.start(input, images, **run_options)
-        except BaseException:
-            self._unsubscribe()
-            raise
-        self._run.add_done_callback(lambda _run: put(_END))
+        self._items, self._run, self._unsubscribe = items, run, unsubscribe
+        run.add_done_callback(lambda _run: items.put(_END))
         self._heartbeat = heartbeat
         self._info = info
         self._lines = self._generate()
@@ -187,6 +282,47 @@ class _Relay:
         self._unsubscribe()
 
 
+class _LogRelay:
+    """A WSGI response body read from a run's log: its events after ``after``, each with its
+    ``id:``, heartbeats while it is quiet, then ``done``. Closing it stops reading (within
+    :data:`~agentkit.runlog.SLICE` seconds) and, for a run this response started (``run``),
+    aborts the run and waits for it, as :class:`_Relay` does."""
+
+    def __init__(self, store: SessionStore, run_id: str, after: int, heartbeat: float,
+                 info: dict[str, Any], run: Run | None = None) -> None:  # fmt: skip
+        self._stop = threading.Event()
+        self._events = runlog.follow(store, run_id, after, keepalive=heartbeat, stop=self._stop)
+        self._run, self._info = run, info
+        self._lines = self._generate()
+
+    def __iter__(self) -> Iterator[str]:
+        return self._lines
+
+    def _generate(self) -> Generator[str, None, None]:
+        if self._info:
+            yield _sse("run", self._info)
+        stop_reason = None
+        for event in self._events:
+            if event is None:
+                yield _HEARTBEAT  # the write that fails once the client is gone
+                continue
+            if event.type == "run_end":
+                stop_reason = event.data.get("stop_reason")
+            yield _log_frame(event)
+        if self._run is not None:
+            self._run.wait()
+        yield _sse("done", {**self._info, "stop_reason": stop_reason})
+
+    def close(self) -> None:
+        """The response is over: stop reading; abort a run this response started."""
+        self._stop.set()
+        self._lines.close()
+        self._events.close()
+        if self._run is not None:
+            self._run.abort()  # does nothing once the run has ended
+            _wait_through_interrupts(self._run)
+
+
 async def _async_body(
     request: Any,
     agent: Agent,
@@ -197,12 +333,35 @@ async def _async_body(
     payload: Callable[[Any], Any],
     run_options: dict[str, Any],
 ) -> AsyncIterator[str]:
-    """An ASGI response body: as :class:`_Relay`, relayed onto the event loop; the client's
-    ``http.disconnect`` (or a cancelled response) aborts the run."""
+    """An ASGI response body: the run started and relayed onto the event loop (from its log
+    when it has one); the client's ``http.disconnect`` (or a cancelled response) aborts it."""
     items: asyncio.Queue[Any] = asyncio.Queue()
     run, unsubscribe, finished = start_relayed(
         agent, items, lambda event: (event.type, payload(event)), input, images, run_options
     )
+    store = _logged_store(agent, run)
+    body: AsyncIterator[str]
+    if store is None:
+        body = _async_relay(request, run, items, unsubscribe, finished, heartbeat, info)
+    else:
+        unsubscribe()
+        body = _async_log_body(request, store, run.id, 0, heartbeat,
+                               {**info, "run_id": run.id}, run, finished)  # fmt: skip
+    async with contextlib.aclosing(body):  # type: ignore[type-var]
+        async for line in body:
+            yield line
+
+
+async def _async_relay(
+    request: Any,
+    run: Run,
+    items: asyncio.Queue[Any],
+    unsubscribe: Callable[[], None],
+    finished: asyncio.Future[None],
+    heartbeat: float,
+    info: dict[str, Any],
+) -> AsyncIterator[str]:
+    """The events of a run that is not logged, as :class:`_Relay` relays them."""
 
     async def abort_when_gone() -> None:
         # The run is aborted here, not by this body's clean-up: a server that stops iterating
@@ -238,6 +397,58 @@ async def _async_body(
             next_item.cancel()
         unsubscribe()
         if not finished.done():
+            await _abort_and_wait(run, finished)
+
+
+async def _async_log_body(
+    request: Any,
+    store: SessionStore,
+    run_id: str,
+    after: int,
+    heartbeat: float,
+    info: dict[str, Any],
+    run: Run | None = None,
+    finished: asyncio.Future[None] | None = None,
+) -> AsyncIterator[str]:
+    """An ASGI response body read from a run's log, as :class:`_LogRelay`; the client's
+    ``http.disconnect`` ends it (and aborts a run this response started)."""
+    events = runlog.aattach(store, run_id, after)
+    gone = asyncio.ensure_future(_disconnected(request))
+    next_event: asyncio.Future[Any] | None = None
+    stop_reason = None
+    try:
+        if info:
+            yield _sse("run", info)
+        while True:
+            if next_event is None:
+                next_event = asyncio.ensure_future(events.__anext__())
+            ready, _ = await asyncio.wait(
+                {next_event, gone}, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED
+            )
+            if gone in ready:
+                return
+            if next_event not in ready:
+                yield _HEARTBEAT
+                continue
+            future, next_event = next_event, None
+            try:
+                event = future.result()
+            except StopAsyncIteration:
+                break
+            if event.type == "run_end":
+                stop_reason = event.data.get("stop_reason")
+            yield _log_frame(event)
+        if finished is not None:
+            await asyncio.shield(finished)
+        yield _sse("done", {**info, "stop_reason": stop_reason})
+    finally:
+        gone.cancel()
+        if next_event is not None:
+            next_event.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await next_event
+        await events.aclose()  # type: ignore[attr-defined]
+        if run is not None and finished is not None and not finished.done():
             await _abort_and_wait(run, finished)
 
 

@@ -11,12 +11,15 @@ acknowledged when the run ends, and a pool process that dies mid-run puts it bac
 One run per session at a time (:class:`SessionLease`); a user's message stored while a run goes
 is taken by that run after its turn (see :class:`~agentkit.sessions.SessionWriter`).
 
-A run's events go to a Redis stream (:class:`RunChannel`), which any process can follow, relay
-as server-sent events (:func:`sse_events`), or write steering and abort commands to.
+A run's events go to its session store's run log under the task's id (:mod:`agentkit.runlog`),
+which any process follows and controls as it does a web worker's run; they also go to a Redis
+stream (:class:`RunChannel`, the older way), which any process can follow, relay as server-sent
+events (:func:`sse_events`), or write steering and abort commands to.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -30,6 +33,7 @@ from .._serialize import dumps, to_serialisable
 from ..agent import Agent
 from ..errors import AgentRunFailedError, SessionConflictError
 from ..events import AgentEvent, event_to_dict, to_jsonable
+from ..runlog import end_run, run_id
 from ..sessions import Session, SessionStore, open_store, settle_aborted
 from ..transcript import last_said, user_message
 from ..types import TextContent, role_of
@@ -424,7 +428,12 @@ def run_session(session: Session, build_agent: BuildAgent, channel: RunChannel |
             raise AgentRunFailedError("aborted: a client aborted the run before it started")
         waiting: list[Any] = []
         if role_of(last_said(history)) != "assistant":
-            waiting = agent.continue_().pending_approvals
+            # The run keeps the task's id in the session store's run log, so any process
+            # follows and controls it there as it would a web worker's run (agentkit.runlog),
+            # and an attempt delivered again goes on with the same log.
+            given = run_id(channel.run_id) if channel is not None else contextlib.nullcontext()
+            with given:
+                waiting = agent.continue_().pending_approvals
         if aborted.is_set():
             raise AgentRunFailedError("aborted: the run was aborted")
         result = _waiting(session, waiting) if waiting else _outcome(session, agent.state.messages)
@@ -452,6 +461,7 @@ def _end_aborted(session: Session, channel: RunChannel, attempt: int) -> None:
     error = "aborted: a client aborted the run (applied by an earlier attempt)"
     channel.publish({"type": "run_start", "session": session.name, "attempt": attempt})
     channel.publish({"type": "run_end", "ok": False, "error": error})
+    end_run(session.store, channel.run_id, "aborted", error)  # its run log says so too
     raise AgentRunFailedError(error)
 
 

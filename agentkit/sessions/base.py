@@ -9,6 +9,7 @@ writing anything. Every append of several records is atomic: all of them or none
 from __future__ import annotations
 
 import json
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,8 +27,11 @@ from ..errors import (  # noqa: F401 - the session errors stay importable from h
     SessionStoreError,
 )
 from ..types import Message, role_of
+from .runlog_base import RunLogStore
 
 _MESSAGE = TypeAdapter(Message)
+
+_run_logs_lock = threading.Lock()  # guards each store's _run_log while it is first opened
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,39 @@ class SessionStore(ABC):
 
     def close(self) -> None:  # noqa: B027 - a store without resources needs no close
         """Release the store's connections."""
+
+    run_logs: bool = True
+    """Whether runs of agents with sessions in this store keep a run log (:mod:`agentkit.runlog`);
+    set it to ``False`` on a store object, before its agents run, for runs nobody follows."""
+
+    def run_log(self) -> RunLogStore:
+        """The store's run logs (:mod:`agentkit.runlog`): opened at the first call, on
+        connections of their own, and closed with the store. Raises
+        :class:`~agentkit.errors.RunLogError` for a store that keeps none, or whose
+        :attr:`run_logs` is off."""
+        if not self.run_logs:
+            from ..errors import RunLogError
+
+            raise RunLogError(f"run logs are off for the session store {self.display_url}")
+        with _run_logs_lock:
+            log: RunLogStore | None = self.__dict__.get("_run_log")
+            if log is None:
+                log = self._open_run_log()
+                self.__dict__["_run_log"] = log
+            return log
+
+    def _open_run_log(self) -> RunLogStore:
+        """A new run log in this store (what a store that keeps them overrides)."""
+        from ..errors import RunLogError
+
+        raise RunLogError(f"the session store {self.display_url} keeps no run log")
+
+    def _close_run_log(self) -> None:
+        """Close the run log if one was opened (a store's ``close()`` calls this first)."""
+        with _run_logs_lock:
+            log: RunLogStore | None = self.__dict__.pop("_run_log", None)
+        if log is not None:
+            log.close()
 
     def __enter__(self) -> SessionStore:
         return self

@@ -28,6 +28,7 @@ from .base import (
     check_name,
 )
 from .indexes import IndexChange, index_change
+from .runlog_base import RunLogStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentkit_sessions (
@@ -178,7 +179,13 @@ class PostgresStore(SessionStore):
 
         return self._transact(remove)
 
+    def _open_run_log(self) -> RunLogStore:
+        from .runlog_postgres import PostgresRunLog
+
+        return PostgresRunLog(self.url, timeout=self._link._timeout)
+
     def close(self) -> None:
+        self._close_run_log()
         self._link.close()
 
 

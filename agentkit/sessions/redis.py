@@ -28,6 +28,7 @@ from .base import (
     check_name,
 )
 from .indexes import index_change
+from .runlog_base import RunLogStore
 
 _APPEND = """
 local n = redis.call('LLEN', KEYS[1])
@@ -198,7 +199,13 @@ class RedisStore(SessionStore):
             deleted, *_ = pipe.execute()
         return bool(deleted)
 
+    def _open_run_log(self) -> RunLogStore:
+        from .runlog_redis import RedisRunLog
+
+        return RedisRunLog(self._client, self.prefix, self.display_url, self._redis_errors)
+
     def close(self) -> None:
+        self._close_run_log()
         self._client.close()
 
 

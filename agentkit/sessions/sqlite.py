@@ -24,6 +24,7 @@ from .base import (
     check_name,
 )
 from .indexes import IndexChange, index_change
+from .runlog_base import RunLogStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentkit_sessions (
@@ -227,7 +228,13 @@ class SqliteStore(SessionStore):
             self._db.execute("COMMIT")
         return gone.rowcount > 0
 
+    def _open_run_log(self) -> RunLogStore:
+        from .runlog_sqlite import SqliteRunLog
+
+        return SqliteRunLog(self.path)
+
     def close(self) -> None:
+        self._close_run_log()
         with self._lock:
             self._db.close()
 

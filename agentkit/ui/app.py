@@ -1,8 +1,12 @@
-"""The page's routes: the sessions, one session's transcript, its live run, and the chat box.
+"""The page's routes: the sessions, one session's transcript, its runs and their timelines,
+a live run, and the chat box.
 
 Built on Flask (``pip install 'agentkit[ui]'``): plain WSGI on threads, like the rest of
-agentkit, with server-rendered pages (Jinja escapes everything a model wrote) and one small
-script for the live view. :mod:`agentkit.ui.security` says who may use it.
+agentkit, with server-rendered pages (Jinja escapes everything a model wrote; an assistant's
+Markdown is sanitised, see :mod:`agentkit.ui.render`) and one small script for the live view.
+Runs are read from the session store's run logs (:mod:`agentkit.runlog`), so the page shows and
+controls a run wherever it runs; a run on a Celery worker that is not in the store is followed
+through its ``RunChannel`` (``--redis``). :mod:`agentkit.ui.security` says who may use it.
 """
 
 from __future__ import annotations
@@ -14,12 +18,16 @@ from urllib.parse import quote
 
 from flask import Flask, Response, abort, jsonify, redirect, render_template, request
 
+from .. import runlog
 from .._serialize import dumps
-from ..errors import AgentBusyError, AgentError, ApprovalError, SessionError
+from ..errors import AgentBusyError, AgentError, ApprovalError, RunNotFoundError, SessionError
 from ..sessions import Session, SessionStore
+from ..sessions.runlog_base import RunInfo
+from ..sse_response import sse_response
 from .live import BuildAgent, LiveRuns
 from .security import COOKIE, SAFE_METHODS, Guard
-from .view import Totals, transcript, when
+from .timeline import run_state, seconds, summary, timeline
+from .view import Entry, Totals, transcript, when
 
 MAX_LISTED = 500
 """Sessions the list shows at most (the most recently changed first)."""
@@ -83,7 +91,11 @@ def create_app(
             "csrf": guard.csrf_token,
             "can_chat": build_agent is not None,
             "celery": redis_url is not None,
-            "running": live.running(),
+            "live_runs": live.running(),
+            "seconds": seconds,
+            "state": run_state,
+            "when": _when_s,
+            "when_ms": when,
         }
 
     @app.get("/")
@@ -92,6 +104,9 @@ def create_app(
         infos = sorted(store.list(), key=lambda i: i.updated_ms, reverse=True)
         if query:
             infos = [i for i in infos if query.lower() in i.name.lower()]
+        latest: dict[str, RunInfo] = {}
+        for run in live.runs(limit=5 * MAX_LISTED):
+            latest.setdefault(run.session, run)
         rows = []
         for info in infos[:MAX_LISTED]:
             try:
@@ -100,7 +115,7 @@ def create_app(
             except (SessionError, ValueError) as exc:
                 totals, problem = Totals(messages=info.messages), str(exc)
             rows.append({"info": info, "totals": totals, "when": when(info.updated_ms),
-                         "problem": problem})  # fmt: skip
+                         "problem": problem, "run": latest.get(info.name)})  # fmt: skip
         return render_template(
             "sessions.html", rows=rows, query=query, more=max(0, len(infos) - MAX_LISTED)
         )
@@ -115,10 +130,13 @@ def create_app(
             messages = stored.load()
         except (SessionError, ValueError) as exc:  # a corrupt record: say so, keep serving
             return render_template("error.html", title=name, problem=str(exc))
-        if not messages and live.get(name) is None:
+        runs = live.runs(name, limit=20)
+        if not messages and not runs:
             abort(404)
         entries, totals = transcript(messages)
-        run = live.get(name)
+        _mark_ends(entries, runs)
+        running = next((r for r in runs if r.live), None)
+        shown = _chosen(runs, request.args.get("run"))
         batch = _waiting_batch(messages)
         waiting = batch.pending() if batch is not None else []
         return render_template(
@@ -126,22 +144,26 @@ def create_app(
             name=name,
             entries=entries,
             totals=totals,
-            live=run is not None and not run.done,
-            events_url=f"/s/{quote(name, safe='')}/events",
-            celery_run=leases.holder(name) if leases is not None else None,
+            runs=[summary(r) for r in runs],
+            running=running,
+            shown=shown,
+            timeline=_timeline(store, shown),
+            celery_run=_celery_holder(name, running),
             waiting=[(r, _pretty(r.arguments)) for r in waiting],
             can_resume=batch is not None and not waiting and build_agent is not None,
-            when=_when_s,
         )
+
+    def _celery_holder(name: str, running: RunInfo | None) -> str | None:
+        """A Celery run of the session that is not in the store's run log (an older worker)."""
+        holder = leases.holder(name) if leases is not None else None
+        return None if running is not None and holder == running.id else holder
 
     @app.get("/s/<path:name>/events")
     def session_events(name: str) -> Response:
-        run = live.get(name)
-        if run is None:
+        runs = live.runs(name, limit=1)
+        if not runs:
             abort(404)
-        after = request.headers.get("Last-Event-ID") or request.args.get("after") or "0"
-        frames = _frames((str(position), event) for position, event in run.follow(_int(after)))
-        return Response(frames, mimetype="text/event-stream")
+        return _follow(runs[0].id)
 
     @app.post("/s/<path:name>/prompt")
     def prompt(name: str) -> Any:
@@ -163,18 +185,30 @@ def create_app(
 
     @app.post("/s/<path:name>/steer")
     def steer(name: str) -> Any:
-        text = request.form.get("text", "").strip()
-        if not text:
-            return _answer(name, "say something first", 400)
-        if not live.steer(name, text):
-            return _answer(name, "no run of this session is going on here", 409)
-        return _answer(name, "steered", 200)
+        running = live.live_run(name)
+        if running is None:
+            return _answer(name, "no run of this session is going on", 409)
+        return _command(running.id, "steer", _answer_to(name))
 
     @app.post("/s/<path:name>/abort")
     def abort_run(name: str) -> Any:
-        if not live.abort(name):
-            return _answer(name, "no run of this session is going on here", 409)
-        return _answer(name, "aborted", 200)
+        running = live.live_run(name)
+        if running is None:
+            return _answer(name, "no run of this session is going on", 409)
+        return _command(running.id, "abort", _answer_to(name))
+
+    def _command(run_id: str, kind: str, answer: Callable[[str, int], Any]) -> Any:
+        """Send a steer or an abort to a run through the store (any process runs it)."""
+        if kind == "steer":
+            text = request.form.get("text", "").strip()
+            if not text:
+                return answer("say something first", 400)
+            sent = runlog.steer(store, run_id, text)
+        else:
+            sent = runlog.abort(store, run_id)
+        if not sent:
+            return answer("the run has ended", 409)
+        return answer("steered" if kind == "steer" else "aborted", 200)
 
     @app.get("/approvals")
     def approvals() -> str:
@@ -217,22 +251,27 @@ def create_app(
         return _started(name, lambda: live.resume(name), "resumed")
 
     @app.get("/runs")
-    def follow_form() -> Any:
+    def runs_page() -> Any:
         run_id = request.args.get("id", "").strip()
         if run_id:
             return redirect(f"/runs/{quote(run_id, safe='')}")
-        return render_template("run.html", run_id=None)
+        return render_template("runs.html", runs=[summary(r) for r in live.runs(limit=200)])
 
     @app.get("/runs/<run_id>")
-    def celery_run(run_id: str) -> str:
-        if redis_url is None:
-            abort(404, "start the page with --redis URL to follow runs on Celery workers")
-        return render_template(
-            "run.html", run_id=run_id, events_url=f"/runs/{quote(run_id, safe='')}/events"
-        )
+    def run_page(run_id: str) -> str:
+        info = _logged(run_id)
+        if info is None:
+            if redis_url is None:
+                abort(404, "no such run in the store")
+            return render_template("run.html", run_id=run_id, info=None,
+                                   events_url=f"/runs/{quote(run_id, safe='')}/events")  # fmt: skip
+        return render_template("run.html", run_id=run_id, info=info, timeline=_timeline(store, info),
+                               events_url=f"/runs/{quote(run_id, safe='')}/events")  # fmt: skip
 
     @app.get("/runs/<run_id>/events")
-    def celery_events(run_id: str) -> Response:
+    def run_events(run_id: str) -> Response:
+        if _logged(run_id) is not None:
+            return _follow(run_id)
         channel = _channel(run_id)
         last = request.headers.get("Last-Event-ID") or request.args.get("after") or "0"
 
@@ -245,7 +284,10 @@ def create_app(
         return Response(relay(), mimetype="text/event-stream")
 
     @app.post("/runs/<run_id>/steer")
-    def celery_steer(run_id: str) -> Any:
+    def run_steer(run_id: str) -> Any:
+        back = f"/runs/{quote(run_id, safe='')}"
+        if _logged(run_id) is not None:
+            return _command(run_id, "steer", lambda said, status: _back(back, said, status))
         text = request.form.get("text", "").strip()
         if not text:
             return jsonify(error="say something first"), 400
@@ -254,16 +296,36 @@ def create_app(
             channel.steer(text)
         finally:
             channel.close()
-        return _back(f"/runs/{quote(run_id, safe='')}", "steered")
+        return _back(back, "steered")
 
     @app.post("/runs/<run_id>/abort")
-    def celery_abort(run_id: str) -> Any:
+    def run_abort(run_id: str) -> Any:
+        back = f"/runs/{quote(run_id, safe='')}"
+        if _logged(run_id) is not None:
+            return _command(run_id, "abort", lambda said, status: _back(back, said, status))
         channel = _channel(run_id)
         try:
             channel.abort()
         finally:
             channel.close()
-        return _back(f"/runs/{quote(run_id, safe='')}", "aborted")
+        return _back(back, "aborted")
+
+    def _logged(run_id: str) -> RunInfo | None:
+        """The run as the store's run log has it, or ``None`` (not there, or no run log)."""
+        try:
+            return runlog.run_info(store, run_id)
+        except SessionError:
+            return None
+
+    def _follow(run_id: str) -> Response:
+        """A run's log as server-sent events, after the request's ``Last-Event-ID``."""
+        try:
+            response: Response = sse_response(request, store=store, run_id=run_id)
+        except RunNotFoundError:
+            abort(404)
+        except SessionError as exc:  # an after past the run's end: the client is confused
+            abort(400, str(exc))
+        return response
 
     def _channel(run_id: str) -> Any:
         if redis_url is None:
@@ -296,6 +358,39 @@ class _Leases:
         except self._errors:
             return None
         return value.decode() if value is not None else None
+
+
+def _answer_to(name: str) -> Callable[[str, int], Any]:
+    return lambda message, status: _answer(name, message, status)
+
+
+def _chosen(runs: list[RunInfo], wanted: str | None) -> RunInfo | None:
+    """The run whose timeline the session page shows: the one asked for, else the latest."""
+    if wanted:
+        return next((r for r in runs if r.id == wanted), None)
+    return runs[0] if runs else None
+
+
+def _timeline(store: SessionStore, info: RunInfo | None) -> Any:
+    """The timeline of a run, from its log (``None`` when there is none to read)."""
+    if info is None:
+        return None
+    try:
+        return timeline(runlog.logged(store, info.id))
+    except SessionError:
+        return None
+
+
+def _mark_ends(entries: list[Entry], runs: list[RunInfo]) -> None:
+    """Put each ended run's state after the last message stored before it ended, so the
+    transcript says where a run stopped and how (aborted, failed, waiting for approval)."""
+    for run in runs:
+        if run.live or run.ended_ms is None:
+            continue
+        before = [e for e in entries if e.timestamp is not None and e.timestamp <= run.ended_ms]
+        if before:
+            before[-1].ended_runs.append(summary(run))
+            before[-1].said_by_run = before[-1].role == "run_end"  # said once, with its run
 
 
 def _pretty(value: Any) -> str:

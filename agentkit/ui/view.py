@@ -1,8 +1,10 @@
 """A stored transcript as a person reads it: what the page's templates render.
 
 Tool calls are shown with the result that answered them (matched by call id), their duration
-and whether they failed; thinking is kept apart so the page can fold it; an application's own
-records (a compaction, an approval, anything with a role of its own) are shown as records.
+and whether they failed, a long result or argument list folded with its size; thinking is kept
+apart so the page can fold it; an assistant's text is its Markdown made safe
+(:mod:`agentkit.ui.render`); an application's own records (a compaction, an approval, anything
+with a role of its own) are shown as records; a system message without text is left out.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+from markupsafe import Markup
 
 from .._serialize import LLM_ROLES, to_jsonable
 from ..types import (
@@ -23,6 +27,7 @@ from ..types import (
     Usage,
     role_of,
 )
+from .render import Folded, fold, markdown
 
 
 @dataclass
@@ -37,14 +42,31 @@ class CallView:
     duration_ms: float | None = None
     details: str | None = None
 
+    @property
+    def folded_arguments(self) -> Folded | None:
+        """The arguments folded, when they are long."""
+        return fold(self.arguments)
+
+    @property
+    def folded_result(self) -> Folded | None:
+        """The result folded, when it is long (a 120,000-character page, say)."""
+        return fold(self.result or "")
+
 
 @dataclass
 class Block:
-    """One part of a message: ``text``, ``thinking``, ``image`` or ``call``."""
+    """One part of a message: ``text``, ``markdown`` (an assistant's text, with its safe
+    ``html``), ``thinking``, ``image`` or ``call``."""
 
     kind: str
     text: str = ""
     call: CallView | None = None
+    html: Markup | None = None
+
+    @property
+    def folded(self) -> Folded | None:
+        """The text folded, when it is long."""
+        return fold(self.text)
 
 
 @dataclass
@@ -61,6 +83,11 @@ class Entry:
     usage: Usage | None = None
     record: str | None = None
     """An application's own record (any role outside the model's four), as indented JSON."""
+    timestamp: int | None = None
+    ended_runs: list[Any] = field(default_factory=list)
+    """The runs that ended after this message and before the next (their states)."""
+    said_by_run: bool = False
+    """A ``run_end`` record whose run's end the page shows from the run's log instead."""
 
 
 @dataclass
@@ -121,24 +148,11 @@ def transcript(messages: list[Any]) -> tuple[list[Entry], Totals]:
     totals = Totals(messages=len(messages))
     for index, message in enumerate(messages):
         role = role_of(message) or "?"
-        entry = Entry(index=index, role=role, when=when(getattr(message, "timestamp", None)))
+        stamp = getattr(message, "timestamp", None)
+        entry = Entry(index=index, role=role, when=when(stamp),
+                      timestamp=stamp if isinstance(stamp, int) else None)  # fmt: skip
         if isinstance(message, AssistantMessage):
-            entry.model = f"{message.provider}:{message.model}"
-            entry.stop_reason = message.stop_reason
-            entry.error = message.error_message
-            entry.usage = message.usage
-            totals.add(message.usage)
-            totals.stop_reason = message.stop_reason
-            for part in message.content:
-                if isinstance(part, TextContent):
-                    entry.blocks.append(Block("text", part.text))
-                elif isinstance(part, ThinkingContent):
-                    shown = "[redacted]" if part.redacted else part.thinking
-                    entry.blocks.append(Block("thinking", shown))
-                elif isinstance(part, ToolCall):
-                    call = CallView(part.id, part.name, pretty(part.arguments))
-                    calls[part.id] = call
-                    entry.blocks.append(Block("call", call=call))
+            _assistant(message, entry, calls, totals)
         elif isinstance(message, ToolResultMessage):
             answered = calls.get(message.tool_call_id)
             if answered is not None and answered.result is None:
@@ -150,18 +164,62 @@ def transcript(messages: list[Any]) -> tuple[list[Entry], Totals]:
             entry.blocks = content_text(message.content)
             entry.error = "failed" if message.is_error else None
         elif role in LLM_ROLES:
-            entry.blocks = content_text(getattr(message, "content", ""))
+            entry.blocks = [b for b in content_text(getattr(message, "content", ""))
+                            if b.kind != "text" or b.text]  # fmt: skip
+            if role == "system":
+                entry.blocks += _system_notes(message)
+                if not entry.blocks:
+                    continue  # a system message that says nothing is no box
         else:
-            data = to_jsonable(message)
-            entry.record = pretty(message)
-            said = record_summary(data)
-            if said:
-                entry.blocks.append(Block("text", said))
-            if role == "run_end" and isinstance(data, dict):  # how the run ended
-                entry.stop_reason = totals.stop_reason = str(data.get("stop_reason"))
-                entry.error = data.get("error_message")
+            _record(message, role, entry, totals)
         entries.append(entry)
     return entries, totals
+
+
+def _assistant(message: AssistantMessage, entry: Entry, calls: dict[str, CallView],
+               totals: Totals) -> None:  # fmt: skip
+    """Fill ``entry`` from an assistant message: its Markdown, thinking and calls (remembered
+    in ``calls`` for the results that answer them), its usage counted in ``totals``."""
+    entry.model = f"{message.provider}:{message.model}"
+    entry.stop_reason = message.stop_reason
+    entry.error = message.error_message
+    entry.usage = message.usage
+    totals.add(message.usage)
+    totals.stop_reason = message.stop_reason
+    for part in message.content:
+        if isinstance(part, TextContent) and part.text:
+            entry.blocks.append(Block("markdown", part.text, html=markdown(part.text)))
+        elif isinstance(part, ThinkingContent):
+            shown = "[redacted]" if part.redacted else part.thinking
+            entry.blocks.append(Block("thinking", shown))
+        elif isinstance(part, ToolCall):
+            call = CallView(part.id, part.name, pretty(part.arguments))
+            calls[part.id] = call
+            entry.blocks.append(Block("call", call=call))
+
+
+def _record(message: Any, role: str, entry: Entry, totals: Totals) -> None:
+    """Fill ``entry`` from an application's own record (a role outside the model's four)."""
+    data = to_jsonable(message)
+    entry.record = pretty(message)
+    said = record_summary(data)
+    if said:
+        entry.blocks.append(Block("text", said))
+    if role == "run_end" and isinstance(data, dict):  # how the run ended
+        entry.stop_reason = totals.stop_reason = str(data.get("stop_reason"))
+        entry.error = data.get("error_message")
+
+
+def _system_notes(message: Any) -> list[Block]:
+    """What a system message says besides its text: the tools it declares or withdraws."""
+    notes = []
+    added = [t.name for t in getattr(message, "tools_added", None) or []]
+    removed = [t.name for t in getattr(message, "tools_removed", None) or []]
+    if added:
+        notes.append(Block("note", "Tools: " + ", ".join(added)))
+    if removed:
+        notes.append(Block("note", "Tools withdrawn: " + ", ".join(removed)))
+    return notes
 
 
 def record_summary(data: Any) -> str:

@@ -13,8 +13,9 @@ from types import ModuleType
 import pytest
 import redis
 
+from agentkit import runlog
 from agentkit.integrations.celery import RunChannel, submit
-from agentkit.sessions import Session
+from agentkit.sessions import Session, open_store
 from tests.servers import RedisServer, celery_worker, worker_env
 from tests.sessions.invariants import assert_well_formed
 
@@ -52,6 +53,9 @@ def test_an_abort_is_durable_across_a_pool_process_killed_in_the_grace(
         result = submit(abort_app.run_export, Session(name, redis_server.url), "Export it")
         popped = client.blpop([abort_app.IN_TOOL], timeout=int(WAIT))
         assert popped is not None, "the tool never started"
+        with open_store(redis_server.url) as store:  # the run is in its store's run log
+            assert runlog.run_info(store, result.id).live
+            assert result.id in [r.id for r in runlog.live_runs(store)]
         channel = RunChannel(redis_server.url, result.id)
         channel.abort()
         channel.close()
@@ -69,3 +73,7 @@ def test_an_abort_is_durable_across_a_pool_process_killed_in_the_grace(
     assert [m.role for m in stored] == ["user", "assistant", "tool_result"]  # no new request
     assert stored[-1].is_error and stored[-1].content[0].text == "Operation aborted"
     assert_well_formed(stored)
+    with open_store(redis_server.url) as store:  # one log for both attempts, ended as aborted
+        events = list(runlog.attach(store, result.id))
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[-1].data["stop_reason"] == "aborted"

@@ -3,6 +3,7 @@ steer it, abort another, and check that nothing a model wrote runs."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,13 +43,14 @@ def test_watch_a_live_run_steer_it_and_read_its_transcript(
     shot(page, "live-run")
     page.fill("section.live input[name=text]", "also check the date")
     page.click("section.live button:has-text('Steer')")
-    expect(page.locator(".live-status")).to_have_text("steered")
+    # The post's answer, or the run's own word that the steer reached it (whichever came last).
+    expect(page.locator(".live-status")).to_have_text(re.compile("^(steered|steer received)$"))
     gate.open.set()
     # The run ends; the page reloads into the stored transcript.
     page.wait_for_selector(".call .badge.ok")
     page.wait_for_selector("section.live[hidden]", state="attached")
-    texts = page.locator(".role-assistant .text").all_inner_texts()
-    assert texts == ["Looking it up.", f"Here it is: {HOSTILE}"]
+    texts = [t.strip() for t in page.locator(".role-assistant .text").all_inner_texts()]
+    assert texts == ["Looking it up.", f"Here it is: {HOSTILE}"]  # Markdown, shown as text
     assert "also check the date" in page.locator(".role-user .text").all_inner_texts()
     not_pwned(page)
     shot(page, "transcript")

@@ -136,7 +136,8 @@ def test_live_events_steer_and_abort_over_http(page_server: UiServer, gate: Gate
         if line.startswith("event: "):
             seen.append(line[7:])
     events.close()
-    assert seen[0] == "agent_start" and seen[-1] == "end" and "agent_end" in seen
+    assert seen[0] == "run_start" and seen[-2:] == ["run_end", "done"] and "agent_end" in seen
+    assert "run_command" in seen  # the steer reached the run, through the store
     data = [json.loads(m.model_dump_json()) for m in Session("live", page_server.store).load()]
     assert [m["role"] for m in data] == ["system", "user", "assistant", "tool_result", "run_end"]
     assert data[-2]["is_error"]  # the aborted call has its result; the steer was never heard

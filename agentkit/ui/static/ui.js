@@ -4,6 +4,15 @@
 
 function text(el, value) { el.textContent = value; return el; }
 
+const ENDED = {
+  stop: "finished", aborted: "aborted", error: "failed", approval: "waiting for approval",
+  interrupted: "interrupted: its process stopped", budget: "ended by its budget",
+  length: "cut off at the token limit",
+};
+
+// A run's events from its log (or a Celery run's stream). The browser's EventSource reconnects
+// by itself, sending the last event's id: the server resumes right after it, so a dropped
+// connection loses nothing and repeats nothing.
 function followRun(section) {
   const tools = section.querySelector(".live-tools");
   const answer = section.querySelector(".live-text");
@@ -12,21 +21,25 @@ function followRun(section) {
   const source = new EventSource(section.dataset.events);
   let ended = false;
 
-  function end(message) {
+  function end(message, state) {
     if (ended) return;
     ended = true;
     source.close();
     text(status, message);
-    section.dataset.ended = "true";
+    section.dataset.ended = state || "ended";
+    for (const form of section.querySelectorAll("form[data-fetch]")) form.hidden = true;
     if (document.body.dataset.reloadOnEnd !== "false" && !section.closest("[data-celery]")) {
       window.setTimeout(() => window.location.reload(), 400);
     }
   }
 
   source.addEventListener("message_update", (e) => {
-    const update = JSON.parse(e.data).update || {};
-    if (update.type === "text_delta") answer.textContent += update.delta;
-    if (update.type === "thinking_delta") text(status, "thinking…");
+    const data = JSON.parse(e.data);
+    const update = data.update || {};  // a Celery run's stream nests the update
+    const kind = data.kind || update.type;
+    const delta = data.delta !== undefined ? data.delta : update.delta;
+    if (kind === "text_delta") answer.textContent += delta;
+    if (kind === "thinking_delta") text(status, "thinking…");
   });
   source.addEventListener("message_start", () => {
     if (answer.textContent && !answer.textContent.endsWith("\n")) answer.textContent += "\n";
@@ -48,8 +61,18 @@ function followRun(section) {
       (event.duration_ms != null ? " " + Math.round(event.duration_ms) + " ms" : ""));
     text(status, "running…");
   });
-  for (const name of ["agent_end", "run_end", "end"]) {
-    source.addEventListener(name, () => end("finished"));
+  source.addEventListener("run_command", (e) => {
+    text(status, JSON.parse(e.data).command + " received");
+  });
+  source.addEventListener("run_end", (e) => {
+    const reason = JSON.parse(e.data).stop_reason;
+    end(ENDED[reason] || ("ended: " + reason), reason);
+  });
+  for (const name of ["done", "end"]) {
+    source.addEventListener(name, (e) => {
+      const reason = e.data ? JSON.parse(e.data).stop_reason : undefined;
+      end(reason ? (ENDED[reason] || ("ended: " + reason)) : "finished", reason);
+    });
   }
 }
 

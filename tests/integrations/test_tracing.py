@@ -484,8 +484,8 @@ def test_no_content_reaches_a_span_with_capture_off_not_even_through_an_error(
 
 
 def test_no_content_reaches_a_log_record_with_capture_off(caplog: pytest.LogCaptureFixture) -> None:
-    from .providers.replay_server import ReplayServer, Reply, make_model
-    from .providers.replay_server import options as test_options
+    from tests.providers.replay_server import ReplayServer, Reply, make_model
+    from tests.providers.replay_server import options as test_options
 
     server = ReplayServer()
     server.start()

@@ -26,6 +26,8 @@ time ran out; both say what they are for and never reach the caller of a run as 
     ├── StreamEndedError              a stream ended without its result
     ├── OutputValidationError         no valid typed output within the retry budget
     ├── BudgetExceededError           raise_for_error() of a run a budget ended
+    ├── GuardrailTrippedError         raise_for_error() of a run a guardrail ended
+    ├── GuardrailError                a guardrail failed (it raised, or could not decide)
     ├── AgentRunFailedError           a Celery run ended in an error or was aborted
     ├── ApprovalError                 a decision on a call that does not wait (decided twice)
     ├── CompactionError               a compaction could not be made
@@ -162,6 +164,23 @@ class BudgetExceededError(AgentError):
     def __init__(self, message: str, limit: str | None) -> None:
         super().__init__(message)
         self.limit = limit
+
+
+class GuardrailTrippedError(AgentError):
+    """Raised by :meth:`RunResult.raise_for_error` when a guardrail ended the run
+    (:mod:`agentkit.guardrails`); ``guardrail`` names it, ``reason`` says why, ``point`` is
+    where it tripped (``"input"``, ``"tool_call"``, ``"tool_result"`` or ``"output"``)."""
+
+    def __init__(
+        self, message: str, guardrail: str | None, reason: str | None, point: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.guardrail, self.reason, self.point = guardrail, reason, point
+
+
+class GuardrailError(AgentError):
+    """A guardrail failed instead of deciding: its check raised, or a model judge got no
+    usable answer. The run it guarded ends with stop reason ``error`` and this error."""
 
 
 class AgentRunFailedError(AgentError):

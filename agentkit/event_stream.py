@@ -42,15 +42,17 @@ _here = threading.local()
 
 
 @contextmanager
-def consuming_here() -> Iterator[None]:
+def consuming_here(here: bool = True) -> Iterator[None]:
     """Tell producers started inside the block that this thread reads their stream itself,
     at once and to its end, so they may produce on it (:meth:`EventStream.set_pump`).
 
     The agent loop wraps its ``stream_fn`` call in it. A producer that cannot be advanced step
-    by step (or whose caller did not ask) keeps its own thread.
+    by step (or whose caller did not ask) keeps its own thread. ``here=False`` takes it back
+    inside the block: a stream-function wrapper that reads the stream while it waits for
+    something else too (a guardrail's verdict) needs the producer on its own thread.
     """
     before = getattr(_here, "consuming", False)
-    _here.consuming = True
+    _here.consuming = here
     try:
         yield
     finally:

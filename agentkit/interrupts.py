@@ -103,17 +103,19 @@ class InterruptLane(RunPolicy):
     def wrap_request(
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler
     ) -> AssistantMessage:
-        """Each request of a turn runs under a turn signal an interrupt can abort."""
+        """Each request of a turn runs under a turn signal an interrupt can abort (a child of
+        the request's signal, so an outer policy's abort of the request still reaches it)."""
         if request.purpose != "turn":
             return call_next(request)
-        with self.turn(run.signal) as signal:
+        with self.turn(request.signal) as signal:
             return call_next(request.with_signal(signal))
 
     def wrap_batch(
         self, run: RunScope, batch: ToolBatchRun, call_next: BatchHandler
     ) -> BatchOutcome:
-        """Each tool batch runs under a turn signal an interrupt can abort."""
-        with self.turn(run.signal) as signal:
+        """Each tool batch runs under a turn signal an interrupt can abort (a child of the
+        batch's signal)."""
+        with self.turn(batch.signal) as signal:
             batch.signal = signal
             return call_next(batch)
 
@@ -128,12 +130,12 @@ class InterruptLane(RunPolicy):
             return len(self._messages)
 
     @contextlib.contextmanager
-    def turn(self, run_signal: AbortSignal) -> Iterator[AbortSignal]:
-        """The signal of one request or tool batch: aborted with the run's signal (same
-        reason), or by an interrupt. A message already waiting aborts it at once: it came
+    def turn(self, outer: AbortSignal) -> Iterator[AbortSignal]:
+        """The signal of one request or tool batch: aborted with ``outer`` (the run's signal,
+        or an outer policy's child of it; same reason), or by an interrupt. A message already waiting aborts it at once: it came
         after the last poll, while nothing was open, and is to be heard now."""
         controller = AbortController()
-        unlink = run_signal.add_callback(lambda: controller.abort(run_signal.reason))
+        unlink = outer.add_callback(lambda: controller.abort(outer.reason))
         with self._lock:
             self._controller = controller
             waiting = self._messages[0] if self._messages else None

@@ -144,8 +144,11 @@ class PreparedCall(FieldsEqRepr):
         return self.tool.requires_approval
 
     def allow(self, arguments: dict[str, Any] | None = None) -> None:
-        """Let the call run (with ``arguments`` edited, if given)."""
-        self.verdict, self.arguments = "allow", arguments
+        """Let the call run (with ``arguments`` edited, if given; else with those an earlier
+        reviewer set, a guardrail's redaction say)."""
+        self.verdict = "allow"
+        if arguments is not None:
+            self.arguments = arguments
 
     def deny(self, reason: str) -> None:
         """Refuse the call: the model reads ``reason`` as its error result."""

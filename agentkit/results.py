@@ -15,6 +15,7 @@ from typing import Any, Literal
 from .errors import (  # noqa: F401 - OutputValidationError stays importable from here
     AbortError,
     BudgetExceededError,
+    GuardrailTrippedError,
     OutputValidationError,
     ProviderError,
 )
@@ -120,10 +121,17 @@ class RunResult(list[Any]):
         ``status``, ``retry_after``; for a stream function that reports none, one with the
         status read from its message); an invalid typed output raises
         :class:`OutputValidationError`; an abort raises :class:`~agentkit.AbortError`; a budget
-        raises :class:`BudgetExceededError`.
+        raises :class:`BudgetExceededError`; a guardrail's trip
+        :class:`~agentkit.errors.GuardrailTrippedError`.
         """
         if self.stop_reason == "budget":
             raise BudgetExceededError(f"the run's budget {self.budget} was reached", self.budget)
+        if self.stop_reason == "guardrail":
+            detail = getattr(self.ending, "detail", None) or {}
+            raise GuardrailTrippedError(
+                self.error_message or f"the guardrail {self.budget} tripped",
+                self.budget, detail.get("reason"), detail.get("point"),
+            )  # fmt: skip
         if self.stop_reason not in ("error", "aborted"):
             return self
         if self.error is not None:

@@ -1,0 +1,129 @@
+"""The secrets guardrail: API keys and tokens of the common providers, private keys, and
+passwords written into URLs.
+
+Each kind is one regular expression anchored on the token's fixed prefix (``sk-ant-``,
+``ghp_``, ``AKIA``, ...), so a scan costs one pass per kind and nothing backtracks beyond a
+bounded repetition: a megabyte of hostile text is read in milliseconds. Generic high-entropy
+strings are not flagged (hashes, ids and base64 data would be refused all day); a key without
+a recognisable prefix is caught only where it is labelled (``aws_secret_access_key = ...``) or
+sent as a bearer token. ``benchmarks/bench_guardrails.py --secrets`` compares these patterns
+with ``detect-secrets`` on the same samples.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from .base import Finding, PatternGuardrail, spans, trailing_run
+
+_B = r"(?<![A-Za-z0-9_\-])"  # a token starts here: not inside a longer word
+_E = r"(?![A-Za-z0-9_\-])"  # and ends here
+
+SECRET_PATTERNS: dict[str, tuple[str, re.Pattern[str]]] = {
+    kind: (label, re.compile(pattern, flags))
+    for kind, label, pattern, flags in [
+        (
+            "private_key", "private key",
+            r"-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----"
+            r"(?:.*?-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----|.*)",
+            re.S,
+        ),
+        ("anthropic_key", "Anthropic API key", _B + r"sk-ant-[a-z]{2,8}\d{2}-[A-Za-z0-9_\-]{20,}", 0),
+        (
+            "openai_key", "OpenAI-style API key",
+            _B + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}" + _E, 0,
+        ),
+        ("stripe_key", "Stripe secret key", _B + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}", 0),
+        ("stripe_webhook", "Stripe webhook secret", _B + r"whsec_[A-Za-z0-9+/=]{24,}", 0),
+        ("aws_access_key", "AWS access key id", _B + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _E, 0),
+        (
+            "aws_secret_key", "AWS secret access key",
+            r"(?i:aws_?secret(?:_?access)?_?key)[\"']?\s{0,4}[:=]\s{0,4}[\"']?"
+            r"[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])",
+            0,
+        ),
+        ("github_token", "GitHub token", _B + r"(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})", 0),
+        ("gitlab_token", "GitLab token", _B + r"glpat-[A-Za-z0-9_\-]{20,}", 0),
+        ("slack_token", "Slack token", _B + r"xox[abposr]-[A-Za-z0-9\-]{10,}", 0),
+        ("slack_webhook", "Slack webhook URL", r"https://hooks\.slack\.com/services/[A-Za-z0-9_/]{20,}", 0),
+        ("google_api_key", "Google API key", _B + r"AIza[0-9A-Za-z_\-]{35}" + _E, 0),
+        ("google_oauth_secret", "Google OAuth client secret", _B + r"GOCSPX-[A-Za-z0-9_\-]{28}", 0),
+        ("huggingface_token", "Hugging Face token", _B + r"hf_[A-Za-z0-9]{30,}" + _E, 0),
+        ("sendgrid_key", "SendGrid API key", _B + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}", 0),
+        ("npm_token", "npm token", _B + r"npm_[A-Za-z0-9]{36}" + _E, 0),
+        ("pypi_token", "PyPI token", _B + r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}", 0),
+        ("digitalocean_token", "DigitalOcean token", _B + r"do[opr]_v1_[a-f0-9]{64}" + _E, 0),
+        ("twilio_key", "Twilio API key", _B + r"SK[0-9a-f]{32}" + _E, 0),
+        ("mailgun_key", "Mailgun API key", _B + r"key-[0-9a-f]{32}" + _E, 0),
+        ("telegram_token", "Telegram bot token", r"(?<![0-9])[0-9]{8,10}:AA[0-9A-Za-z_\-]{33}" + _E, 0),
+        (
+            "jwt", "JSON web token",
+            _B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}", 0,
+        ),
+        ("bearer_token", "bearer token", r"(?i:\bbearer)[ \t]{1,4}[A-Za-z0-9\-._~+/]{20,}=*", 0),
+        (
+            "url_password", "password in a URL",
+            r"\b[A-Za-z][A-Za-z0-9+.\-]{1,20}://[^\s:/?#@\"'<>\\]{1,128}:"
+            r"(?P<secret>[^\s/?#@\"'<>\\]{1,128})@[A-Za-z0-9.\-\[\]]{1,255}",
+            0,
+        ),
+    ]
+}  # fmt: skip
+"""Every kind the guardrail knows: kind -> (words, pattern). A pattern with a group named
+``secret`` refuses that group only (a URL keeps its user and host, loses its password)."""
+
+_PEM_BEGIN = "-----BEGIN"
+_PEM_HOLD = 64 * 1024
+"""The most of a streamed private key held while its end has not arrived."""
+_TOKEN_HOLD = 512
+"""The most of a streamed word held while it may still grow into a token."""
+
+
+def _word(char: str) -> bool:
+    return not char.isspace()
+
+
+class Secrets(PatternGuardrail):
+    """Refuses API keys and tokens of the common providers (OpenAI, Anthropic, AWS, GitHub,
+    GitLab, Slack, Google, Stripe, Hugging Face, SendGrid, npm, PyPI, ...), private keys
+    (PEM), JSON web tokens, bearer tokens and passwords in URLs.
+
+    ``kinds`` keeps only some (see :data:`SECRET_PATTERNS`); ``action="redact"`` replaces each
+    with ``[redacted: <what>]`` instead of ending the run."""
+
+    name = "secrets"
+    labels = {kind: label for kind, (label, _) in SECRET_PATTERNS.items()}
+
+    def __init__(
+        self,
+        *,
+        action: Literal["trip", "redact"] = "trip",
+        kinds: list[str] | None = None,
+        name: str | None = None,
+        beside: bool = False,
+    ) -> None:
+        super().__init__(action=action, name=name, beside=beside)
+        unknown = sorted(set(kinds or ()) - set(SECRET_PATTERNS))
+        if unknown:
+            raise ValueError(f"unknown secret kinds {unknown}; known: {sorted(SECRET_PATTERNS)}")
+        chosen = kinds if kinds is not None else list(SECRET_PATTERNS)
+        self._patterns = [(kind, SECRET_PATTERNS[kind][1]) for kind in chosen]
+
+    def find(self, text: str) -> list[Finding]:
+        """Every secret in ``text`` (see the class)."""
+        found = []
+        for kind, pattern in self._patterns:
+            for match in pattern.finditer(text):
+                group = "secret" if "secret" in pattern.groupindex else 0
+                found.append(Finding(match.start(group), match.end(group), kind))
+        return spans(found)
+
+    def hold(self, text: str) -> int:
+        """Keep back the last word (it may be the start of a token) and, when redacting, a
+        private key whose end has not arrived."""
+        held = trailing_run(text, _word, _TOKEN_HOLD)
+        begin = text.rfind(_PEM_BEGIN, max(len(text) - _PEM_HOLD, 0))
+        if begin >= 0 and "-----END" not in text[begin:] and self.action == "redact":
+            held = max(held, len(text) - begin)
+        return held

@@ -434,4 +434,3 @@ class GatedRequest:
     def redactions(self) -> list[Redaction]:
         """The output gates' redactions."""
         return [r for g in self.gates for r in g.redactions.values()]
-

@@ -63,7 +63,9 @@ class InputCheck:
         # Guards _wakers and the hand-over between add_waker() and the verdict.
         self._lock = threading.Lock()
         self._wakers: list[Callable[[], None]] = []
-        self._thread = threading.Thread(target=self._run, name="agentkit-guardrail-input", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="agentkit-guardrail-input", daemon=True
+        )
 
     @property
     def passed(self) -> bool:

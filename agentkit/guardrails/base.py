@@ -101,7 +101,8 @@ class Check:
 
 
 class Guardrail:
-    """A check of text at one or more points of a run (see :class:`~agentkit.guardrails.Guardrails`).
+    """A check of text at one or more points of a run (:class:`~agentkit.guardrails.Guardrails`
+    says which).
 
     Override :meth:`check`. Its contract: it gets the text and a :class:`Check`, and returns a
     :class:`Verdict` (or ``None`` to pass). It may block (a model judge does); it should watch

@@ -357,7 +357,9 @@ class _GuardrailRun(RunPolicy):
             self._fold(run)
             self._record_results(run, notes)
 
-    def _record_results(self, run: RunScope, notes: list[tuple[Stop | None, list[Redaction], str]]) -> None:
+    def _record_results(
+        self, run: RunScope, notes: list[tuple[Stop | None, list[Redaction], str]]
+    ) -> None:
         first: Stop | None = None
         for stop, redactions, call_id in notes:
             for redaction in redactions:
@@ -386,7 +388,8 @@ class _GuardrailRun(RunPolicy):
             if not isinstance(block, TextContent):
                 continue
             applied = apply(
-                guardrails, block.text,
+                guardrails,
+                block.text,
                 lambda g: self._check(run, g, "tool_result", call.signal, tool_call=tool_call),
             )  # fmt: skip - an AbortError goes up: the call ends aborted, its result unseen
             redactions += applied.redactions

@@ -41,9 +41,7 @@ class Pattern(PatternGuardrail):
     def find(self, text: str) -> list[Finding]:
         """Every match of the pattern in ``text``."""
         group = "secret" if "secret" in self.pattern.groupindex else 0
-        return [
-            Finding(m.start(group), m.end(group), "match") for m in self.pattern.finditer(text)
-        ]
+        return [Finding(m.start(group), m.end(group), "match") for m in self.pattern.finditer(text)]
 
     def hold(self, text: str) -> int:
         """The last ``hold`` characters (see the class)."""

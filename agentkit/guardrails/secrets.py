@@ -20,56 +20,51 @@ from .base import Finding, PatternGuardrail, spans, trailing_run
 _B = r"(?<![A-Za-z0-9_\-])"  # a token starts here: not inside a longer word
 _E = r"(?![A-Za-z0-9_\-])"  # and ends here
 
+_KINDS = [
+    ("private_key", "private key",
+     r"-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----"
+     r"(?:.*?-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----|.*)"),
+    ("anthropic_key", "Anthropic API key",
+     _B + r"sk-ant-[a-z]{2,8}\d{2}-[A-Za-z0-9_\-]{20,}"),
+    ("openai_key", "OpenAI-style API key",
+     _B + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}" + _E),
+    ("stripe_key", "Stripe secret key", _B + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+    ("stripe_webhook", "Stripe webhook secret", _B + r"whsec_[A-Za-z0-9+/=]{24,}"),
+    ("aws_access_key", "AWS access key id",
+     _B + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _E),
+    ("aws_secret_key", "AWS secret access key",
+     r"(?i:aws_?secret(?:_?access)?_?key)[\"']?\s{0,4}[:=]\s{0,4}[\"']?"
+     r"[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])"),
+    ("github_token", "GitHub token",
+     _B + r"(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})"),
+    ("gitlab_token", "GitLab token", _B + r"glpat-[A-Za-z0-9_\-]{20,}"),
+    ("slack_token", "Slack token", _B + r"xox[abposr]-[A-Za-z0-9\-]{10,}"),
+    ("slack_webhook", "Slack webhook URL",
+     r"https://hooks\.slack\.com/services/[A-Za-z0-9_/]{20,}"),
+    ("google_api_key", "Google API key", _B + r"AIza[0-9A-Za-z_\-]{35}" + _E),
+    ("google_oauth_secret", "Google OAuth client secret", _B + r"GOCSPX-[A-Za-z0-9_\-]{28}"),
+    ("huggingface_token", "Hugging Face token", _B + r"hf_[A-Za-z0-9]{30,}" + _E),
+    ("sendgrid_key", "SendGrid API key",
+     _B + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}"),
+    ("npm_token", "npm token", _B + r"npm_[A-Za-z0-9]{36}" + _E),
+    ("pypi_token", "PyPI token", _B + r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}"),
+    ("digitalocean_token", "DigitalOcean token", _B + r"do[opr]_v1_[a-f0-9]{64}" + _E),
+    ("twilio_key", "Twilio API key", _B + r"SK[0-9a-f]{32}" + _E),
+    ("mailgun_key", "Mailgun API key", _B + r"key-[0-9a-f]{32}" + _E),
+    ("telegram_token", "Telegram bot token",
+     r"(?<![0-9])[0-9]{8,10}:AA[0-9A-Za-z_\-]{33}" + _E),
+    ("jwt", "JSON web token",
+     _B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    ("bearer_token", "bearer token", r"(?i:\bbearer)[ \t]{1,4}[A-Za-z0-9\-._~+/]{20,}=*"),
+    ("url_password", "password in a URL",
+     r"\b[A-Za-z][A-Za-z0-9+.\-]{1,20}://[^\s:/?#@\"'<>\\]{1,128}:"
+     r"(?P<secret>[^\s/?#@\"'<>\\]{1,128})@[A-Za-z0-9.\-\[\]]{1,255}"),
+]  # fmt: skip
+
 SECRET_PATTERNS: dict[str, tuple[str, re.Pattern[str]]] = {
-    kind: (label, re.compile(pattern, flags))
-    for kind, label, pattern, flags in [
-        (
-            "private_key", "private key",
-            r"-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----"
-            r"(?:.*?-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----|.*)",
-            re.S,
-        ),
-        ("anthropic_key", "Anthropic API key", _B + r"sk-ant-[a-z]{2,8}\d{2}-[A-Za-z0-9_\-]{20,}", 0),
-        (
-            "openai_key", "OpenAI-style API key",
-            _B + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}" + _E, 0,
-        ),
-        ("stripe_key", "Stripe secret key", _B + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}", 0),
-        ("stripe_webhook", "Stripe webhook secret", _B + r"whsec_[A-Za-z0-9+/=]{24,}", 0),
-        ("aws_access_key", "AWS access key id", _B + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _E, 0),
-        (
-            "aws_secret_key", "AWS secret access key",
-            r"(?i:aws_?secret(?:_?access)?_?key)[\"']?\s{0,4}[:=]\s{0,4}[\"']?"
-            r"[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])",
-            0,
-        ),
-        ("github_token", "GitHub token", _B + r"(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})", 0),
-        ("gitlab_token", "GitLab token", _B + r"glpat-[A-Za-z0-9_\-]{20,}", 0),
-        ("slack_token", "Slack token", _B + r"xox[abposr]-[A-Za-z0-9\-]{10,}", 0),
-        ("slack_webhook", "Slack webhook URL", r"https://hooks\.slack\.com/services/[A-Za-z0-9_/]{20,}", 0),
-        ("google_api_key", "Google API key", _B + r"AIza[0-9A-Za-z_\-]{35}" + _E, 0),
-        ("google_oauth_secret", "Google OAuth client secret", _B + r"GOCSPX-[A-Za-z0-9_\-]{28}", 0),
-        ("huggingface_token", "Hugging Face token", _B + r"hf_[A-Za-z0-9]{30,}" + _E, 0),
-        ("sendgrid_key", "SendGrid API key", _B + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}", 0),
-        ("npm_token", "npm token", _B + r"npm_[A-Za-z0-9]{36}" + _E, 0),
-        ("pypi_token", "PyPI token", _B + r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}", 0),
-        ("digitalocean_token", "DigitalOcean token", _B + r"do[opr]_v1_[a-f0-9]{64}" + _E, 0),
-        ("twilio_key", "Twilio API key", _B + r"SK[0-9a-f]{32}" + _E, 0),
-        ("mailgun_key", "Mailgun API key", _B + r"key-[0-9a-f]{32}" + _E, 0),
-        ("telegram_token", "Telegram bot token", r"(?<![0-9])[0-9]{8,10}:AA[0-9A-Za-z_\-]{33}" + _E, 0),
-        (
-            "jwt", "JSON web token",
-            _B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}", 0,
-        ),
-        ("bearer_token", "bearer token", r"(?i:\bbearer)[ \t]{1,4}[A-Za-z0-9\-._~+/]{20,}=*", 0),
-        (
-            "url_password", "password in a URL",
-            r"\b[A-Za-z][A-Za-z0-9+.\-]{1,20}://[^\s:/?#@\"'<>\\]{1,128}:"
-            r"(?P<secret>[^\s/?#@\"'<>\\]{1,128})@[A-Za-z0-9.\-\[\]]{1,255}",
-            0,
-        ),
-    ]
-}  # fmt: skip
+    kind: (label, re.compile(pattern, re.S if kind == "private_key" else 0))
+    for kind, label, pattern in _KINDS
+}
 """Every kind the guardrail knows: kind -> (words, pattern). A pattern with a group named
 ``secret`` refuses that group only (a URL keeps its user and host, loses its password)."""
 

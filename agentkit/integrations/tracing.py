@@ -162,6 +162,8 @@ class _Tracer:
                 )
         elif kind == "message_end" and getattr(event.message, "role", None) == "assistant":
             self._end_chat(event.message)
+        elif kind == "message_end" and getattr(event.message, "role", None) == "guardrail":
+            self._guardrail(event.message)
         elif kind == "tool_execution_start":
             self._start_tool(event)
         elif kind == "tool_execution_end":
@@ -300,6 +302,23 @@ class _Tracer:
             self._chat.end()
             self._chat = None
 
+    def _guardrail(self, record: Any) -> None:
+        """A guardrail's action (:class:`~agentkit.guardrails.GuardrailRecord`) as an event of
+        the run's span; its reason only with content capture (a judge's reason may quote what
+        it refused)."""
+        if self._run is None:
+            return
+        attributes = {
+            "agentkit.guardrail.name": record.guardrail,
+            "agentkit.guardrail.point": record.point,
+            "agentkit.guardrail.action": record.action,
+        }
+        if record.tool_call_id:
+            attributes["gen_ai.tool.call.id"] = record.tool_call_id
+        if self._capture:
+            attributes["agentkit.guardrail.reason"] = record.reason
+        self._run.add_event("agentkit.guardrail", attributes)
+
     def _start_compaction(self, event: Any) -> None:
         """A ``compaction`` span under the run (its summary request is not a turn, so it has
         no ``chat`` span of its own): why, how, and the token estimates before and after."""
@@ -393,6 +412,9 @@ class _Tracer:
         if stop == "budget":
             limit = getattr(messages, "budget", None) or "budget"
             return limit, f"run stopped: budget {limit} reached"
+        if stop == "guardrail":
+            name = getattr(messages, "budget", None) or "guardrail"
+            return "guardrail", f"run stopped by the guardrail {name}"
         if stop == "error":
             error = getattr(messages, "error", None)
             text = getattr(messages, "error_message", None) or getattr(last, "error_message", None)
@@ -415,6 +437,8 @@ class _Tracer:
         run.set_attribute("gen_ai.usage.output_tokens", self._tokens[1])
         run.set_attribute("gen_ai.usage.cache_read.input_tokens", self._tokens[2])
         outcome = self._run_outcome(messages)
+        if getattr(messages, "stop_reason", None) == "guardrail":
+            run.set_attribute("agentkit.guardrail.name", getattr(messages, "budget", None) or "")
         if outcome is not None:
             run.set_attribute("error.type", outcome[0])
             run.set_status(self._status(self._code.ERROR, outcome[1]))

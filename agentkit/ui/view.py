@@ -241,5 +241,22 @@ def record_summary(data: Any) -> str:
         limit = f" ({data['budget']})" if data.get("budget") else ""
         said = f": {data['error_message']}" if data.get("error_message") else ""
         return f"The run ended: {data.get('stop_reason')}{limit}{said}"
+    if role == "guardrail":
+        return guardrail_summary(data)
     summary = data.get("summary")
     return summary if isinstance(summary, str) else ""
+
+
+_GUARDRAIL_ACTIONS = {"trip": "stopped the run", "redact": "redacted", "error": "failed"}
+_GUARDRAIL_POINTS = {
+    "input": "the input", "tool_call": "a tool call", "tool_result": "a tool result",
+    "output": "the answer",
+}  # fmt: skip
+
+
+def guardrail_summary(data: dict[str, Any]) -> str:
+    """A guardrail's record in a line: ``Guardrail secrets stopped the run on the answer: ...``."""
+    action = _GUARDRAIL_ACTIONS.get(data.get("action", ""), str(data.get("action")))
+    point = _GUARDRAIL_POINTS.get(data.get("point", ""), str(data.get("point")))
+    call = f" ({data['tool_call_id']})" if data.get("tool_call_id") else ""
+    return f"Guardrail {data.get('guardrail')} {action} on {point}{call}: {data.get('reason')}"

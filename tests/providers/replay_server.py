@@ -9,6 +9,7 @@ the test releases them.
 from __future__ import annotations
 
 import json
+import select
 import socket
 import ssl
 import threading
@@ -47,6 +48,7 @@ class Reply:
     trickle: bool = False  # after stall_after, send the rest one byte per trickle_gate release
     one_write: bool = False  # send all the pieces (framing included) in a single write
     framed: bytes | None = None  # the body exactly as sent, chunk framing included (chunked)
+    watch_close: bool = False  # during a stall_after stall, notice the client hanging up
 
 
 @dataclass
@@ -71,6 +73,8 @@ class ReplayServer:
         self.replies: list[Reply] = []
         self.connections = 0
         """TCP connections accepted so far."""
+        self.closed_early = 0
+        """Clients that hung up during a ``watch_close`` stall (their request was aborted)."""
         self.tls = tls
         self.requests: list[Recorded] = []
         self.release = threading.Event()
@@ -123,6 +127,19 @@ class ReplayServer:
                     self.wfile.write(piece)
                     self.wfile.flush()
 
+            def _client_left(self) -> bool:
+                """Stall until released; whether the client hung up first (counted)."""
+                ends = time.monotonic() + server.stall_seconds
+                while not server.release.is_set() and time.monotonic() < ends:
+                    readable, _, _ = select.select([self.connection], [], [], 0.02)
+                    if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                        with server.lock:
+                            server.closed_early += 1
+                            server.arrived.notify_all()
+                        self.close_connection = True
+                        return True
+                return False
+
             def _play(self, reply: Reply) -> None:
                 if reply.stall_before_headers:
                     server.release.wait(server.stall_seconds)
@@ -156,7 +173,11 @@ class ReplayServer:
                     self.close_connection = True
                     return
                 if reply.stall_after is not None:
-                    server.release.wait(server.stall_seconds)
+                    if reply.watch_close:
+                        if self._client_left():
+                            return
+                    else:
+                        server.release.wait(server.stall_seconds)
                     if not reply.resume:
                         self.close_connection = True
                         return
@@ -200,6 +221,11 @@ class ReplayServer:
         host, port = self.httpd.server_address[:2]
         scheme = "https" if self.tls is not None else "http"
         return f"{scheme}://{host}:{port}"
+
+    def wait_for_close(self, count: int = 1, timeout: float = 5.0) -> bool:
+        """Block until ``count`` clients hung up during a ``watch_close`` stall."""
+        with self.arrived:
+            return self.arrived.wait_for(lambda: self.closed_early >= count, timeout)
 
     def wait_for_requests(self, count: int = 1, timeout: float = 5.0) -> bool:
         """Block until ``count`` requests have arrived (``False`` if ``timeout`` ran out)."""

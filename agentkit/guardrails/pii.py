@@ -49,6 +49,7 @@ _IBAN = re.compile(
 _DATE = re.compile(
     r"[0-9]{4}[.\-/ ][0-9]{1,2}[.\-/ ][0-9]{1,2}|[0-9]{1,2}[.\-/ ][0-9]{1,2}[.\-/ ][0-9]{4}"
 )
+_DIGIT = re.compile(r"[0-9]")
 _IPV4 = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
 
 KINDS = ("email", "phone", "card", "iban")
@@ -138,7 +139,10 @@ class PII(PatternGuardrail):
         """Every piece of personal data in ``text`` (see the class); a span two detectors
         claim goes to the first (an e-mail, a card, an IBAN, then a phone number)."""
         found = []
+        digits = _DIGIT.search(text) is not None
         for kind, pattern, valid in self._detectors:
+            if ("@" not in text) if kind == "email" else not digits:
+                continue  # it cannot match without
             for match in pattern.finditer(text):
                 if valid is None or valid(text, match):
                     found.append(Finding(match.start(), match.end(), kind))

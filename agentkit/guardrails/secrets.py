@@ -65,6 +65,37 @@ SECRET_PATTERNS: dict[str, tuple[str, re.Pattern[str]]] = {
     kind: (label, re.compile(pattern, re.S if kind == "private_key" else 0))
     for kind, label, pattern in _KINDS
 }
+
+_NEEDLES: dict[str, tuple[str, ...]] = {
+    "private_key": ("PRIVATE KEY",),
+    "anthropic_key": ("sk-ant-",),
+    "openai_key": ("sk-",),
+    "stripe_key": ("_live_", "_test_"),
+    "stripe_webhook": ("whsec_",),
+    "aws_access_key": ("AKIA", "ASIA", "ABIA", "ACCA"),
+    "aws_secret_key": ("aws",),
+    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "gitlab_token": ("glpat-",),
+    "slack_token": ("xox",),
+    "slack_webhook": ("hooks.slack.com",),
+    "google_api_key": ("AIza",),
+    "google_oauth_secret": ("GOCSPX-",),
+    "huggingface_token": ("hf_",),
+    "sendgrid_key": ("SG.",),
+    "npm_token": ("npm_",),
+    "pypi_token": ("pypi-",),
+    "digitalocean_token": ("_v1_",),
+    "twilio_key": ("SK",),
+    "mailgun_key": ("key-",),
+    "telegram_token": (":AA",),
+    "jwt": ("eyJ",),
+    "bearer_token": ("bearer",),
+    "url_password": ("://",),
+}
+"""Text each kind cannot match without (``aws`` and ``bearer`` in any case): a scan runs a
+kind's expression only where one of them is in the text, so ordinary text costs a few
+substring searches."""
+_ANY_CASE = frozenset({"aws_secret_key", "bearer_token"})
 """Every kind the guardrail knows: kind -> (words, pattern). A pattern with a group named
 ``secret`` refuses that group only (a URL keeps its user and host, loses its password)."""
 
@@ -108,7 +139,14 @@ class Secrets(PatternGuardrail):
     def find(self, text: str) -> list[Finding]:
         """Every secret in ``text`` (see the class)."""
         found = []
+        lowered: str | None = None
         for kind, pattern in self._patterns:
+            haystack = text
+            if kind in _ANY_CASE:
+                lowered = text.lower() if lowered is None else lowered
+                haystack = lowered
+            if not any(needle in haystack for needle in _NEEDLES[kind]):
+                continue
             for match in pattern.finditer(text):
                 group = "secret" if "secret" in pattern.groupindex else 0
                 found.append(Finding(match.start(group), match.end(group), kind))

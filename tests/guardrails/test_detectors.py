@@ -175,7 +175,9 @@ def test_redacting_a_tool_calls_arguments_keeps_them_json() -> None:
         "body": 'say "hi"\nto [redacted: card number]',
         "n": 3,
     }
-    as_number = PII(action="redact").check(json.dumps({"card": 4111111111111111}), check("tool_call"))
+    as_number = PII(action="redact").check(
+        json.dumps({"card": 4111111111111111}), check("tool_call")
+    )
     assert json.loads(as_number.text or "") == {"card": "[redacted: card number]"}
 
 

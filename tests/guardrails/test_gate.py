@@ -150,9 +150,7 @@ def test_a_judge_on_the_answer_checks_chunks_and_trips_midway() -> None:
 
 def test_a_judge_that_answers_nonsense_fails_the_run_clearly() -> None:
     judge = ModelJudge("Be nice.", every=10)
-    agent, _, _, _ = gated(
-        [judge_script(["I think it is fine!"])] * 2, Guardrails(output=[judge])
-    )
+    agent, _, _, _ = gated([judge_script(["I think it is fine!"])] * 2, Guardrails(output=[judge]))
     result = agent.prompt("go")
     assert result.stop_reason == "error"
     assert result.error_message.startswith("The guardrail 'judge' failed on the answer:")
@@ -160,7 +158,9 @@ def test_a_judge_that_answers_nonsense_fails_the_run_clearly() -> None:
 
 
 def test_a_length_rule_cuts_the_streamed_answer() -> None:
-    agent, _, deltas, _ = gated(["word " * 100], Guardrails(output=[MaxLength(42, action="redact")]))
+    agent, _, deltas, _ = gated(
+        ["word " * 100], Guardrails(output=[MaxLength(42, action="redact")])
+    )
     result = agent.prompt("go")
     assert result.text == ("word " * 100)[:42] + " [cut]" == "".join(deltas)
     assert result.stop_reason == "stop"
@@ -203,7 +203,9 @@ def test_an_abort_while_an_output_check_waits_ends_the_run_as_aborted() -> None:
 
 
 def test_an_interrupt_still_cuts_a_gated_answer() -> None:
-    model = ScriptedModel([reply("Talking on and on. " * 50, hang=True), "Sure, French."], delay=0.002)
+    model = ScriptedModel(
+        [reply("Talking on and on. " * 50, hang=True), "Sure, French."], delay=0.002
+    )
     agent = Agent(model=model.model, stream_fn=model, policies=[Guardrails(output=[Secrets()])])
     streaming = threading.Event()
     agent.subscribe(lambda e: streaming.set() if isinstance(e, MessageUpdateEvent) else None)

@@ -96,8 +96,10 @@ _NEEDLES: dict[str, tuple[str, ...]] = {
 kind's expression only where one of them is in the text, so ordinary text costs a few
 substring searches."""
 _ANY_CASE = frozenset({"aws_secret_key", "bearer_token"})
-"""Every kind the guardrail knows: kind -> (words, pattern). A pattern with a group named
-``secret`` refuses that group only (a URL keeps its user and host, loses its password)."""
+_NEEDLE_LIST = [
+    (kind, needle, kind in _ANY_CASE) for kind, needles in _NEEDLES.items() for needle in needles
+]
+
 
 _PEM_BEGIN = "-----BEGIN"
 _PEM_HOLD = 64 * 1024
@@ -139,13 +141,13 @@ class Secrets(PatternGuardrail):
     def find(self, text: str) -> list[Finding]:
         """Every secret in ``text`` (see the class)."""
         found = []
-        lowered: str | None = None
+        lowered = text.lower()
+        possible = {
+            kind for kind, needle, any_case in _NEEDLE_LIST
+            if needle in (lowered if any_case else text)
+        }  # fmt: skip
         for kind, pattern in self._patterns:
-            haystack = text
-            if kind in _ANY_CASE:
-                lowered = text.lower() if lowered is None else lowered
-                haystack = lowered
-            if not any(needle in haystack for needle in _NEEDLES[kind]):
+            if kind not in possible:
                 continue
             for match in pattern.finditer(text):
                 group = "secret" if "secret" in pattern.groupindex else 0

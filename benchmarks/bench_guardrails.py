@@ -12,6 +12,7 @@ stdout; nothing asserts.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -65,6 +66,11 @@ GUARDRAILS: dict[str, Callable[[], Guardrails | None]] = {
 }
 
 
+def _count_updates(seen: list[Any], event: Any) -> None:
+    if event.type == "message_update":
+        seen.append(event)
+
+
 def time_runs(make_agent: Callable[[], Agent], runs: int) -> tuple[float, int]:
     """The median wall time of one run in milliseconds (after a warm-up run), and how many
     text deltas its listeners were given."""
@@ -74,7 +80,7 @@ def time_runs(make_agent: Callable[[], Agent], runs: int) -> tuple[float, int]:
     for _ in range(runs):
         agent = make_agent()
         deltas: list[Any] = []
-        agent.subscribe(lambda e: deltas.append(e) if e.type == "message_update" else None)
+        agent.subscribe(functools.partial(_count_updates, deltas))
         started = time.perf_counter()
         result = agent.prompt("Talk.")
         times.append((time.perf_counter() - started) * 1000)

@@ -49,6 +49,8 @@ CheckFor = Callable[[Guardrail, str, bool], Check]
 """``check_for(guardrail, before, final)``: the :class:`Check` of one output chunk."""
 
 _MARKS = (". ", "! ", "? ", ".\t")
+_HOLD_ROUNDS = 8
+"""How often the guardrails are asked in turn where to cut before the gate holds it all."""
 
 
 class _Block:
@@ -217,13 +219,26 @@ class OutputGate:
         cut = block.boundary
         if cut <= 0 and len(text) >= self.chunk:
             cut = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t")) + 1 or len(text)
-        for guardrail in self.guardrails:
-            if cut <= 0:
-                break
-            cut -= min(max(guardrail.hold(text[:cut]), 0), cut)
+        cut = self._held_back(text, cut)
         if cut <= 0 and len(text) > self.max_held:
             return len(text)
         return cut
+
+    def _held_back(self, text: str, cut: int) -> int:
+        """``cut`` moved back until no guardrail holds any of ``text[:cut]``: each is asked
+        again once another moved the cut (one's hold may end inside a token another needs
+        whole). A cut that does not settle in a few rounds holds everything for now."""
+        for _ in range(_HOLD_ROUNDS):
+            moved = False
+            for guardrail in self.guardrails:
+                if cut <= 0:
+                    return 0
+                held = min(max(guardrail.hold(text[:cut]), 0), cut)
+                if held:
+                    cut, moved = cut - held, True
+            if not moved:
+                return cut
+        return 0
 
     def _checked(self, chunk: str, before: str, final: bool) -> str | None:
         """``chunk`` after the guardrails (redacted, perhaps), or ``None`` when one stopped."""
@@ -335,6 +350,11 @@ class GatedStream:
         if self._check is not None:
             if self._check.done.is_set():
                 self._settle()
+            elif isinstance(event, ErrorEvent) and event.reason == "aborted":
+                self._held = [e for e in self._held if isinstance(e, StartEvent)]
+                self._check = None  # the request was aborted (the run was): no verdict waited for
+                self._emit_aborted(ABORTED_TEXT)
+                return
             else:
                 self._held.append(event)
                 return
@@ -350,10 +370,16 @@ class GatedStream:
             for event in held:
                 self._release(event)
             return
+        self._held = held
+        self._emit_aborted(check.message if check is not None else ABORTED_TEXT)
+
+    def _emit_aborted(self, text: str) -> None:
+        """End the stream as aborted with nothing of what was held (only its message's
+        metadata, from a held ``start``)."""
         message = AssistantMessage()
-        if held and isinstance(held[0], StartEvent):
-            message = held[0].partial.model_copy(update={"content": []})
-        text = check.message if check is not None else ABORTED_TEXT
+        if self._held and isinstance(self._held[0], StartEvent):
+            message = self._held[0].partial.model_copy(update={"content": []})
+        self._held = []
         self._emit(ErrorEvent("aborted", failure_message("aborted", text, partial=message)))
 
     def _release(self, event: Any) -> None:

@@ -7,6 +7,7 @@ redaction aborts the request at once (a redaction then re-sends it with the reda
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -130,9 +131,9 @@ class InputCheck:
         if stop and not self.done.is_set():
             self.controller.abort(AbortError("the request the input check ran beside ended"))
         wait_event(self._ended_or_aborted)
-        if not self.done.is_set():
-            wait_event(self.done, JOIN_GRACE)
+        ends = time.monotonic() + JOIN_GRACE
+        wait_event(self.done, JOIN_GRACE)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(JOIN_GRACE)
+            self._thread.join(max(ends - time.monotonic(), 0.0))
         self._unlink()
         self._unwake()

@@ -30,9 +30,10 @@ IBAN_LENGTHS = {
 """The IBAN length of each country that uses one (an unlisted country: 15 to 34)."""
 
 _EMAIL = re.compile(
-    r"(?<![A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}"
-    r"(?:\.[A-Za-z0-9\-]{1,63}){0,8}\.[A-Za-z]{2,24}(?![A-Za-z0-9\-])"
+    r"(?<![\w.%+\-])[\w.%+\-]{1,64}@[\w\-]{1,63}"
+    r"(?:\.[\w\-]{1,63}){0,8}\.[^\W\d_]{2,24}(?![\w\-])"
 )
+"""An address, in any script (``jöhn@exämple.de``); every repetition bounded."""
 _CARD = re.compile(
     r"(?<![0-9])(?:[0-9]{13,19}|[0-9]{4}([ \-])[0-9]{4}\1[0-9]{4}\1[0-9]{1,7}"
     r"|[0-9]{4}([ \-])[0-9]{6}\2[0-9]{4,5})(?![0-9])"

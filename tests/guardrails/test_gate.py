@@ -214,3 +214,59 @@ def test_an_interrupt_still_cuts_a_gated_answer() -> None:
     agent.interrupt("Answer in French.")
     result = run.result()
     assert result.stop_reason == "stop" and result.text == "Sure, French."
+
+
+# --- hostile answers and input ------------------------------------------------------------------
+
+
+def test_a_megabyte_answer_in_one_delta_and_one_without_a_space_pass_whole() -> None:
+    big = ("lorem ipsum " * 90_000)[:1_000_000]
+    solid = "x" * 200_000 + " " + KEY + " end"
+    guardrails = Guardrails(output=[Secrets(action="redact"), PII(action="redact")])
+    agent, _, deltas, _ = gated([big, solid], guardrails, chunk_size=1_000_000)
+    assert agent.prompt("a lot").text == big == "".join(deltas)
+    deltas.clear()
+    second = agent.prompt("no spaces")
+    assert second.text == "x" * 200_000 + " [redacted: GitHub token] end" == "".join(deltas)
+
+
+def test_unicode_split_across_deltas_stays_whole_around_a_redaction() -> None:
+    text = "Zürich 🇨🇭 ✔︎ résumé — שלום עולם. Mail me: jöhn.doe@example.com 👋🏽 ok. 完了"
+    guardrails = Guardrails(output=[PII(action="redact")])
+    agent, _, deltas, partials = gated([text], guardrails, chunk_size=1)
+    result = agent.prompt("go")
+    assert result.text == text.replace("jöhn.doe@example.com", "[redacted: email address]")
+    assert "".join(deltas) == result.text and partials[-1] == result.text
+
+
+def test_a_regex_catastrophic_answer_is_gated_in_bounded_time() -> None:
+    """Strings made to make a careless pattern backtrack, streamed in small deltas: the gate's
+    holds and checks stay linear (the bound is generous: this checks that the run ends)."""
+    import time
+
+    hostile = "a@" + "b." * 20_000 + " " + "1 " * 20_000 + "sk-" + "a-" * 20_000 + ". end"
+    guardrails = Guardrails(output=[Secrets(), PII()], chunk=64)
+    agent, _, deltas, _ = gated([hostile], guardrails, chunk_size=7)
+    started = time.monotonic()
+    result = agent.prompt("go")
+    assert time.monotonic() - started < 60
+    assert result.stop_reason in ("stop", "guardrail") and hostile.startswith("".join(deltas))
+
+
+def test_a_megabyte_prompt_is_redacted_before_it_is_sent() -> None:
+    prompt = "lorem ipsum " * 80_000 + "card 4111 1111 1111 1111 " + "dolor " * 10_000
+    agent, model, _, _ = gated(["ok"], Guardrails(input=[PII(action="redact")]))
+    assert agent.prompt(prompt).text == "ok"
+    sent = model.requests[-1].messages[-1].content[0].text
+    assert "4111" not in sent and "card [redacted: card number] dolor" in sent
+
+
+def test_one_guardrails_hold_never_cuts_into_a_token_another_needs_whole() -> None:
+    """Regression: PII held back the key's tail (``J123456``, a group of capitals and digits)
+    after Secrets had been asked, so the key was checked in two halves and released."""
+    text = "see " + KEY + " " + "now " * 30
+    guardrails = Guardrails(output=[Secrets(action="redact"), PII(action="redact")], chunk=40)
+    agent, _, deltas, _ = gated([text], guardrails, chunk_size=3)
+    result = agent.prompt("go")
+    assert KEY[:8] not in "".join(deltas)
+    assert result.text == text.replace(KEY, "[redacted: GitHub token]")

@@ -113,7 +113,8 @@ class ReplayServer:
                 try:
                     self._play(reply)
                 except (BrokenPipeError, ConnectionResetError, OSError):
-                    pass
+                    if reply.watch_close:  # the client hung up before the stall began
+                        self._count_close()
 
             def _send(self, reply: Reply, body: bytes) -> None:
                 size = reply.chunk or max(len(body), 1)
@@ -133,12 +134,15 @@ class ReplayServer:
                 while not server.release.is_set() and time.monotonic() < ends:
                     readable, _, _ = select.select([self.connection], [], [], 0.02)
                     if readable and not self.connection.recv(1, socket.MSG_PEEK):
-                        with server.lock:
-                            server.closed_early += 1
-                            server.arrived.notify_all()
+                        self._count_close()
                         self.close_connection = True
                         return True
                 return False
+
+            def _count_close(self) -> None:
+                with server.lock:
+                    server.closed_early += 1
+                    server.arrived.notify_all()
 
             def _play(self, reply: Reply) -> None:
                 if reply.stall_before_headers:

@@ -49,6 +49,7 @@ from ..policy import (
 from ..types import (
     AgentToolResult,
     AssistantMessage,
+    Context,
     Model,
     OutputSchema,
     TextContent,
@@ -136,6 +137,21 @@ class _GuardrailRun(RunPolicy):
 
     # --- the input and the answer ---
 
+    def start(self, run: RunScope) -> None:
+        """Read the transcript's input records, and wrap the run's stream function so that
+        every request of the run (a turn's, a summary's, a judge's) honours them."""
+        self.records.read(run.context.messages)
+        inner = run.stream_fn
+        records = self.records
+
+        def stream_fn(model: Model, context: Context, options: Any) -> Any:
+            messages = records.apply(context.messages)
+            if messages is not context.messages:
+                context = context.model_copy(update={"messages": messages})
+            return inner(model, context, options)
+
+        run.stream_fn = stream_fn
+
     def wrap_request(
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler
     ) -> AssistantMessage:
@@ -146,7 +162,6 @@ class _GuardrailRun(RunPolicy):
         before = [g for g in spec.input if not g.beside]
         if fresh and before:
             self._check_before(run, before, fresh)
-        request = self._model_view(run, request)
         beside = [g for g in spec.input if g.beside] if fresh else []
         if not beside and not spec.output:
             return call_next(request)
@@ -196,7 +211,7 @@ class _GuardrailRun(RunPolicy):
                 self._end(run, check.stop)
                 return message
             if not check.aborted and not run.signal.aborted:  # sent again, redacted
-                return self._send(run, self._model_view(run, request), call_next, [], [])
+                return self._send(run, request, call_next, [], [])
         for redaction in gated.redactions:
             self._record(run, redaction.guardrail, "output", "redact", redaction.reason,
                          count=redaction.count)  # fmt: skip
@@ -275,15 +290,6 @@ class _GuardrailRun(RunPolicy):
         if stop is not None:
             target = texts[min(at, len(texts) - 1)].message if texts else None
             self._record(run, stop.guardrail, "input", stop.action, stop.reason, target=target)
-
-    def _model_view(self, run: RunScope, request: ModelRequest) -> ModelRequest:
-        """The request with the input records applied (redacted or left out messages)."""
-        self.records.read(run.context.messages)
-        messages = self.records.apply(request.context.messages)
-        if messages is request.context.messages:
-            return request
-        context = request.context.model_copy(update={"messages": messages})
-        return dataclasses.replace(request, context=context)
 
     # --- tool calls and their results ---
 
@@ -492,6 +498,8 @@ class _GuardrailRun(RunPolicy):
             count=count, tool_call_id=tool_call_id, target=offset, content=content,
         )  # fmt: skip
         run.append([record])
+        if target is not None:
+            self.records.read(run.context.messages)  # every request from now on honours it
 
     def _end(self, run: RunScope, stop: Stop) -> EndRun:
         """End the run as ``stop`` says; the :class:`EndRun` a hook may raise to stop at once."""

@@ -40,7 +40,8 @@ def scripted(
     replies: list[Any], guardrails: Guardrails, **options: Any
 ) -> tuple[Agent, ScriptedModel]:
     model = ScriptedModel(replies)
-    return Agent(model=model.model, stream_fn=model, policies=[guardrails], **options), model
+    options = {"policies": [guardrails], **options}
+    return Agent(model=model.model, stream_fn=model, **options), model
 
 
 def sent_texts(model: ScriptedModel, request: int = -1) -> list[str]:
@@ -306,3 +307,20 @@ def test_an_outer_policys_abort_of_the_request_reaches_it_through_the_interrupt_
     result = agent.prompt("hi")
     assert reached == [True]
     assert result.stop_reason == "aborted"
+
+
+def test_a_summary_request_of_the_run_is_sent_the_input_as_redacted() -> None:
+    """Regression: the records were applied to the turn's request only, so a compaction's
+    summary (``run.complete`` over the transcript) sent the model what the user wrote."""
+
+    class Summarize(RunPolicy):
+        def wrap_request(self, run: Any, request: Any, call_next: Any) -> Any:
+            run.complete([m for m in run.context.messages if role_of(m) == "user"])
+            return call_next(request)
+
+    guardrails = Guardrails(input=[MAIL])
+    agent, model = scripted(["summary", "answer"], guardrails, policies=[guardrails, Summarize()])
+    assert agent.prompt("Write to jane@example.com").text == "answer"
+    assert [sent_texts(model, i) for i in (0, 1)] == [
+        ["Write to [redacted: email address]"], ["Write to [redacted: email address]"],
+    ]  # fmt: skip

@@ -225,17 +225,22 @@ class OutputGate:
         return cut
 
     def _held_back(self, text: str, cut: int) -> int:
-        """``cut`` moved back until no guardrail holds any of ``text[:cut]``: each is asked
-        again once another moved the cut (one's hold may end inside a token another needs
-        whole). A cut that does not settle in a few rounds holds everything for now."""
+        """``cut`` moved back until no guardrail holds any of ``text[:cut]``: a guardrail is
+        asked again when another moved the cut after it answered (one's hold may end inside a
+        token another needs whole), never about its own answer (a rule such as "the last 64
+        characters" would hold it all). A cut that does not settle in a few rounds holds
+        everything for now."""
+        answered: dict[int, int] = {}  # id(guardrail) -> the cut it last left standing
         for _ in range(_HOLD_ROUNDS):
             moved = False
             for guardrail in self.guardrails:
                 if cut <= 0:
                     return 0
+                if answered.get(id(guardrail)) == cut:
+                    continue
                 held = min(max(guardrail.hold(text[:cut]), 0), cut)
-                if held:
-                    cut, moved = cut - held, True
+                cut, moved = cut - held, moved or held > 0
+                answered[id(guardrail)] = cut
             if not moved:
                 return cut
         return 0

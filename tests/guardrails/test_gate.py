@@ -270,3 +270,15 @@ def test_one_guardrails_hold_never_cuts_into_a_token_another_needs_whole() -> No
     result = agent.prompt("go")
     assert KEY[:8] not in "".join(deltas)
     assert result.text == text.replace(KEY, "[redacted: GitHub token]")
+
+
+def test_a_pattern_holding_its_last_characters_still_releases_sentence_by_sentence() -> None:
+    """Regression: asked again about the cut it had moved itself, a rule holding "the last 64
+    characters" held 64 more each time, and the whole answer waited for its end."""
+    from agentkit.guardrails import Pattern
+
+    text = "A sentence that is long enough to pass the hold of the rule easily. " * 10
+    rule = Pattern(r"\bpassword\s*[:=]\s*\S{1,64}")
+    agent, _, deltas, _ = gated([text], Guardrails(output=[rule]))
+    assert agent.prompt("go").text == text == "".join(deltas)
+    assert len(deltas) >= 9

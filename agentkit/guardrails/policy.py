@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from .._request import request_once
@@ -221,7 +221,8 @@ class _GuardrailRun(RunPolicy):
             self._end(run, stop)
         return message
 
-    def _output_gate(self, run: RunScope) -> Any:
+    def _output_gate(self, run: RunScope) -> Callable[[], OutputGate]:
+        """What makes the output gate of each stream of a request."""
         spec = self.spec
 
         def check_for(guardrail: Guardrail, before: str, final: bool) -> Check:

@@ -215,11 +215,6 @@ class RunScope(ABC):
     """The model of the next request."""
     options: StreamOptions
     """The request options of the next requests; replace them to change every later request."""
-    stream_fn: Callable[[Model, Context, Any], Any]
-    """The stream function of every request of the run: the turns' and :meth:`complete`'s
-    (a summary's, a judge's). Wrap it in ``start`` to see or change each of them (a guardrail
-    keeps input it refused out of every request this way); a request's own
-    ``ModelRequest.stream_fn`` is this one, wrapped by the policies outside."""
     signal: AbortSignal
     """The run's abort signal (a child of the caller's once a deadline owns it)."""
     deadline: Deadline | None

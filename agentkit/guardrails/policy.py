@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from .._request import request_once
+from .._request import read_quietly, side_options
 from ..abort import ABORTED_TEXT, AbortController, AbortSignal
 from ..errors import AbortError, EndRun, GuardrailError, GuardrailTrippedError
 from ..policy import (
@@ -138,11 +138,16 @@ class _GuardrailRun(RunPolicy):
     # --- the input and the answer ---
 
     def start(self, run: RunScope) -> None:
-        """Read the transcript's input records, and wrap the run's stream function so that
-        every request of the run (a turn's, a summary's, a judge's) honours them."""
+        """Read the input records the transcript holds (from earlier runs too)."""
         self.records.read(run.context.messages)
-        inner = run.stream_fn
-        records = self.records
+
+    def _viewed(self, request: ModelRequest) -> ModelRequest:
+        """``request`` with a stream function that sends the input as the records say (the
+        redacted text; nothing of input refused), whatever context an inner policy hands it
+        (a compaction's retry recomputes the view)."""
+        if self.records.empty and not self.spec.input:
+            return request  # nothing recorded, and nothing this run could record
+        inner, records = request.stream_fn, self.records
 
         def stream_fn(model: Model, context: Context, options: Any) -> Any:
             messages = records.apply(context.messages)
@@ -150,12 +155,15 @@ class _GuardrailRun(RunPolicy):
                 context = context.model_copy(update={"messages": messages})
             return inner(model, context, options)
 
-        run.stream_fn = stream_fn
+        return dataclasses.replace(request, stream_fn=stream_fn)
 
     def wrap_request(
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler
     ) -> AssistantMessage:
-        """Check the new input (before, then beside the request), gate the answer."""
+        """Check the new input (before, then beside the request), gate the answer. A request
+        beside the turns (a summary's) is only sent the input as the records say."""
+        if request.purpose != "turn":
+            return call_next(self._viewed(request))
         self.request = request
         spec = self.spec
         fresh = self._fresh_input(run) if spec.input else []
@@ -163,6 +171,7 @@ class _GuardrailRun(RunPolicy):
         if fresh and before:
             self._check_before(run, before, fresh)
         beside = [g for g in spec.input if g.beside] if fresh else []
+        request = self._viewed(request)
         if not beside and not spec.output:
             return call_next(request)
         return self._send(run, request, call_next, beside, fresh)
@@ -448,21 +457,24 @@ class _GuardrailRun(RunPolicy):
         output_schema: OutputSchema | None = None,
         model: Model | None = None,
     ) -> AssistantMessage:
-        """A judge's request, made as the run makes its own (``request_once``, the path of
-        ``RunScope.complete``) from any thread: its usage is counted in the run's on the
-        run's thread, at the policy's next hook."""
+        """A judge's request, on the run's request path (``read_quietly``, the path of
+        ``RunScope.complete``), from whichever thread the check runs on: with the run's key
+        and stream function, the check's signal, the run's deadline; its usage is counted in
+        the run's on the run's thread, at the policy's next hook. (It does not pass the
+        policies' ``wrap_request``, which run on the run's thread only.)"""
         request, run = self.request, self.run
         if request is None or run is None:
             raise GuardrailError("the run has no request to make a judge's request from")
-        update: dict[str, Any] = {}
-        if max_tokens is not None:
-            update["max_tokens"] = max_tokens
+        options = side_options(request.options, None, signal, max_tokens)
+        update: dict[str, Any] = {"output_schema": output_schema}
         if model is not None and model.provider != request.model.provider:
             update["api_key"] = None  # the run's key is another provider's
-        final = request_once(
-            model or request.model, request.stream_fn, request.options.model_copy(update=update),
-            messages, signal, grace=JOIN_GRACE, deadline=run.deadline, output_schema=output_schema,
+        options = options.model_copy(update=update)
+        judged = ModelRequest(
+            model or request.model, Context(messages=messages), options, request.stream_fn,
+            signal, "judge",
         )  # fmt: skip
+        final = read_quietly(judged, JOIN_GRACE, run.deadline)
         with self._lock:
             self._usage.append(final.usage)
         return final

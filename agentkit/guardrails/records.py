@@ -79,6 +79,11 @@ class InputRecords:
             self._changes[id(message)] = (message, view)
         self._read = len(transcript)
 
+    @property
+    def empty(self) -> bool:
+        """Whether no record changes what the model is sent."""
+        return not self._changes
+
     def apply(self, messages: list[Any]) -> list[Any]:
         """``messages`` (a request's view) as the model is to see them; the same list when no
         record applies."""

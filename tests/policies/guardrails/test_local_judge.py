@@ -11,8 +11,7 @@ import pytest
 from agentkit import Agent, Budgets
 from agentkit.guardrails import Guardrails, ModelJudge
 from agentkit.providers import stream_simple
-
-from ..support import NEEDS_EMBEDDED_MODEL
+from tests.support import NEEDS_EMBEDDED_MODEL
 
 pytestmark = NEEDS_EMBEDDED_MODEL
 

@@ -23,8 +23,7 @@ from agentkit.guardrails import (
 )
 from agentkit.testing import ScriptedModel, reply, thinking, tool_call
 from agentkit.types import Context, StreamOptions
-
-from ..support import Recorder
+from tests.support import Recorder
 
 KEY = "ghp_" + "1234567890abcdefghijABCDEFGHIJ123456"
 

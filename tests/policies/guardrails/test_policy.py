@@ -28,8 +28,7 @@ from agentkit.guardrails import (
 from agentkit.sessions import Session
 from agentkit.testing import ScriptedModel, reply, tool_call
 from agentkit.types import Context, StreamOptions, role_of
-
-from ..support import text_of
+from tests.support import text_of
 
 WAIT = 10.0
 JAILBREAK = Pattern(r"(?i)\bjailbreak\b", name="jailbreak")
@@ -310,12 +309,14 @@ def test_an_outer_policys_abort_of_the_request_reaches_it_through_the_interrupt_
 
 
 def test_a_summary_request_of_the_run_is_sent_the_input_as_redacted() -> None:
-    """Regression: the records were applied to the turn's request only, so a compaction's
-    summary (``run.complete`` over the transcript) sent the model what the user wrote."""
+    """A compaction's summary (``run.complete`` over the transcript, through the policies'
+    chain as a ``"summary"`` request) is sent the input as the records say, not what the user
+    wrote."""
 
     class Summarize(RunPolicy):
         def wrap_request(self, run: Any, request: Any, call_next: Any) -> Any:
-            run.complete([m for m in run.context.messages if role_of(m) == "user"])
+            if request.purpose == "turn":  # its own summary request passes the chain too
+                run.complete([m for m in run.context.messages if role_of(m) == "user"])
             return call_next(request)
 
     guardrails = Guardrails(input=[MAIL])

@@ -28,7 +28,7 @@ from agentkit.guardrails import (
 )
 from agentkit.providers import stream as provider_stream
 from agentkit.types import ToolCall, role_of
-from tests.guardrails.wire import APIS, text_stream, tool_stream
+from tests.policies.guardrails.wire import APIS, text_stream, tool_stream
 from tests.providers.replay_server import (
     API_KEY,
     ReplayServer,

@@ -132,8 +132,9 @@ class InterruptLane(RunPolicy):
     @contextlib.contextmanager
     def turn(self, outer: AbortSignal) -> Iterator[AbortSignal]:
         """The signal of one request or tool batch: aborted with ``outer`` (the run's signal,
-        or an outer policy's child of it; same reason), or by an interrupt. A message already waiting aborts it at once: it came
-        after the last poll, while nothing was open, and is to be heard now."""
+        or an outer policy's child of it; same reason), or by an interrupt. A message already
+        waiting aborts it at once: it came after the last poll, while nothing was open, and is
+        to be heard now."""
         controller = AbortController()
         unlink = outer.add_callback(lambda: controller.abort(outer.reason))
         with self._lock:

@@ -318,10 +318,10 @@ def test_a_key_inside_a_tool_result_is_redacted_before_the_model_sees_it(
     assert {(r.point, r.action) for r in records(agent)} == {("tool_result", "redact")}
 
 
+@pytest.mark.parametrize("api", APIS)
 def test_an_injected_instruction_in_a_tool_result_trips_and_the_model_never_reads_it(
-    server: ReplayServer,
+    server: ReplayServer, api: str
 ) -> None:
-    api = "openai-responses"
 
     @tool
     def fetch_page() -> str:
@@ -375,3 +375,33 @@ def test_a_guardrail_that_raises_fails_the_run_clearly_and_keeps_the_transcript_
     agent.policies = []
     again = agent.prompt("Again")  # the agent is usable, its transcript whole
     assert again.stop_reason == "stop" and again.text == "Fine."
+
+
+@pytest.mark.parametrize("point", ["input", "tool_calls", "tool_results"])
+def test_a_guardrail_that_raises_at_another_point_fails_the_run_clearly(
+    server: ReplayServer, point: str
+) -> None:
+    api = "google-generative-ai"
+
+    @tool
+    def look(q: str) -> str:
+        """Look it up."""
+        return "found"
+
+    server.enqueue(
+        Reply(body=tool_stream(api, "look", {"q": "x"})),
+        Reply(body=text_stream(api, ["Never."])),
+    )
+    agent = agent_for(api, server, Guardrails(**{point: [Broken()]}), tools=[look])
+    result = agent.prompt("Look it up")
+    assert result.stop_reason == "error" and isinstance(result.error, GuardrailError)
+    where = {"input": "the input", "tool_calls": "a tool call's arguments",
+             "tool_results": "a tool result"}[point]  # fmt: skip
+    assert result.error_message == (
+        f"The guardrail 'broken' failed on {where}: RuntimeError: the moderation service is down"
+    )
+    calls = [b for m in of_role(agent, "assistant") for b in m.content if isinstance(b, ToolCall)]
+    answered = {m.tool_call_id for m in of_role(agent, "tool_result")}
+    assert answered == {c.id for c in calls}  # every call has its result: the transcript is whole
+    assert [r.action for r in records(agent)] == ["error"]
+    assert wait_no_http_threads()

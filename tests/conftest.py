@@ -42,6 +42,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             needs.add("stores")
         for marker in sorted(needs):
             item.add_marker(marker)
+        if item.get_closest_marker("embedded") is not None:
+            # scripts/test runs the suite on two workers (pytest-xdist, --dist loadgroup): the
+            # embedded model's tests go to one of them, one after another, as its server is one
+            # per user and each of them takes the machine's cores.
+            item.add_marker(pytest.mark.xdist_group("embedded"))
 
 
 # --- fixtures ---------------------------------------------------------------------------------

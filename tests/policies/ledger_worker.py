@@ -26,7 +26,8 @@ def main(argv: list[str]) -> None:
         id="gpt-4o-mini", api="openai-completions", provider="openai", base_url=base_url,
         cost=PRICES, max_tokens=100,
     )  # fmt: skip
-    ledger = Ledger(store_url, [Cap(key, "total", usd=float(cap))], hold=1.0)
+    hold = 5.0 if "--stall" in argv else 1.0  # long enough to be seen held on a busy machine
+    ledger = Ledger(store_url, [Cap(key, "total", usd=float(cap))], hold=hold)
     policy = SpendPolicy(ledger, [key], by_model=False)
     if "--stall" in argv:
         agent = Agent(model=model, api_key="k", policies=[policy], timeout=(5, 600))

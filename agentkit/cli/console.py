@@ -1,5 +1,6 @@
-"""The command's terminal: its streams behind one lock, the state the run and the chat share
-(a pending approval question, the kept local server), and text made safe to print."""
+"""The command's terminal: its streams behind one lock, a status line (the spinner) that other
+output clears first, the state the run and the chat share (a pending approval question, the kept
+local server), and text made safe to print."""
 
 from __future__ import annotations
 
@@ -24,13 +25,27 @@ class Question:
         self.done = threading.Event()
 
 
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, OSError, ValueError):  # a closed stream, or not a real file
+        return False
+
+
 class Console:
-    """The command's streams, with a lock so the worker and the main thread never interleave."""
+    """The command's streams, with a lock so the worker and the main thread never interleave.
+
+    On a terminal, a status line (the spinner, :meth:`status`) is drawn on stderr only where the
+    cursor is at the start of a line, and every other write clears it first, so a streamed line,
+    a note or a question is never drawn over it or drawn over by it."""
 
     def __init__(self, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> None:
         self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
-        # Guards writes to stdout/stderr and the question state below.
+        # Guards writes to stdout/stderr, the terminal's line state and the question state below.
         self.lock = threading.Lock()
+        self._terminals = {id(s) for s in (stdout, stderr) if _is_terminal(s)}
+        self.line_open = False  # a partial line is on the terminal: the cursor is not at column 0
+        self.status_shown = False  # a status line is drawn on stderr
         # In chat, the main thread owns stdin: a pending question is answered through here.
         self.chat = False
         self.question: Question | None = None
@@ -44,20 +59,54 @@ class Console:
 
     def out(self, text: str, end: str = "\n") -> None:
         with self.lock:
-            self.stdout.write(text + end)
-            self.stdout.flush()
+            self._write(self.stdout, text + end)
 
     def err(self, text: str) -> None:
         with self.lock:
-            self.stderr.write(visible(text) + "\n")
-            self.stderr.flush()
+            self._write(self.stderr, visible(text) + "\n")
 
     def note(self, text: str, end: str = "\n") -> None:
         """Text for the person at the terminal: stdout, or stderr when stdout carries JSON."""
-        stream = self.stderr if self.json else self.stdout
         with self.lock:
-            stream.write(text + end)
-            stream.flush()
+            self._write(self.stderr if self.json else self.stdout, text + end)
+
+    def _write(self, stream: TextIO, text: str) -> None:
+        """Write ``text`` after clearing the status line (call with the lock held)."""
+        if not text:
+            return
+        self._clear_status()
+        stream.write(text)
+        stream.flush()
+        if id(stream) in self._terminals:
+            self.line_open = not text.endswith("\n")
+
+    def status(self, text: str) -> bool:
+        """Draw ``text`` as the status line on a terminal's stderr, replacing the last one;
+        whether it was drawn (not while a partial line is on the terminal, nor off one)."""
+        with self.lock:
+            if self.line_open or id(self.stderr) not in self._terminals:
+                return False
+            self.stderr.write(f"\r{text}\x1b[K")
+            self.stderr.flush()
+            self.status_shown = True
+            return True
+
+    def clear_status(self) -> None:
+        """Remove the status line, if one is drawn."""
+        with self.lock:
+            self._clear_status()
+
+    def _clear_status(self) -> None:
+        if self.status_shown:
+            self.stderr.write("\r\x1b[K")
+            self.stderr.flush()
+            self.status_shown = False
+
+    def line_entered(self) -> None:
+        """A line was typed and read: the terminal echoed its line break, so the cursor is at
+        the start of a line again."""
+        with self.lock:
+            self.line_open = False
 
     def end_input(self) -> None:
         """Standard input ended: the pending question (chat), and any asked later, is

@@ -76,10 +76,8 @@ def _local_model(path: str | None, ctx_size: int | None, io: Console) -> Model:
     if ctx_size is not None:
         options["n_ctx"] = ctx_size
     try:
-        if path in local.EMBEDDED_MODELS:  # a pinned model by name: its verified weights
-            options["model_path"] = local.prepare_weights(weights=local.EMBEDDED_MODELS[path])
-        elif path is not None:  # a GGUF file of the user's own, loaded as it is
-            options["model_path"] = path
+        if path is not None:
+            options["model_path"] = local_model_file(path)
         server: local.LocalModel
         keep = io.keep_server
         if os.name != "posix":  # the kept server needs fcntl locks and sessions
@@ -102,6 +100,22 @@ def _local_model(path: str | None, ctx_size: int | None, io: Console) -> Model:
         raise CliError(str(exc)) from None
     io.local_server = server
     return server.model
+
+
+def local_model_file(name: str, *, join: bool = True) -> str:
+    """The GGUF file ``--model local:NAME`` names: an embedded model's verified weights (joined
+    on first use; ``join=False``: where they are or would be joined), else NAME itself, a GGUF
+    file of the user's own, loaded as it is."""
+    from .. import local
+
+    weights = local.EMBEDDED_MODELS.get(name)
+    if weights is None:
+        return name
+    if not join:
+        from ..local.weights import cache_dir
+
+        return str(cache_dir() / weights.filename)
+    return str(local.prepare_weights(weights=weights))
 
 
 PREFIX_FORMAT = "tools declared in the system text, v1"

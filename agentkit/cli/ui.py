@@ -26,7 +26,12 @@ from .sessions import STORE_HELP
 def add_ui_command(commands: Any, common: argparse.ArgumentParser) -> None:
     """The ``agentkit ui`` command."""
     ui = commands.add_parser(
-        "ui", parents=[common], help="a local web page: sessions, live runs, a chat box"
+        "ui",
+        parents=[common],
+        help="a local web page: sessions, live runs, a chat box",
+        description="Serve a web page on 127.0.0.1 until Ctrl-C: the sessions of a store, runs "
+        "as they happen (steer or abort them), the approvals that wait, and a chat box. The "
+        "page's link carries a secret made for this launch. Needs the ui extra.",
     )
     ui.add_argument("--store", help=STORE_HELP)
     ui.add_argument(

@@ -162,7 +162,7 @@ def test_a_written_page_shows_its_headings_and_code_blocks(
     assert not stray_fences(text), f"{name}: a fence shows as text"
     assert headings == want_headings, f"{name}: the headings differ from the source's"
     assert len(blocks) == len(want_blocks), f"{name}: {len(blocks)} code blocks shown"
-    for shown, wanted in zip(blocks, want_blocks):
+    for shown, wanted in zip(blocks, want_blocks, strict=True):
         assert " ".join(shown.split()) == " ".join(wanted.split()), f"{name}: a block differs"
 
 

@@ -14,6 +14,7 @@ import io as _io
 import os
 from typing import Any
 
+from .._extras import needs_extra
 from ..agent import Agent
 from ..errors import CliError
 from ..loop import StreamFn
@@ -67,7 +68,7 @@ def run_ui_command(
     try:
         from ..ui import UiServer
     except ImportError as exc:
-        raise CliError(f"the page needs the ui extra: pip install 'agentkit[ui]' ({exc})") from None
+        raise CliError(f"{needs_extra('the page', 'ui')} ({exc})") from None
     store = open_store(args.store)
     if args.agent:
         build = factory_from_spec(args.agent)

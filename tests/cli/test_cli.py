@@ -808,3 +808,48 @@ def test_text_that_only_looks_like_a_call_is_shown_when_the_reply_ends(workspace
         stderr=io.StringIO(),
     )
     assert code == 0 and stdout.getvalue().splitlines()[-1] == answer
+
+
+def test_the_help_says_what_a_newcomer_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    from agentkit.local import EMBEDDED_MODELS
+
+    def help_of(*args: str) -> str:
+        with pytest.raises(SystemExit):
+            cli.main([*args, "--help"])
+        return " ".join(capsys.readouterr().out.split())
+
+    chat = help_of("chat")
+    assert all(word in chat for word in ("/exit", "/compact", "!line", "Ctrl-C"))
+    assert "web page on 127.0.0.1" in help_of("ui")
+    run = help_of("run")
+    assert all(f"local:{name}" in run for name in EMBEDDED_MODELS)
+    assert "--model NAME|PATH.gguf" in help_of("server", "start")
+
+
+def test_a_call_that_names_no_tool_is_marked_and_shown_as_text(workspace: Path) -> None:
+    said = '{"name": "fly", "arguments": {"to": "the moon"}}'
+    model = ScriptedModel([said])
+    stdout = io.StringIO()
+    code = cli.main(
+        ["run", "fly", "--workspace", str(workspace)],
+        stream_fn=model,
+        model=model.model.model_copy(update={"context_window": 4096}),
+        stdin=io.StringIO(""),
+        stdout=stdout,
+        stderr=io.StringIO(),
+    )
+    lines = stdout.getvalue().splitlines()
+    assert code == 0
+    assert lines == ['-> fly {"to": "the moon"  (not a tool call)', said]
+
+
+def test_a_streamed_call_is_clipped_and_escaped(workspace: Path) -> None:
+    content = "x" * 500
+    _, out, _, _ = run_cli(
+        ["run", "go", "--yes", "--workspace", str(workspace)],
+        [reply(tool_call("write_file\x1b[2J", {"path": "a.txt", "content": content})), "ok"],
+    )
+    call = out.splitlines()[0]
+    assert call.startswith('-> write_file\\x1b[2J {"path": "a.txt", "content": "xxx')
+    assert call.endswith("...") and len(call) <= len("-> write_file\\x1b[2J ") + 200
+    assert "\x1b" not in out

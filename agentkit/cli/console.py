@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from ..tools import AgentTool
@@ -80,11 +81,16 @@ class Console:
         if id(stream) in self._terminals:
             self.line_open = not text.endswith("\n")
 
+    @property
+    def shows_status(self) -> bool:
+        """Whether stderr is a terminal, where a status line can be drawn."""
+        return id(self.stderr) in self._terminals
+
     def status(self, text: str) -> bool:
         """Draw ``text`` as the status line on a terminal's stderr, replacing the last one;
         whether it was drawn (not while a partial line is on the terminal, nor off one)."""
         with self.lock:
-            if self.line_open or id(self.stderr) not in self._terminals:
+            if self.line_open or not self.shows_status:
                 return False
             self.stderr.write(f"\r{text}\x1b[K")
             self.stderr.flush()
@@ -128,6 +134,64 @@ class Console:
         question.answer = line
         question.done.set()
         return True
+
+
+class Spinner:
+    """A status line that counts the seconds something takes (``| label... 3 s``), redrawn
+    every :attr:`TICK` seconds from :meth:`start` until :meth:`stop`, on a terminal's stderr
+    only; the first frame comes after ``delay`` seconds, so a quick step shows none."""
+
+    FRAMES = "|/-\\"
+    TICK = 0.25
+
+    def __init__(
+        self, io: Console, label: str, *, delay: float = 0.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.io = io
+        self.label = label
+        self.delay = delay
+        self.clock = clock
+        # Guards _thread and _stop (start/stop from one thread, the ticker reads _stop).
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start counting (a second start while it counts does nothing)."""
+        if not self.io.shows_status:
+            return
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._tick, args=(self._stop, self.clock()), name="agentkit-spinner",
+                daemon=True,
+            )  # fmt: skip
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop counting and remove the status line; waits for the ticker thread to end."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stop.set()
+        if thread is not None:
+            thread.join()
+            self.io.clear_status()
+
+    def __enter__(self) -> Spinner:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _tick(self, stop: threading.Event, started: float) -> None:
+        frame = 0
+        while not stop.wait(self.TICK if frame else self.delay):
+            waited = self.clock() - started
+            self.io.status(f"{self.FRAMES[frame % len(self.FRAMES)]} {self.label}... {waited:.0f} s")
+            frame += 1
 
 
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")

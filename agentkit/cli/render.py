@@ -13,7 +13,7 @@ from typing import Any
 
 from ..events import event_to_dict
 from ..types import TextContent, ToolCall
-from .console import Console, json_line, visible
+from .console import Console, Spinner, json_line, visible
 
 PARSE_FAILURE = re.compile(
     r"peg-native|\bpeg\b|failed to parse|parse (error|failure)|does not match the expected|"
@@ -267,21 +267,20 @@ class JsonPrinter:
 
 
 class Progress:
-    """Shows that the model is working: on a terminal, a spinner with the seconds waited, drawn
-    on stderr wherever the cursor is at the start of a line from the start of each model request
-    (``turn_start``) until its reply ends, so the screen moves while the model reads its prompt
-    and while it writes something not shown yet; with ``--json``, ``{"type": "progress", ...}``
-    lines until the request's first streamed event, then the time it took."""
+    """Shows that the model is working: on a terminal, a spinner with the seconds waited
+    (:class:`~agentkit.cli.console.Spinner`), drawn wherever the cursor is at the start of a
+    line from the start of each model request (``turn_start``) until its reply ends, so the
+    screen moves while the model reads its prompt and while it writes something not shown yet;
+    with ``--json``, ``{"type": "progress", ...}`` lines until the request's first streamed
+    event, then the time it took."""
 
-    FRAMES = "|/-\\"
-    TICK = 0.25
     JSON_EVERY = 1.0
 
     def __init__(self, io: Console, json_mode: bool, clock: Callable[[], float] = time.monotonic):
         self.io = io
         self.json_mode = json_mode
         self.clock = clock
-        self.tty = bool(getattr(io.stderr, "isatty", lambda: False)())
+        self.spinner = Spinner(io, "working", clock=clock)
         # Guards _started and _thread (worker thread events vs. the ticker thread).
         self._lock = threading.Lock()
         self._started: float | None = None
@@ -301,13 +300,14 @@ class Progress:
 
     def _start(self) -> None:
         self._finish()
-        if not (self.tty or self.json_mode):
+        if not self.json_mode:
+            self.spinner.start()
             return
         with self._lock:
             self._started = self.clock()
             self._stop = threading.Event()
             self._thread = threading.Thread(
-                target=self._tick,
+                target=self._report,
                 args=(self._stop, self._started),
                 name="agentkit-progress",
                 daemon=True,
@@ -315,31 +315,22 @@ class Progress:
             self._thread.start()
 
     def _finish(self) -> None:
+        self.spinner.stop()
         with self._lock:
             thread, started, self._thread, self._started = self._thread, self._started, None, None
         if thread is None or started is None:
             return
         self._stop.set()
         thread.join()
-        if self.json_mode:
-            waited = round(self.clock() - started, 3)
-            self.io.out(json_line({"type": "progress", "phase": "first_event", "waited_s": waited}))
-        else:
-            self.io.clear_status()
+        waited = round(self.clock() - started, 3)
+        self.io.out(json_line({"type": "progress", "phase": "first_event", "waited_s": waited}))
 
-    def _tick(self, stop: threading.Event, started: float) -> None:
-        frame = 0
-        if self.json_mode:
-            while True:
-                waited = round(self.clock() - started, 3)
-                self.io.out(json_line({"type": "progress", "phase": "waiting", "waited_s": waited}))
-                if stop.wait(self.JSON_EVERY):
-                    return
-        while not stop.wait(self.TICK if frame else 0.0):
-            waited = self.clock() - started
-            spinner = self.FRAMES[frame % len(self.FRAMES)]
-            self.io.status(f"{spinner} working... {waited:.0f} s")
-            frame += 1
+    def _report(self, stop: threading.Event, started: float) -> None:
+        while True:
+            waited = round(self.clock() - started, 3)
+            self.io.out(json_line({"type": "progress", "phase": "waiting", "waited_s": waited}))
+            if stop.wait(self.JSON_EVERY):
+                return
 
 
 def _json_string(body: str) -> str:

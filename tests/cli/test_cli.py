@@ -8,6 +8,7 @@ import json
 import os
 import signal as signals
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -853,3 +854,28 @@ def test_a_streamed_call_is_clipped_and_escaped(workspace: Path) -> None:
     assert call.startswith('-> write_file\\x1b[2J {"path": "a.txt", "content": "xxx')
     assert call.endswith("...") and len(call) <= len("-> write_file\\x1b[2J ") + 200
     assert "\x1b" not in out
+
+
+def test_a_spinner_shows_while_the_weights_are_joined(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentkit.cli import model_choice
+    from agentkit.local import LocalModelError
+
+    for name in HOSTED_KEYS:
+        monkeypatch.delenv(name, raising=False)
+    err = TtyStream()
+
+    def joining(name: str, join: bool = True) -> str:  # the first run's join, held open
+        deadline = time.monotonic() + 10
+        while "preparing the model's weights... " not in err.getvalue():
+            err.wrote.clear()
+            assert err.wrote.wait(1) or time.monotonic() < deadline, err.getvalue()
+        raise LocalModelError("the weights are not installed")
+
+    monkeypatch.setattr(model_choice, "local_model_file", joining)
+    code = cli.main(["run", "x", "--workspace", str(workspace)], stdout=io.StringIO(), stderr=err)
+    assert code == 2
+    shown = err.getvalue()
+    assert shown.index("preparing the model's weights") < shown.index("\r\x1b[K")  # cleared
+    assert shown.endswith("agentkit: the weights are not installed\n")

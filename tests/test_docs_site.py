@@ -189,7 +189,17 @@ def test_the_navigation_starts_where_the_readme_starts(site: str, browser_page: 
     ]  # fmt: skip
     visit(browser_page, site)
     home = browser_page.locator("article h2").all_inner_texts()
-    assert [" ".join(h.replace("¶", "").split()) for h in home[:2]] == [
+    assert [" ".join(h.replace("¶", "").split()) for h in home[:3]] == [
         "Install",
         "The main job: an agent at work, offline",
+        "Your first agent in Python",
     ]
+    visit(browser_page, url_of(site, "api.md"))  # a page whose own contents are not in the way
+    sidebar = browser_page.locator("nav.md-nav--primary .md-nav__link").all_inner_texts()
+    shown = [" ".join(text.split()) for text in sidebar if text.strip()]
+    assert shown[:4] == [
+        "Get started",
+        "Install, the main job, a first agent",
+        "Quickstart: an agent step by step",
+        "The command line",
+    ], shown

@@ -57,7 +57,8 @@ def python_blocks_from_text(text: str) -> list[tuple[int, str]]:
     return python_blocks(tmp)
 
 
-DOC_FILES = sorted(DOCS.glob("*.md"))
+DOC_FILES = [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]
+"""The docs' pages, and the README, whose Python example must run as printed too."""
 
 
 def test_docs_exist() -> None:
@@ -117,6 +118,7 @@ STAND_INS: dict[str, tuple[Callable[[], list[Reply]], Callable[[ReplayServer, st
         check_index,
     ),
 }
+STAND_INS["README.md"] = STAND_INS["index.md"]  # the same first agent
 """Pages whose examples call OpenAI: the replies their stand-in plays, and what the page's
 run must have done with them (given the server and what the page printed)."""
 

@@ -5,6 +5,7 @@ extra's own requirements. Both name this interpreter's pip."""
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,8 +30,12 @@ def wheel_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """This tree built as a wheel (pip, from the package index's setuptools) and installed
     without its dependencies into a folder of its own, as ``site-packages`` would hold it."""
     folder = tmp_path_factory.mktemp("wheel")
+    source = folder / "source"  # a copy: pip builds in the tree it is given (build/, egg-info)
+    shutil.copytree(ROOT / "agentkit", source / "agentkit", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.cfg", "pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, source / name)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(source)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     if built.returncode != 0:

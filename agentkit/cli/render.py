@@ -73,7 +73,7 @@ class CallLine:
         self.shown = 0  # argument characters shown
         self.clipped = False
         self.last_space = True
-        io.out(visible(f"-> {name} "), end="")
+        io.out(visible(f"-> {' '.join(name.split())} "), end="")
 
     def add(self, text: str) -> None:
         """Show more of the arguments."""
@@ -147,6 +147,8 @@ class TextPrinter:
         """Show a call the model writes as text (``{"name": ..., "arguments": {...}}``) as it
         streams; the characters that may close it are held back until the reply ends."""
         held = self.held or ""
+        if self.text_call is not None and self.text_call.clipped:
+            return  # all of it that shows is shown: the rest waits for the reply's end
         start = _CALL_NAME.match(held)
         if start is None:
             return

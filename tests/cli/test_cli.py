@@ -879,3 +879,24 @@ def test_a_spinner_shows_while_the_weights_are_joined(
     shown = err.getvalue()
     assert shown.index("preparing the model's weights") < shown.index("\r\x1b[K")  # cleared
     assert shown.endswith("agentkit: the weights are not installed\n")
+
+
+def test_a_long_call_written_as_text_is_shown_clipped_and_runs_whole(workspace: Path) -> None:
+    """A 200 kB write_file call written as text, in 5,000 deltas: shown clipped, run whole."""
+    content = "word " * 40_000
+    said = json.dumps({"name": "write_file", "arguments": {"path": "big.txt", "content": content}})
+    model = ScriptedModel([said, "Written."], chunk_size=40)
+    stdout = io.StringIO()
+    code = cli.main(
+        ["run", "write it", "--yes", "--workspace", str(workspace)],
+        stream_fn=model,
+        model=model.model.model_copy(update={"context_window": 4096}),
+        stdin=io.StringIO(""),
+        stdout=stdout,
+        stderr=io.StringIO(),
+    )
+    lines = stdout.getvalue().splitlines()
+    assert code == 0
+    assert lines[0].startswith('-> write_file {"path": "big.txt", "content": "word word')
+    assert lines[0].endswith("...") and len(lines[0]) < 230
+    assert (workspace / "big.txt").read_text() == content

@@ -1,4 +1,4 @@
-"""Agents on Celery (``pip install 'agentkit[celery]'``): runs that survive a dead worker.
+"""Agents on Celery (the ``celery`` extra): runs that survive a dead worker.
 
 A run lives in a :class:`~agentkit.sessions.Session`, not in the task's arguments. The client
 appends the user's message to the session and sends a task that names only the session

@@ -1,4 +1,4 @@
-"""Sessions in Redis (``pip install 'agentkit[redis]'``): what Celery deployments already run.
+"""Sessions in Redis (the ``redis`` extra): what Celery deployments already run.
 
 A session is a Redis list of records under ``<prefix>session:<name>``; its version is the list's
 length, also kept in the hash ``<prefix>versions`` so that a record removed outside agentkit is

@@ -57,7 +57,7 @@ An interactive session with the agent: type a task and press Enter.
 
 While the agent works:
   a line             steers it (read before its next step)
-  !line              interrupts it: the request or tools going on stop, the run goes on with line
+  !line              interrupts it (what it does now stops) and goes on with line
   Ctrl-C             aborts the run (not the session)
 At the prompt:
   /compact           compacts the conversation now

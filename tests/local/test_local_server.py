@@ -221,7 +221,7 @@ def test_the_server_needs_its_key_and_server_stop_ends_it(server_dir: Path) -> N
     assert state.api_key not in status.stdout + status.stderr
 
     stopped = agentkit("server", "stop")
-    assert stopped.returncode == 0 and f"stopped (pid {state.pid})" in stopped.stdout
+    assert stopped.returncode == 0 and f"stopped (pid {state.pid}, qwen2.5" in stopped.stdout
     assert not K._pid_alive(state.pid) and K.read_state(server_dir) is None
     status = agentkit("server", "status")
     assert status.returncode == 1 and "not running" in status.stdout

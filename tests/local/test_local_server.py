@@ -392,7 +392,7 @@ def test_runs_on_two_models_at_once_keep_a_server_each(server_dir: Path, tmp_pat
     )  # fmt: skip
     while other.poll() is None:  # the chat's screen is read meanwhile, as a terminal would
         if select.select([chat.fd], [], [], 0.2)[0]:
-            chat._drain_once()
+            _drained(chat, 0, ())
     _, err = other.communicate(timeout=60)
     assert other.returncode == 0, err
     assert "starting the local model" in err
@@ -425,7 +425,10 @@ def _drained(term: object, since: int, markers: tuple[bytes, ...]) -> bool:
     """Read what the terminal has; whether one of ``markers`` came after byte ``since``."""
     fd: int = term.fd  # type: ignore[attr-defined]
     while select.select([fd], [], [], 0)[0]:
+        before = len(term.output)  # type: ignore[attr-defined]
         term._drain_once()  # type: ignore[attr-defined]
+        if len(term.output) == before:  # type: ignore[attr-defined]
+            break  # the end of the terminal: nothing more will come
     output: bytes = term.output  # type: ignore[attr-defined]
     return any(marker in output[since:] for marker in markers)
 

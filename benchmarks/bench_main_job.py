@@ -6,7 +6,7 @@ For each run it reports when the screen showed each step, in seconds from the co
 ``starting`` (the weights are joined; the server starts), ``working`` (the first model request
 is on its way: the spinner), ``call`` (the tool call's name shows), ``result`` (the tool's
 outcome), ``answer`` (the answer's first characters), ``exit``; and the longest time the screen
-stood still while the run went on (``still``). The load average before and after says how busy
+stood still while the run went on (``still``) and what it showed then (``still_after``). The load average before and after says how busy
 the machine was. The embedded model's server is one per user: run one model run at a time.
 
 Run from a checkout with the ``local`` extra installed::
@@ -61,7 +61,7 @@ def run_once(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
             os._exit(127)
     output = b""
     seen: dict[str, float] = {}
-    last_change, still = started, 0.0
+    last_change, still, still_after = started, 0.0, b""
     while True:
         ready, _, _ = select.select([fd], [], [], 0.1)
         now = time.monotonic()
@@ -73,19 +73,23 @@ def run_once(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
             chunk = b""
         if not chunk:
             break
-        still, last_change = max(still, now - last_change), now
+        if now - last_change > still:  # the longest still screen so far, and what it showed
+            still, still_after = now - last_change, output[-60:]
+        last_change = now
         output += chunk
         for name, mark in MARKS.items():
             if name not in seen and mark in output:
                 seen[name] = round(now - started, 2)
         if "answer" not in seen and "result" in seen:
-            tail = output.split(MARKS["result"], 1)[1].split(b"\n", 1)
-            if len(tail) > 1 and re.search(rb"\w", tail[1]):
+            tail = output.split(MARKS["result"], 1)[1]
+            # Text after a line break or after the spinner was cleared: not a spinner frame.
+            if re.search(rb"(?:\n|\r\x1b\[K)\w", tail):
                 seen["answer"] = round(now - started, 2)
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     seen["exit"] = round(time.monotonic() - started, 2)
     seen["still"] = round(still, 2)
+    seen["still_after"] = still_after.decode("utf-8", "replace")
     seen["status"] = os.waitstatus_to_exitcode(status)
     seen["output"] = re.sub(r"\r?\n", "\n", output.decode("utf-8", "replace"))[-400:]
     return seen

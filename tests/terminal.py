@@ -87,7 +87,8 @@ class Terminal:
 
 def screen_lines(output: bytes) -> list[str]:
     """The lines a terminal shows for ``output``: a carriage return goes back to the start of
-    the line, ``ESC [K`` erases from the cursor to the end of the line, and text overwrites."""
+    the line, a backspace one column, ``ESC [K`` erases from the cursor to the end of the line,
+    and text overwrites."""
     lines = []
     for raw in output.decode("utf-8", "replace").split("\n"):
         shown: list[str] = []
@@ -96,8 +97,8 @@ def screen_lines(output: bytes) -> list[str]:
             if index:
                 del shown[column:]
             for char in part:
-                if char == "\r":
-                    column = 0
+                if char in "\r\b":
+                    column = 0 if char == "\r" else max(column - 1, 0)
                     continue
                 shown[column : column + 1] = [char]
                 column += 1

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from .providers.replay_server import ReplayServer, Reply, chat_sse
-from .terminal import Terminal
+from .terminal import Terminal, screen_lines
 
 HERE = Path(__file__).resolve().parent
 
@@ -53,8 +53,7 @@ def run_on_terminal(server: ReplayServer, workspace: Path, size: str) -> Termina
 
 
 def call_lines(output: bytes) -> list[str]:
-    text = output.decode("utf-8", "replace").replace("\r", "")
-    return [line.split("\x1b[K")[-1] for line in text.split("\n") if "-> read_file" in line]
+    return [line for line in screen_lines(output) if "-> read_file" in line]
 
 
 def finish(term: Terminal, server: ReplayServer) -> str:
@@ -88,6 +87,10 @@ def test_a_call_streamed_as_a_call_shows_its_name_at_once_and_its_arguments_grow
     term = run_on_terminal(model_server, workspace, "large")
     term.read_until(b'-> read_file {"path": "no')
     assert b"tes.txt" not in term.output  # shown while the model is still writing it
+    # While the model is quiet, a spinner's frame turns at the end of the line (a backspace
+    # keeps the cursor where the arguments go on); it is gone once they do.
+    shown = term.output.index(b'{"path": "no')
+    term.read_until(b"\\\x08", after=shown)  # the fourth frame: it turns
     finish(term, model_server)
 
 

@@ -46,7 +46,8 @@ class Console:
         self.lock = threading.Lock()
         self._terminals = {id(s) for s in (stdout, stderr) if _is_terminal(s)}
         self.line_open = False  # a partial line is on the terminal: the cursor is not at column 0
-        self.status_shown = False  # a status line is drawn on stderr
+        self.status_shown = False  # a status line (or mark) is drawn on stderr
+        self.status_inline = False  # it is a mark at the end of a partial line
         # In chat, the main thread owns stdin: a pending question is answered through here.
         self.chat = False
         self.question: Question | None = None
@@ -86,15 +87,21 @@ class Console:
         """Whether stderr is a terminal, where a status line can be drawn."""
         return id(self.stderr) in self._terminals
 
-    def status(self, text: str) -> bool:
-        """Draw ``text`` as the status line on a terminal's stderr, replacing the last one;
-        whether it was drawn (not while a partial line is on the terminal, nor off one)."""
+    def status(self, text: str, mark: str = "") -> bool:
+        """Draw ``text`` as the status line on a terminal's stderr, replacing the last one; while
+        a partial line is on the terminal (a streamed answer, a call being written), draw the
+        one-character ``mark`` at the cursor instead, which the next output overwrites. Whether
+        anything was drawn (nothing off a terminal)."""
         with self.lock:
-            if self.line_open or not self.shows_status:
+            if not self.shows_status or (self.line_open and not mark):
                 return False
-            self.stderr.write(f"\r{text}\x1b[K")
+            self._clear_status()
+            if self.line_open:
+                self.stderr.write(f"{mark[:1]}\b")  # the cursor stays where the text goes on
+            else:
+                self.stderr.write(f"\r{text}\x1b[K")
             self.stderr.flush()
-            self.status_shown = True
+            self.status_shown, self.status_inline = True, self.line_open
             return True
 
     def clear_status(self) -> None:
@@ -103,8 +110,8 @@ class Console:
             self._clear_status()
 
     def _clear_status(self) -> None:
-        if self.status_shown:
-            self.stderr.write("\r\x1b[K")
+        if self.status_shown:  # erase from the cursor on: the mark, or the whole status line
+            self.stderr.write("\x1b[K" if self.status_inline else "\r\x1b[K")
             self.stderr.flush()
             self.status_shown = False
 
@@ -139,7 +146,8 @@ class Console:
 class Spinner:
     """A status line that counts the seconds something takes (``| label... 3 s``), redrawn
     every :attr:`TICK` seconds from :meth:`start` until :meth:`stop`, on a terminal's stderr
-    only; the first frame comes after ``delay`` seconds, so a quick step shows none."""
+    only (at the end of a partial line, its frame alone: the screen moves while a slow model
+    writes a line); the first frame comes after ``delay`` seconds, so a quick step shows none."""
 
     FRAMES = "|/-\\"
     TICK = 0.25
@@ -190,7 +198,8 @@ class Spinner:
         frame = 0
         while not stop.wait(self.TICK if frame else self.delay):
             waited = self.clock() - started
-            self.io.status(f"{self.FRAMES[frame % len(self.FRAMES)]} {self.label}... {waited:.0f} s")
+            spinner = self.FRAMES[frame % len(self.FRAMES)]
+            self.io.status(f"{spinner} {self.label}... {waited:.0f} s", mark=spinner)
             frame += 1
 
 

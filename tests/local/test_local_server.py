@@ -375,7 +375,7 @@ def test_ctrl_c_during_a_request_stops_the_kept_servers_work(
 def test_runs_on_two_models_at_once_keep_a_server_each(server_dir: Path, tmp_path: Path) -> None:
     """A chat on the default model writes a long story while a run on the other model starts
     its own server; the story goes on streaming from the server it started with."""
-    from .terminal import Terminal
+    from tests.terminal import Terminal
 
     story = ["--tools", "none", "--max-turns", "1", "--system", "You write long stories."]
     chat = Terminal([AGENTKIT, "chat", "--workspace", str(tmp_path), *story], ROOT)

@@ -13,12 +13,15 @@ from typing import Any
 
 import pytest
 
-from .providers.replay_server import ReplayServer, Reply, chat_sse
-from .terminal import Terminal, screen_lines
+from tests.providers.replay_server import ReplayServer, Reply, chat_sse
+from tests.terminal import Terminal, screen_lines
 
 HERE = Path(__file__).resolve().parent
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pty")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pty"),
+]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 
 from agentkit._extras import checkout_root, extra_requirements, install_command
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PIP = f"{shlex.quote(sys.executable)} -m pip install"
 
 
@@ -59,6 +59,7 @@ def run_in(site: Path, code: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.processes
 def test_from_an_installed_wheel_the_command_installs_the_extras_requirements(
     wheel_site: Path,
 ) -> None:
@@ -84,6 +85,7 @@ def test_from_an_installed_wheel_the_command_installs_the_extras_requirements(
     assert dry.returncode == 0, dry.stderr
 
 
+@pytest.mark.processes
 def test_the_installed_metadata_lists_each_extra(wheel_site: Path) -> None:
     listed = run_in(
         wheel_site,

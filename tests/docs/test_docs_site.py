@@ -21,15 +21,16 @@ from typing import Any
 
 import pytest
 
-from .ui.browser import needs_browser, open_page, shot
+from tests.ui.browser import needs_browser, open_page, shot
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
 WRITTEN = [p for p in PAGES if not p.startswith("reference/")]
 """Pages written by hand; the reference pages are made from docstrings (``::: name``)."""
 
 pytestmark = [
+    pytest.mark.browser,
     needs_browser,
     pytest.mark.skipif(
         importlib.util.find_spec("mkdocs") is None,

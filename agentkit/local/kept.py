@@ -8,9 +8,9 @@ and protected by a random API key. Its address and key are in a state file (mode
 model's own folder (:func:`model_dir`, under :func:`server_dir`); later runs on that model (and
 context size) find it there, check it, and talk to it over HTTP without loading llama.cpp at
 all. Runs on another model, or with another context size, have a server of their own, so a run
-never loses its server to a run that wants another one. The server ends itself after :data:`DEFAULT_IDLE` seconds without a request
-and without a connected run (``AGENTKIT_SERVER_IDLE``), or on :func:`stop_kept_servers`
-(``agentkit server stop``)::
+never loses its server to a run that wants another one. A server ends itself after
+:data:`DEFAULT_IDLE` seconds without a request and without a connected run
+(``AGENTKIT_SERVER_IDLE``), or on :func:`stop_kept_servers` (``agentkit server stop``)::
 
     server = kept_server()                 # found running, or started and kept
     agent = Agent(model=server.model)      # requests carry the server's key
@@ -390,7 +390,7 @@ def kept_server(
     startup_timeout: float = _READY_TIMEOUT,
 ) -> KeptServer:
     """The user's kept server for this model and context size: found running, or started (in
-the folder :func:`model_dir` names, so servers of other models are left alone).
+    the folder :func:`model_dir` names, so servers of other models are left alone).
 
     ``model_path`` serves another GGUF file (loaded without a hash check); by default the
     verified weights (:func:`agentkit.local.prepare_weights`, joined on first use). A stale or

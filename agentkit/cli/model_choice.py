@@ -119,6 +119,11 @@ def local_model_file(name: str, *, join: bool = True) -> str:
         return str(local.prepare_weights())  # the default embedded model's
     weights = local.EMBEDDED_MODELS.get(name)
     if weights is None:
+        if not os.path.isfile(name):
+            names = ", ".join(local.EMBEDDED_MODELS)
+            raise local.LocalModelError(
+                f"{name!r} is neither an embedded model ({names}) nor a GGUF file"
+            )
         return name
     if not join:
         from ..local.weights import cache_dir

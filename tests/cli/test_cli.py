@@ -900,3 +900,16 @@ def test_a_long_call_written_as_text_is_shown_clipped_and_runs_whole(workspace: 
     assert lines[0].startswith('-> write_file {"path": "big.txt", "content": "word word')
     assert lines[0].endswith("...") and len(lines[0]) < 230
     assert (workspace / "big.txt").read_text() == content
+
+
+def test_an_unknown_local_model_names_the_embedded_ones(workspace: Path) -> None:
+    err = io.StringIO()
+    code = cli.main(
+        ["run", "x", "--model", "local:qwen-9000", "--workspace", str(workspace)],
+        stdout=io.StringIO(), stderr=err,
+    )  # fmt: skip
+    assert code == 2
+    assert err.getvalue() == (
+        "agentkit: 'qwen-9000' is neither an embedded model (qwen2.5-coder-0.5b, "
+        "qwen2.5-coder-1.5b) nor a GGUF file\n"
+    )

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ._extras import needs_extra
+
 T = TypeVar("T")
 
 
@@ -43,7 +45,7 @@ class PgLink:
         try:
             import psycopg
         except ImportError as exc:
-            raise ImportError(f"{what} needs psycopg: pip install 'agentkit[postgres]'") from exc
+            raise ImportError(needs_extra(f"{what} (psycopg)", "postgres")) from exc
         self._psycopg: Any = psycopg
         self.url = url
         self._timeout = timeout

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._extras import needs_extra
 from .waits import wait_event
 
 MAX_RETRY_AFTER = 86_400.0
@@ -318,8 +319,7 @@ class RedisBackend:
 
     ``client`` is a ``redis.Redis`` (thread-safe; it reconnects after a fork) or a URL such as
     ``redis://localhost:6379/0``. Each operation is one Lua script, atomic across processes,
-    timed by the Redis server's clock. Needs the ``redis`` extra (``pip install
-    agentkit[redis]``) and Redis 5 or later. Idle buckets expire on their own; ``lease`` is as
+    timed by the Redis server's clock. Needs the ``redis`` extra and Redis 5 or later. Idle buckets expire on their own; ``lease`` is as
     for :class:`MemoryBackend` (here it frees the places of a worker that died mid-request).
     """
 
@@ -327,7 +327,10 @@ class RedisBackend:
         self, client: Any, prefix: str = "agentkit:quota", lease: float = IN_FLIGHT_LEASE
     ) -> None:
         if isinstance(client, str):
-            import redis  # the optional dependency, loaded only for this backend
+            try:
+                import redis  # the optional dependency, loaded only for this backend
+            except ImportError as exc:
+                raise ImportError(needs_extra("RedisBackend (redis)", "redis")) from exc
 
             client = redis.Redis.from_url(client)
         self.client = client

@@ -29,6 +29,10 @@ PHASES = {
             lambda context, options: f"heard: {context.messages[-1].content[0].text}",
         ],
     ),
+    # A chat whose task ends at once: a Ctrl-C typed just after it must not end the chat.
+    "chat-fast": (["chat"], ["done at once", "done again"]),
+    # A chat whose model reads its prompt for ever: a line typed meanwhile steers it.
+    "chat-steer": (["chat"], [reply(hang=True)]),
 }
 
 

@@ -171,9 +171,9 @@ def kept_servers_stay_in_the_suite(tmp_path_factory: pytest.TempPathFactory) -> 
     try:
         yield directory
     finally:
-        from agentkit.local.kept import stop_kept_server
+        from agentkit.local.kept import stop_kept_servers
 
-        stop_kept_server()
+        stop_kept_servers()
         left = [
             entry.name
             for entry in Path("/proc").glob("[0-9]*")

@@ -33,9 +33,10 @@ class Terminal:
                 os._exit(127)
         self.output = b""
 
-    def read_until(self, marker: bytes, timeout: float = 60.0) -> None:
+    def read_until(self, marker: bytes, timeout: float = 60.0, after: int = 0) -> None:
+        """Read until ``marker`` is in the output (past its first ``after`` bytes)."""
         deadline = time.monotonic() + timeout
-        while marker not in self.output:
+        while marker not in self.output[after:]:
             left = deadline - time.monotonic()
             assert left > 0, f"{marker!r} never appeared; output so far: {self.output!r}"
             ready, _, _ = select.select([self.fd], [], [], left)
@@ -82,3 +83,24 @@ class Terminal:
                 break
             self.output += chunk
         os.close(self.fd)
+
+
+def screen_lines(output: bytes) -> list[str]:
+    """The lines a terminal shows for ``output``: a carriage return goes back to the start of
+    the line, a backspace one column, ``ESC [K`` erases from the cursor to the end of the line,
+    and text overwrites."""
+    lines = []
+    for raw in output.decode("utf-8", "replace").split("\n"):
+        shown: list[str] = []
+        column = 0
+        for index, part in enumerate(raw.split("\x1b[K")):
+            if index:
+                del shown[column:]
+            for char in part:
+                if char in "\r\b":
+                    column = 0 if char == "\r" else max(column - 1, 0)
+                    continue
+                shown[column : column + 1] = [char]
+                column += 1
+        lines.append("".join(shown))
+    return lines

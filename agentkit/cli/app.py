@@ -52,6 +52,19 @@ def _version() -> str:
     return __version__
 
 
+CHAT_DESCRIPTION = """\
+An interactive session with the agent: type a task and press Enter.
+
+While the agent works:
+  a line             steers it (read before its next step)
+  !line              interrupts it (what it does now stops) and goes on with line
+  Ctrl-C             aborts the run (not the session)
+At the prompt:
+  /compact           compacts the conversation now
+  /exit              leaves (so do Ctrl-D, and Ctrl-C twice)
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``agentkit`` command."""
     common = common_options()
@@ -65,7 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
         "task",
         help="what the agent should do; '-' reads it from standard input, @FILE from a file",
     )
-    chat_command = commands.add_parser("chat", parents=[common], help="an interactive session")
+    chat_command = commands.add_parser(
+        "chat",
+        parents=[common],
+        help="an interactive session",
+        description=CHAT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_session_options(chat_command)
     add_sessions_command(commands)
     add_ledger_command(commands)

@@ -100,6 +100,7 @@ def ask_user(io: Console, question: str, signal: AbortSignal) -> str | None:
         return None
     io.note(question, end="")
     answer = _read_line(io.stdin, signal)
+    io.line_entered()  # the answer's line break (or none: a line break is wanted anyway)
     if answer is None and not signal.aborted:
         io.end_input()  # Ctrl-D answers "no", and nobody is asked again
     return answer

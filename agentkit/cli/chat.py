@@ -29,8 +29,9 @@ def chat(agent: Agent, io: Console, after_run: Callable[[], None] | None = None)
     """The REPL: a line starts a run; lines typed while it works steer it (or answer an approval
     question shown before they were typed), and a line starting with ``!`` interrupts it (the
     request or tools going on stop and the run goes on with the rest of the line, see
-    :meth:`Agent.interrupt`); Ctrl-C aborts the run, not the session; Ctrl-C when
-    idle, ``/exit`` or the end of input leaves. With ``--json`` stdout carries only JSON lines
+    :meth:`Agent.interrupt`); Ctrl-C aborts the run, not the session; two Ctrl-Cs in a row at
+    the prompt (one may be meant for a run that has just ended), ``/exit`` or the end of input
+    leave. With ``--json`` stdout carries only JSON lines
     (the banner and the prompt go to stderr). ``after_run`` is called after each run."""
     return _Chat(agent, io, after_run).session()
 
@@ -45,6 +46,7 @@ class _Chat:
         self.inbox: queue.SimpleQueue[tuple[str, int, Any]] = queue.SimpleQueue()
         self.run: Run | None = None
         self.prompt_shown = False
+        self.ctrl_c_at_prompt = False  # the last thing at the prompt was a Ctrl-C: another leaves
 
     def session(self) -> int:
         """Read and act until the user leaves; the process's exit code."""
@@ -64,8 +66,9 @@ class _Chat:
             except KeyboardInterrupt:
                 # Ask the agent, not self.run: Ctrl-C may land before start() handed it back.
                 if not self.agent.state.is_streaming:
-                    self.io.note("")
-                    return EXIT_INTERRUPTED
+                    if self._ctrl_c_at_prompt():
+                        return EXIT_INTERRUPTED
+                    continue
                 abort_quietly(self.agent)
                 self.io.err("agentkit: run aborted")
                 self.run = None
@@ -109,9 +112,20 @@ class _Chat:
             self.run.wait()  # let the last task finish; Ctrl-C still aborts it
         return 0
 
+    def _ctrl_c_at_prompt(self) -> bool:
+        """Ctrl-C with no run going: whether the user leaves. One Ctrl-C does not leave: it may
+        have been meant for a run that ended a moment before; a second in a row does."""
+        self.io.note("")
+        if self.ctrl_c_at_prompt:
+            return True
+        self.ctrl_c_at_prompt, self.prompt_shown = True, False
+        self.io.err("agentkit: (to leave, press Ctrl-C again or type /exit)")
+        return False
+
     def _line(self, number: int, line: str) -> str | None:
         """A typed line: an answer to a question, else steering or an interrupt of the run going
         on, else a command or a task; ``"exit"`` when the user leaves."""
+        self.ctrl_c_at_prompt = False
         if self.io.answer(number, line):
             return None
         if self.run is not None:
@@ -177,6 +191,7 @@ def _read_lines(io: Console, inbox: queue.SimpleQueue[tuple[str, int, Any]]) -> 
     """The chat's stdin reader: numbers each line as it is read."""
     try:
         for line in iter(io.stdin.readline, ""):
+            io.line_entered()
             with io.lock:
                 io.lines_read += 1
                 number = io.lines_read

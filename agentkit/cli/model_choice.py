@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import CliError
 from ..tools import AgentTool
 from ..types import Model
-from .console import Console, json_line
+from .console import Console, Spinner, json_line
 
 
 def choose_model(
@@ -67,19 +67,21 @@ def _local_model(path: str | None, ctx_size: int | None, io: Console) -> Model:
     ``AGENTKIT_KEEP_SERVER=0``) says otherwise; the server is left in ``io.local_server``."""
     from .. import local
 
+    spinner = Spinner(io, "starting the local model")
+
     def starting() -> None:
         io.err("agentkit: starting the local model...")
         if io.json:
             io.out(json_line({"type": "progress", "phase": "model_start"}))
+        spinner.start()
 
     options: dict[str, Any] = {}
     if ctx_size is not None:
         options["n_ctx"] = ctx_size
     try:
-        if path in local.EMBEDDED_MODELS:  # a pinned model by name: its verified weights
-            options["model_path"] = local.prepare_weights(weights=local.EMBEDDED_MODELS[path])
-        elif path is not None:  # a GGUF file of the user's own, loaded as it is
-            options["model_path"] = path
+        # The first run joins and checks the weights (a few seconds); later runs only look.
+        with Spinner(io, "preparing the model's weights", delay=0.5):
+            options["model_path"] = local_model_file(path or "")
         server: local.LocalModel
         keep = io.keep_server
         if os.name != "posix":  # the kept server needs fcntl locks and sessions
@@ -100,8 +102,34 @@ def _local_model(path: str | None, ctx_size: int | None, io: Console) -> Model:
             server = local.get_local_server(**options)
     except local.LocalModelError as exc:
         raise CliError(str(exc)) from None
+    finally:
+        spinner.stop()
     io.local_server = server
     return server.model
+
+
+def local_model_file(name: str, *, join: bool = True) -> str:
+    """The GGUF file ``--model local:NAME`` names: an embedded model's verified weights (joined
+    on first use; ``join=False``: where they are or would be joined), the default embedded
+    model's for an empty NAME, else NAME itself, a GGUF file of the user's own, loaded as it
+    is."""
+    from .. import local
+
+    if not name:
+        return str(local.prepare_weights())  # the default embedded model's
+    weights = local.EMBEDDED_MODELS.get(name)
+    if weights is None:
+        if not os.path.isfile(name):
+            names = ", ".join(local.EMBEDDED_MODELS)
+            raise local.LocalModelError(
+                f"{name!r} is neither an embedded model ({names}) nor a GGUF file"
+            )
+        return name
+    if not join:
+        from ..local.weights import cache_dir
+
+        return str(cache_dir() / weights.filename)
+    return str(local.prepare_weights(weights=weights))
 
 
 PREFIX_FORMAT = "tools declared in the system text, v1"

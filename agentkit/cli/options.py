@@ -22,9 +22,10 @@ def common_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--model",
-        help="provider:model-id (e.g. openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5, "
-        "local, or local:PATH.gguf for another GGUF model); default: a configured provider, "
-        "else the embedded local model",
+        help="provider:model-id (e.g. openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5); "
+        "local for the default embedded model, local:qwen2.5-coder-0.5b or "
+        "local:qwen2.5-coder-1.5b for one by name, local:PATH.gguf for a GGUF file; default: a "
+        "configured provider, else the embedded model",
     )
     common.add_argument("--base-url", help="the API's base URL (an OpenAI-compatible server)")
     common.add_argument("--system", help="the system prompt")

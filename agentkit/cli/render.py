@@ -13,7 +13,7 @@ from typing import Any
 
 from ..events import event_to_dict
 from ..types import TextContent, ToolCall
-from .console import Console, json_line, visible
+from .console import Console, Spinner, json_line, visible
 
 PARSE_FAILURE = re.compile(
     r"peg-native|\bpeg\b|failed to parse|parse (error|failure)|does not match the expected|"
@@ -52,21 +52,77 @@ def readable_error(text: str) -> str:
     return text
 
 
+_CALL_NAME = re.compile(
+    r'\s*(?:```[\w+-]*\s*|<tool_call>\s*)?\{\s*"name"\s*:\s*"(?P<name>(?:[^"\\]|\\.)*)"'
+)
+"""How a tool call written as text begins, up to its name (the embedded model writes calls so)."""
+_CALL_ARGS = re.compile(r'\s*,\s*"(?:arguments|parameters)"\s*:\s*')
+_CALL_TAIL = re.compile(r"(?:\s|`|\}|</?[\w]*>?)*$")
+"""What may close a call written as text (its object, a fence, a tag): held back while it
+streams, as it may also be the end of the arguments."""
+
+
+class CallLine:
+    """One tool call shown as it streams: ``-> name`` at once, then its arguments as they grow
+    (line breaks shown as spaces, clipped at :attr:`LIMIT` characters), until :meth:`close`."""
+
+    LIMIT = 200
+
+    def __init__(self, io: Console, name: str) -> None:
+        self.io = io
+        self.shown = 0  # argument characters shown
+        self.clipped = False
+        self.last_space = True
+        io.out(visible(f"-> {' '.join(name.split())} "), end="")
+
+    def add(self, text: str) -> None:
+        """Show more of the arguments."""
+        if self.clipped or not text:
+            return
+        flat = []
+        for char in text:
+            space = char.isspace()
+            if not (space and self.last_space):
+                flat.append(" " if space else char)
+            self.last_space = space
+        piece = "".join(flat)
+        room = self.LIMIT - 3 - self.shown
+        if len(piece) > room:
+            piece, self.clipped = piece[: max(room, 0)] + "...", True
+        self.shown += len(piece)
+        if piece:
+            self.io.out(visible(piece), end="")
+
+    def close(self, note: str = "") -> None:
+        self.io.out(note)
+
+
 class TextPrinter:
-    """Prints streamed text and each tool call with its arguments, duration and outcome, with
-    control characters shown escaped."""
+    """Prints streamed text, and each tool call as the model writes it (its name at once, its
+    arguments as they grow), then its duration and outcome, with control characters shown
+    escaped."""
 
     HOLD = ("{", "`", "<")
     """How a reply that may be a tool call written as text begins: such text is held back
-    until the reply ends, and shown only if it did not become a call."""
+    until it shows the call's name (then shown as a call) or the reply ends (then shown as text
+    if it did not become a call)."""
 
     def __init__(self, io: Console) -> None:
         self.io = io
         self.open_line = False
         self.held: str | None = None  # text of a reply that may still become a tool call
         self.shown = False  # whether this reply's text has started to show
+        self.line: CallLine | None = None  # the call whose line is open
+        self.line_index: int | None = None  # its content index (a call streamed as a call)
+        self.text_call: CallLine | None = None  # a call written as text, shown as it streams
+        self.text_call_shown = 0  # characters of the held text shown as the call's arguments
+        self.streamed: list[int] = []  # content indexes of this reply's calls shown streaming
+        self.already_shown: set[str] = set()  # ids of calls whose line is shown
 
     def _end_line(self) -> None:
+        if self.line is not None:
+            self.line.close()
+            self.line = self.line_index = None
         if self.open_line:
             self.io.out("")
             self.open_line = False
@@ -74,16 +130,78 @@ class TextPrinter:
     def _text(self, delta: str) -> None:
         if self.held is not None:
             self.held += delta
+            self._text_call()
             return
         if not self.shown and not delta.strip():
             self.held = delta
             return
         if not self.shown and delta.lstrip().startswith(self.HOLD):
             self.held = delta
+            self._text_call()
             return
         self.shown = True
         self.io.out(visible(delta), end="")
         self.open_line = True
+
+    def _text_call(self) -> None:
+        """Show a call the model writes as text (``{"name": ..., "arguments": {...}}``) as it
+        streams; the characters that may close it are held back until the reply ends."""
+        held = self.held or ""
+        if self.text_call is not None and self.text_call.clipped:
+            return  # all of it that shows is shown: the rest waits for the reply's end
+        start = _CALL_NAME.match(held)
+        if start is None:
+            return
+        if self.text_call is None:
+            self._end_line()
+            self.text_call = CallLine(self.io, _json_string(start.group("name")))
+        args = _CALL_ARGS.match(held, start.end())
+        if args is None:
+            return
+        body = held[args.end() :]
+        tail = _CALL_TAIL.search(body)
+        ready = body[: tail.start()] if tail is not None else body
+        self.text_call.add(ready[self.text_call_shown :])
+        self.text_call_shown = max(self.text_call_shown, len(ready))
+
+    def _end_text_call(self, message: Any) -> bool:
+        """End the line of a call written as text; whether the reply became that call."""
+        line, self.text_call = self.text_call, None
+        shown, self.text_call_shown = self.text_call_shown, 0
+        calls = [c for c in message.content if isinstance(c, ToolCall)]
+        if line is None:
+            return False
+        if not calls:
+            line.close("  (not a tool call)" if message.stop_reason == "stop" else "")
+            return False
+        held = self.held or ""
+        start = _CALL_NAME.match(held)
+        args = _CALL_ARGS.match(held, start.end()) if start is not None else None
+        body = held[args.end() :] if args is not None else ""
+        body = re.sub(r"\s*(?:```|</tool_call>)?\s*$", "", body)
+        body = body[:-1] if body.endswith("}") else body  # the call's own closing brace
+        line.add(body[shown:])
+        line.close()
+        self.already_shown.update(c.id for c in calls)
+        return True
+
+    def _call_event(self, inner: Any) -> None:
+        """A tool call streamed as a call: its line opens at once and grows with each delta."""
+        index = inner.content_index
+        if inner.type == "toolcall_end":
+            if self.line_index == index:
+                self._end_line()
+            return
+        if self.line_index != index:
+            self._end_line()
+            block = inner.partial.content[index]
+            self.line, self.line_index = CallLine(self.io, block.name), index
+            if index not in self.streamed:
+                self.streamed.append(index)
+            elif inner.type == "toolcall_delta":
+                self.line.add("... ")  # its line was broken by another call's
+        if inner.type == "toolcall_delta" and self.line is not None:
+            self.line.add(inner.delta)
 
     def __call__(self, event: Any) -> None:
         kind = event.type
@@ -95,16 +213,14 @@ class TextPrinter:
                     self._text(delta)
                 else:
                     self._text(inner.delta)
+            elif inner.type in ("toolcall_start", "toolcall_delta", "toolcall_end"):
+                self._call_event(inner)
         elif kind == "message_end" and event.message.role == "assistant":
-            held, self.held, self.shown = self.held, None, False
-            if held and not any(isinstance(c, ToolCall) for c in event.message.content):
-                self.io.out(visible(held), end="")
-                self.open_line = True
-            self._end_line()
-            if event.message.error_message:
-                reason = event.message.stop_reason
-                self.io.err(f"agentkit: {reason}: {readable_error(event.message.error_message)}")
+            self._end_message(event.message)
         elif kind == "tool_execution_start":
+            if event.tool_call_id in self.already_shown:
+                self.already_shown.discard(event.tool_call_id)
+                return
             self._end_line()
             args = json.dumps(event.args, ensure_ascii=False, default=str)
             self.io.out(visible(f"-> {event.tool_name} {_clip(args, 200)}"))
@@ -115,6 +231,23 @@ class TextPrinter:
                 c.text for c in event.result.content if isinstance(c, TextContent)
             ).strip()
             self.io.out(visible(f"<- {event.tool_name} {mark}{took}: {_clip(text, 200)}"))
+
+    def _end_message(self, message: Any) -> None:
+        self._end_line()
+        became_call = self._end_text_call(message)
+        held, self.held, self.shown = self.held, None, False
+        if held and not became_call and not any(isinstance(c, ToolCall) for c in message.content):
+            self.io.out(visible(held), end="")
+            self.open_line = True
+        for index in self.streamed:
+            block = message.content[index] if index < len(message.content) else None
+            if isinstance(block, ToolCall):
+                self.already_shown.add(block.id)
+        self.streamed = []
+        self._end_line()
+        if message.error_message:
+            reason = message.stop_reason
+            self.io.err(f"agentkit: {reason}: {readable_error(message.error_message)}")
 
 
 class JsonPrinter:
@@ -136,47 +269,47 @@ class JsonPrinter:
 
 
 class Progress:
-    """Shows that the model is working while nothing streams yet: a spinner with the seconds
-    waited on a terminal's stderr, ``{"type": "progress", ...}`` lines with ``--json``.
+    """Shows that the model is working: on a terminal, a spinner with the seconds waited
+    (:class:`~agentkit.cli.console.Spinner`), drawn wherever the cursor is at the start of a
+    line from the start of each model request (``turn_start``) until its reply ends, so the
+    screen moves while the model reads its prompt and while it writes something not shown yet;
+    with ``--json``, ``{"type": "progress", ...}`` lines until the request's first streamed
+    event, then the time it took."""
 
-    It starts with each model request (``turn_start``) and stops at the first streamed event;
-    it reports the time to the first token of each request with ``--json``.
-    """
-
-    FRAMES = "|/-\\"
-    TICK = 0.25
     JSON_EVERY = 1.0
 
     def __init__(self, io: Console, json_mode: bool, clock: Callable[[], float] = time.monotonic):
         self.io = io
         self.json_mode = json_mode
         self.clock = clock
-        self.tty = bool(getattr(io.stderr, "isatty", lambda: False)())
+        self.spinner = Spinner(io, "working", clock=clock)
         # Guards _started and _thread (worker thread events vs. the ticker thread).
         self._lock = threading.Lock()
         self._started: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._shown = False
 
     def __call__(self, event: Any) -> None:
         kind = event.type
         if kind == "turn_start":
             self._start()
-        elif kind in ("message_update", "message_end", "agent_end"):
-            if kind == "message_end" and event.message.role != "assistant":
-                return
+        elif kind == "agent_end":
             self._finish()
+        elif kind == "message_end" and event.message.role == "assistant":
+            self._finish()
+        elif kind == "message_update" and self.json_mode:
+            self._finish()  # --json reports the time to the first streamed event
 
     def _start(self) -> None:
         self._finish()
-        if not (self.tty or self.json_mode):
+        if not self.json_mode:
+            self.spinner.start()
             return
         with self._lock:
             self._started = self.clock()
             self._stop = threading.Event()
             self._thread = threading.Thread(
-                target=self._tick,
+                target=self._report,
                 args=(self._stop, self._started),
                 name="agentkit-progress",
                 daemon=True,
@@ -184,37 +317,30 @@ class Progress:
             self._thread.start()
 
     def _finish(self) -> None:
+        self.spinner.stop()
         with self._lock:
             thread, started, self._thread, self._started = self._thread, self._started, None, None
         if thread is None or started is None:
             return
         self._stop.set()
         thread.join()
-        if self.json_mode:
-            waited = round(self.clock() - started, 3)
-            self.io.out(json_line({"type": "progress", "phase": "first_event", "waited_s": waited}))
-        elif self._shown:
-            with self.io.lock:
-                self.io.stderr.write("\r\x1b[K")
-                self.io.stderr.flush()
-            self._shown = False
+        waited = round(self.clock() - started, 3)
+        self.io.out(json_line({"type": "progress", "phase": "first_event", "waited_s": waited}))
 
-    def _tick(self, stop: threading.Event, started: float) -> None:
-        frame = 0
-        if self.json_mode:
-            while True:
-                waited = round(self.clock() - started, 3)
-                self.io.out(json_line({"type": "progress", "phase": "waiting", "waited_s": waited}))
-                if stop.wait(self.JSON_EVERY):
-                    return
-        while not stop.wait(self.TICK if frame else 0.0):
-            waited = self.clock() - started
-            spinner = self.FRAMES[frame % len(self.FRAMES)]
-            with self.io.lock:
-                self.io.stderr.write(f"\r{spinner} working... {waited:.0f} s")
-                self.io.stderr.flush()
-            self._shown = True
-            frame += 1
+    def _report(self, stop: threading.Event, started: float) -> None:
+        while True:
+            waited = round(self.clock() - started, 3)
+            self.io.out(json_line({"type": "progress", "phase": "waiting", "waited_s": waited}))
+            if stop.wait(self.JSON_EVERY):
+                return
+
+
+def _json_string(body: str) -> str:
+    """The text of a JSON string's body (escapes decoded), or the body itself if it is not one."""
+    try:
+        return str(json.loads(f'"{body}"'))
+    except ValueError:
+        return body
 
 
 def _clip(text: str, limit: int) -> str:

@@ -71,9 +71,12 @@ def run_sessions_command(args: argparse.Namespace, stdout: TextIO, stderr: TextI
     try:
         with open_store(args.store) as store:
             if args.action == "list":
-                for info in store.list():
+                found = store.list()
+                for info in found:
                     when = datetime.fromtimestamp(info.updated_ms / 1000, timezone.utc)
                     stdout.write(f"{info.name}\t{info.messages} messages\t{when:%Y-%m-%d %H:%M}Z\n")
+                if not found:  # on stderr: stdout lists sessions, one a line, for scripts
+                    stderr.write(f"agentkit: no sessions in {store.display_url}\n")
                 return 0
             if args.action == "import":
                 with open(args.file, encoding="utf-8") as file:
@@ -84,6 +87,7 @@ def run_sessions_command(args: argparse.Namespace, stdout: TextIO, stderr: TextI
             if args.action == "rm":
                 if not session.delete():
                     raise SessionError(f"no session named {args.name!r}")
+                stdout.write(f"removed session {args.name}\n")
                 return 0
             if not store.load(args.name)[0]:
                 raise SessionError(f"no session named {args.name!r}")

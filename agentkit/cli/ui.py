@@ -14,6 +14,7 @@ import io as _io
 import os
 from typing import Any
 
+from .._extras import needs_extra
 from ..agent import Agent
 from ..errors import CliError
 from ..loop import StreamFn
@@ -26,7 +27,12 @@ from .sessions import STORE_HELP
 def add_ui_command(commands: Any, common: argparse.ArgumentParser) -> None:
     """The ``agentkit ui`` command."""
     ui = commands.add_parser(
-        "ui", parents=[common], help="a local web page: sessions, live runs, a chat box"
+        "ui",
+        parents=[common],
+        help="a local web page: sessions, live runs, a chat box",
+        description="Serve a web page on 127.0.0.1 until Ctrl-C: the sessions of a store, runs "
+        "as they happen (steer or abort them), the approvals that wait, and a chat box. The "
+        "page's link carries a secret made for this launch. Needs the ui extra.",
     )
     ui.add_argument("--store", help=STORE_HELP)
     ui.add_argument(
@@ -62,7 +68,7 @@ def run_ui_command(
     try:
         from ..ui import UiServer
     except ImportError as exc:
-        raise CliError(f"the page needs the ui extra: pip install 'agentkit[ui]' ({exc})") from None
+        raise CliError(f"{needs_extra('the page', 'ui')} ({exc})") from None
     store = open_store(args.store)
     if args.agent:
         build = factory_from_spec(args.agent)

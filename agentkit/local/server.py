@@ -36,7 +36,6 @@ from ..types import Model
 from .constants import (
     CODER_0_5B,
     CONTEXT_WINDOW,
-    INSTALL_HINT,
     LOCAL_APIS,
     MAX_TOKENS,
     MODEL_ID,
@@ -44,6 +43,7 @@ from .constants import (
     XLLAMACPP_VERSION,
     EmbeddedWeights,
     LocalApi,
+    install_hint,
     weights_named_by,
 )
 from .template import chat_template
@@ -291,7 +291,7 @@ def _import_runtime() -> Any:
         return importlib.import_module("xllamacpp")
     except ImportError as exc:
         raise LocalModelNotInstalledError(
-            f"The embedded llama.cpp runtime (xllamacpp) is not installed; {INSTALL_HINT}"
+            f"The embedded llama.cpp runtime (xllamacpp) is not installed; {install_hint()}"
         ) from exc
 
 

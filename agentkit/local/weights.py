@@ -14,6 +14,8 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import shlex
+import sys
 import tempfile
 import threading
 from collections.abc import Iterable, Sequence
@@ -23,11 +25,11 @@ from ..abort import AbortSignal
 from ..errors import LocalModelError, LocalModelIntegrityError, LocalModelNotInstalledError
 from .constants import (
     CODER_0_5B,
-    INSTALL_HINT,
     WEIGHT_PARTS,
     WEIGHTS_VERSION,
     EmbeddedWeights,
 )
+from .constants import install_hint as extra_hint
 
 _CHUNK = 8 * 1024 * 1024
 _STAMP_SUFFIX = ".verified.json"
@@ -46,14 +48,14 @@ def cache_dir() -> Path:
 
 def _reinstall_command(parts: Iterable[tuple[str, str]], version: str) -> str:
     pins = " ".join(f"{name}=={version}" for name, _ in parts)
-    return f"pip install --force-reinstall --no-deps {pins}"
+    return f"{shlex.quote(sys.executable)} -m pip install --force-reinstall --no-deps {pins}"
 
 
 def find_weight_parts(
     parts: Iterable[tuple[str, str]] = WEIGHT_PARTS,
     *,
     version: str = WEIGHTS_VERSION,
-    install_hint: str = INSTALL_HINT,
+    install_hint: str | None = None,
 ) -> list[Path]:
     """The installed weight part files, in joining order, found without importing the packages.
 
@@ -88,7 +90,8 @@ def find_weight_parts(
             f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         )
         raise LocalModelNotInstalledError(
-            f"The local model's weights are not installed (missing {shown}); {install_hint}"
+            f"The local model's weights are not installed (missing {shown}); "
+            f"{install_hint or extra_hint()}"
         )
     return found
 
@@ -136,9 +139,7 @@ def prepare_weights(
         if parts is not None:
             part_paths = [Path(p) for p in parts]
         else:
-            hint = INSTALL_HINT.replace("'local'", f"'{weights.extra}'").replace(
-                "[local]", f"[{weights.extra}]"
-            )
+            hint = extra_hint(weights.extra)
             part_paths = find_weight_parts(
                 weights.parts, version=weights.version, install_hint=hint
             )
@@ -208,7 +209,7 @@ def _join_verified(
 ) -> None:
     """Concatenate ``parts`` into ``target`` atomically, hashing on the way; refuse a mismatch."""
     if not parts:
-        raise LocalModelNotInstalledError(f"No weight parts to join; {INSTALL_HINT}")
+        raise LocalModelNotInstalledError(f"No weight parts to join; {extra_hint(weights.extra)}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
@@ -225,7 +226,7 @@ def _join_verified(
                     source = part.open("rb")
                 except OSError as exc:
                     raise LocalModelNotInstalledError(
-                        f"Cannot read weight part {part}: {exc}; {INSTALL_HINT}"
+                        f"Cannot read weight part {part}: {exc}; {extra_hint(weights.extra)}"
                     ) from exc
                 with source:
                     while chunk := source.read(_CHUNK):

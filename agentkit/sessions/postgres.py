@@ -1,4 +1,4 @@
-"""Sessions in PostgreSQL through psycopg 3 (``pip install 'agentkit[postgres]'``): what Django
+"""Sessions in PostgreSQL through psycopg 3 (the ``postgres`` extra): what Django
 and Flask deployments already have.
 
 An append is one transaction that locks the session's row (``SELECT ... FOR UPDATE``), checks

@@ -1,4 +1,4 @@
-"""Sessions in Redis (``pip install 'agentkit[redis]'``): what Celery deployments already run.
+"""Sessions in Redis (the ``redis`` extra): what Celery deployments already run.
 
 A session is a Redis list of records under ``<prefix>session:<name>``; its version is the list's
 length, also kept in the hash ``<prefix>versions`` so that a record removed outside agentkit is
@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from .._extras import needs_extra
 from .base import (
     SessionConflictError,
     SessionCorruptError,
@@ -64,7 +65,7 @@ class RedisStore(SessionStore):
         try:
             import redis
         except ImportError as exc:
-            raise ImportError("RedisStore needs redis: pip install 'agentkit[redis]'") from exc
+            raise ImportError(needs_extra("RedisStore (redis)", "redis")) from exc
         self._redis_errors: tuple[type[BaseException], ...] = (redis.RedisError,)
         self.url = url
         self.prefix = prefix

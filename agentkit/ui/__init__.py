@@ -1,4 +1,4 @@
-"""``agentkit ui``: a local web page over the session store (``pip install 'agentkit[ui]'``).
+"""``agentkit ui``: a local web page over the session store (the ``ui`` extra).
 
 The sessions and their transcripts as a person reads them, runs streaming in as they happen
 (started from the page's chat box, or on Celery workers), steer and abort buttons. It listens on

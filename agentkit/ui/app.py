@@ -1,7 +1,7 @@
 """The page's routes: the sessions, one session's transcript, its runs and their timelines,
 a live run, and the chat box.
 
-Built on Flask (``pip install 'agentkit[ui]'``): plain WSGI on threads, like the rest of
+Built on Flask (the ``ui`` extra): plain WSGI on threads, like the rest of
 agentkit, with server-rendered pages (Jinja escapes everything a model wrote; an assistant's
 Markdown is sanitised, see :mod:`agentkit.ui.render`) and one small script for the live view.
 Runs are read from the session store's run logs (:mod:`agentkit.runlog`), so the page shows and

@@ -8,6 +8,7 @@ import json
 import os
 import signal as signals
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -808,3 +809,107 @@ def test_text_that_only_looks_like_a_call_is_shown_when_the_reply_ends(workspace
         stderr=io.StringIO(),
     )
     assert code == 0 and stdout.getvalue().splitlines()[-1] == answer
+
+
+def test_the_help_says_what_a_newcomer_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    from agentkit.local import EMBEDDED_MODELS
+
+    def help_of(*args: str) -> str:
+        with pytest.raises(SystemExit):
+            cli.main([*args, "--help"])
+        return " ".join(capsys.readouterr().out.split())
+
+    chat = help_of("chat")
+    assert all(word in chat for word in ("/exit", "/compact", "!line", "Ctrl-C"))
+    assert "web page on 127.0.0.1" in help_of("ui")
+    run = help_of("run")
+    assert all(f"local:{name}" in run for name in EMBEDDED_MODELS)
+    assert "--model NAME|PATH.gguf" in help_of("server", "start")
+
+
+def test_a_call_that_names_no_tool_is_marked_and_shown_as_text(workspace: Path) -> None:
+    said = '{"name": "fly", "arguments": {"to": "the moon"}}'
+    model = ScriptedModel([said])
+    stdout = io.StringIO()
+    code = cli.main(
+        ["run", "fly", "--workspace", str(workspace)],
+        stream_fn=model,
+        model=model.model.model_copy(update={"context_window": 4096}),
+        stdin=io.StringIO(""),
+        stdout=stdout,
+        stderr=io.StringIO(),
+    )
+    lines = stdout.getvalue().splitlines()
+    assert code == 0
+    assert lines == ['-> fly {"to": "the moon"  (not a tool call)', said]
+
+
+def test_a_streamed_call_is_clipped_and_escaped(workspace: Path) -> None:
+    content = "x" * 500
+    _, out, _, _ = run_cli(
+        ["run", "go", "--yes", "--workspace", str(workspace)],
+        [reply(tool_call("write_file\x1b[2J", {"path": "a.txt", "content": content})), "ok"],
+    )
+    call = out.splitlines()[0]
+    assert call.startswith('-> write_file\\x1b[2J {"path": "a.txt", "content": "xxx')
+    assert call.endswith("...") and len(call) <= len("-> write_file\\x1b[2J ") + 200
+    assert "\x1b" not in out
+
+
+def test_a_spinner_shows_while_the_weights_are_joined(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentkit.cli import model_choice
+    from agentkit.local import LocalModelError
+
+    for name in HOSTED_KEYS:
+        monkeypatch.delenv(name, raising=False)
+    err = TtyStream()
+
+    def joining(name: str, join: bool = True) -> str:  # the first run's join, held open
+        deadline = time.monotonic() + 10
+        while "preparing the model's weights... " not in err.getvalue():
+            err.wrote.clear()
+            assert err.wrote.wait(1) or time.monotonic() < deadline, err.getvalue()
+        raise LocalModelError("the weights are not installed")
+
+    monkeypatch.setattr(model_choice, "local_model_file", joining)
+    code = cli.main(["run", "x", "--workspace", str(workspace)], stdout=io.StringIO(), stderr=err)
+    assert code == 2
+    shown = err.getvalue()
+    assert shown.index("preparing the model's weights") < shown.index("\r\x1b[K")  # cleared
+    assert shown.endswith("agentkit: the weights are not installed\n")
+
+
+def test_a_long_call_written_as_text_is_shown_clipped_and_runs_whole(workspace: Path) -> None:
+    """A 200 kB write_file call written as text, in 5,000 deltas: shown clipped, run whole."""
+    content = "word " * 40_000
+    said = json.dumps({"name": "write_file", "arguments": {"path": "big.txt", "content": content}})
+    model = ScriptedModel([said, "Written."], chunk_size=40)
+    stdout = io.StringIO()
+    code = cli.main(
+        ["run", "write it", "--yes", "--workspace", str(workspace)],
+        stream_fn=model,
+        model=model.model.model_copy(update={"context_window": 4096}),
+        stdin=io.StringIO(""),
+        stdout=stdout,
+        stderr=io.StringIO(),
+    )
+    lines = stdout.getvalue().splitlines()
+    assert code == 0
+    assert lines[0].startswith('-> write_file {"path": "big.txt", "content": "word word')
+    assert lines[0].endswith("...") and len(lines[0]) < 230
+    assert (workspace / "big.txt").read_text() == content
+
+
+def test_an_unknown_local_model_names_the_embedded_ones(workspace: Path) -> None:
+    err = io.StringIO()
+    code = cli.main(
+        ["run", "x", "--model", "local:qwen-9000", "--workspace", str(workspace)],
+        stdout=io.StringIO(), stderr=err,
+    )  # fmt: skip
+    assert code == 2
+    assert err.getvalue() == (
+        "agentkit: 'qwen-9000' is neither an embedded model (qwen2.5-coder-0.5b, "
+        "qwen2.5-coder-1.5b) nor a GGUF file\n"
+    )

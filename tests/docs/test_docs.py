@@ -1,6 +1,8 @@
 """Every ```python block in docs/ runs: blocks of one file share a namespace, in order.
 
-A block fenced as ```python no-run (it needs a network, a key or a server) is skipped. A page
+A block fenced as ```python {.no-run} (it needs a network, a key or a server) is skipped: the
+braces are an attribute list, which the site's renderer (``pymdownx.superfences`` with
+``attr_list``) reads as a CSS class, so the page still shows the block as code. A page
 whose example talks to a hosted provider runs against a stand-in: a local server replaying that
 provider's recorded streams, reached through the provider's own base-URL variable.
 """
@@ -21,6 +23,8 @@ from tests.providers.replay_server import ReplayServer, Reply, fixture_bytes
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 FENCE = re.compile(r"^```python[ \t]*(?P<info>[^\n]*)\n(?P<code>.*?)^```[ \t]*$", re.M | re.S)
+NO_RUN = "{.no-run}"
+"""The fence's attribute list that marks a block not to run."""
 
 
 def python_blocks(path: Path) -> list[tuple[int, str]]:
@@ -28,16 +32,22 @@ def python_blocks(path: Path) -> list[tuple[int, str]]:
     text = path.read_text(encoding="utf-8")
     blocks = []
     for match in FENCE.finditer(text):
-        if "no-run" in match.group("info").split():
+        info = match.group("info").strip()
+        if info == NO_RUN:
             continue
+        if info:  # the renderer would not show it as code: one convention, one spelling
+            line = text.count("\n", 0, match.start()) + 1
+            raise ValueError(f"{path.name}:{line}: unknown fence info {info!r}; use {NO_RUN}")
         line = text.count("\n", 0, match.start("code")) + 1
         blocks.append((line, match.group("code")))
     return blocks
 
 
 def test_fence_parser() -> None:
-    sample = "x\n```python\na = 1\n```\n```python no-run\nboom()\n```\n```bash\nls\n```\n"
+    sample = "x\n```python\na = 1\n```\n```python {.no-run}\nboom()\n```\n```bash\nls\n```\n"
     assert python_blocks_from_text(sample) == [(3, "a = 1\n")]
+    with pytest.raises(ValueError, match="unknown fence info 'no-run'"):
+        python_blocks_from_text("```python no-run\nboom()\n```\n")
 
 
 def python_blocks_from_text(text: str) -> list[tuple[int, str]]:
@@ -47,7 +57,8 @@ def python_blocks_from_text(text: str) -> list[tuple[int, str]]:
     return python_blocks(tmp)
 
 
-DOC_FILES = sorted(DOCS.glob("*.md"))
+DOC_FILES = [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]
+"""The docs' pages, and the README, whose Python example must run as printed too."""
 
 
 def test_docs_exist() -> None:
@@ -107,6 +118,7 @@ STAND_INS: dict[str, tuple[Callable[[], list[Reply]], Callable[[ReplayServer, st
         check_index,
     ),
 }
+STAND_INS["README.md"] = STAND_INS["index.md"]  # the same first agent
 """Pages whose examples call OpenAI: the replies their stand-in plays, and what the page's
 run must have done with them (given the server and what the page printed)."""
 

@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from agentkit import Agent, ImageContent, ToolResultMessage  # noqa: E402
+from agentkit._extras import install_command  # noqa: E402
 from agentkit.integrations.mcp import MCPServer, MCPServerError  # noqa: E402
 from agentkit.testing import ScriptedModel, reply, tool_call  # noqa: E402
 from tests.servers import MCP_SERVER, MCPHttpServer  # noqa: E402
@@ -255,4 +256,4 @@ def test_without_the_sdk_the_error_names_the_extra() -> None:
         "    print(exc)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "pip install 'agentkit[mcp]'" in done.stdout
+    assert install_command("mcp") in done.stdout

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agentkit._extras import install_command
 from agentkit.local import CODER_0_5B, CODER_1_5B, EMBEDDED_MODELS, LocalModelNotInstalledError
 from agentkit.local.constants import weights_named_by
 from agentkit.local.weights import prepare_weights
@@ -36,7 +37,7 @@ def test_missing_parts_name_their_own_extra(tmp_path: Path) -> None:
     with pytest.raises(LocalModelNotInstalledError) as caught:
         prepare_weights(directory=tmp_path, weights=absent)
     assert "agentkit-no-such-part" in str(caught.value)
-    assert "agentkit[local-1-5b]" in str(caught.value) and "[local]" not in str(caught.value)
+    assert install_command("local-1-5b") in str(caught.value) and "[local]" not in str(caught.value)
 
 
 @pytest.mark.embedded

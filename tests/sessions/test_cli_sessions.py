@@ -44,7 +44,7 @@ def test_chat_resumes_a_session_and_sessions_manages_it(tmp_path: Path) -> None:
     assert code == 0 and out == "imported 5 messages as t2\n"
     assert Session("t2", store).load() == Session("trip", store).load()
 
-    assert run(["sessions", "--store", store, "rm", "trip"])[0] == 0
+    assert run(["sessions", "--store", store, "rm", "trip"])[:2] == (0, "removed session trip\n")
     code, _, err, _ = run(["sessions", "--store", store, "show", "trip"])
     assert code == 1 and "no session named 'trip'" in err
     code, _, err, _ = run(["sessions", "--store", store, "rm", "trip"])
@@ -59,3 +59,11 @@ def test_a_damaged_import_is_refused_by_line(tmp_path: Path) -> None:
     code, out, err, _ = run(["sessions", "--store", store, "import", str(bad)])
     assert code == 1 and "line 2: invalid JSON" in err and "nothing was imported" in err
     assert run(["sessions", "--store", store, "list"])[1] == ""
+
+
+def test_an_empty_store_says_so_on_stderr(tmp_path: Path) -> None:
+    store = tmp_path / "sessions.db"
+    code, out, err, _ = run(["sessions", "--store", str(store), "list"])
+    assert (code, out) == (0, "")  # stdout lists sessions, one a line: none
+    assert err == f"agentkit: no sessions in sqlite:///{store}\n"
+

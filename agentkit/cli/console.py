@@ -171,12 +171,17 @@ class Spinner:
         with self._lock:
             if self._thread is not None:
                 return
-            self._stop = threading.Event()
-            self._thread = threading.Thread(
-                target=self._tick, args=(self._stop, self.clock()), name="agentkit-spinner",
+            stop = self._stop = threading.Event()
+            thread = threading.Thread(
+                target=self._tick, args=(stop, self.clock()), name="agentkit-spinner",
                 daemon=True,
             )  # fmt: skip
-            self._thread.start()
+            try:
+                thread.start()
+            except BaseException:  # Ctrl-C while the thread starts: one begun anyway ends now
+                stop.set()
+                raise
+            self._thread = thread
 
     def stop(self) -> None:
         """Stop counting and remove the status line; waits for the ticker thread to end."""

@@ -913,3 +913,24 @@ def test_an_unknown_local_model_names_the_embedded_ones(workspace: Path) -> None
         "agentkit: 'qwen-9000' is neither an embedded model (qwen2.5-coder-0.5b, "
         "qwen2.5-coder-1.5b) nor a GGUF file\n"
     )
+
+
+def test_ctrl_c_while_the_spinners_thread_starts_leaves_nothing_to_join(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from agentkit.cli.console import Spinner
+
+    console = Console(io.StringIO(), io.StringIO(), io.StringIO())
+    monkeypatch.setattr(Console, "shows_status", property(lambda self: True))
+
+    def interrupted(self: threading.Thread) -> None:
+        raise KeyboardInterrupt  # Ctrl-C before the thread said it began
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    spinner = Spinner(console, "starting the local model")
+    with pytest.raises(KeyboardInterrupt), spinner:
+        pass
+    monkeypatch.undo()
+    spinner.stop()  # nothing half-started is left to join: it raised "cannot join" before

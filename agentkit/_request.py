@@ -117,6 +117,24 @@ def side_options(
     return options.model_copy(update=update)
 
 
+def side_request(
+    model: Model,
+    stream_fn: StreamFn,
+    options: StreamOptions,
+    messages: list[Any],
+    signal: AbortSignal,
+    *,
+    get_api_key: Callable[[str], str | None] | None = None,
+    max_tokens: int | None = None,
+    purpose: str = "summary",
+) -> ModelRequest:
+    """A request beside the turns (a summary, a judge) of ``messages``, with
+    :func:`side_options` and the key ``get_api_key`` gives for the model's provider."""
+    api_key = get_api_key(model.provider) if get_api_key is not None else None
+    options = side_options(options, api_key, signal, max_tokens)
+    return ModelRequest(model, Context(messages=messages), options, stream_fn, signal, purpose)
+
+
 def read_quietly(request: ModelRequest, grace: float, deadline: Deadline | None) -> AssistantMessage:
     """Make ``request`` and read its response to the end without events, as the loop reads
     its own (abortable, given up on ``grace`` seconds after an abort, ended at the
@@ -145,9 +163,7 @@ def request_once(
     """One request without tools and without events, outside a run (``agent.compact()``): made
     as the loop makes its own (:func:`read_quietly`). Returns the final message, an ``error``
     or ``aborted`` one when it failed; the caller counts its usage."""
-    api_key = get_api_key(model.provider) if get_api_key is not None else None
-    options = side_options(options, api_key, signal, None)
-    request = ModelRequest(model, Context(messages=messages), options, stream_fn, signal, "summary")
+    request = side_request(model, stream_fn, options, messages, signal, get_api_key=get_api_key)
     return read_quietly(request, grace, deadline)
 
 

@@ -764,7 +764,7 @@ class Agent(AgentOptions):
         abort during tools, a budget, a guardrail, a policy's reason), for every reader of the
         session; in memory too, so memory and store stay alike. No event announces it: a run's
         events are the loop's (SPEC 3.3)."""
-        entry = run_end_entry(result.stop_reason, result)
+        entry = run_end_entry(result)
         if entry is not None and self._session_writer is not None:
             self._session_writer.message_end(entry)
             self._state.messages.append(entry)

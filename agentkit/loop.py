@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._request import read_quietly, request_once, side_options, snapshot, stream_response
+from ._request import read_quietly, request_once, side_request, snapshot, stream_response
 from ._serialize import LLM_ROLES, clean_message
 from .abort import ABORTED_TEXT, AbortController, AbortSignal
 from .config import (
@@ -350,11 +350,10 @@ class _Run(RunScope):
     def complete(
         self, messages: list[Any], *, max_tokens: int | None = None, purpose: str = "summary"
     ) -> AssistantMessage:
-        get_api_key = self.config.get_api_key
-        api_key = get_api_key(self.model.provider) if get_api_key is not None else None
-        options = side_options(self.options, api_key, self.signal, max_tokens)
-        context = Context(messages=messages)
-        request = ModelRequest(self.model, context, options, self.stream_fn, self.signal, purpose)
+        request = side_request(
+            self.model, self.stream_fn, self.options, messages, self.signal,
+            get_api_key=self.config.get_api_key, max_tokens=max_tokens, purpose=purpose,
+        )  # fmt: skip
         return self.send(request)
 
     def run_tools(self, message: AssistantMessage, calls: list[ToolCall]) -> BatchOutcome:

@@ -48,12 +48,13 @@ def settle_interrupted(
         if cut_off or tool is None or not tool.idempotent:
             results.append(unsettled_result(call, cut_off))
             continue
-        results.append(_run_again(call, tools, assistant, messages, deps, approvals))
+        results.append(_run_again(call, tool, tools, assistant, messages, deps, approvals))
     return results
 
 
 def _run_again(
     call: ToolCall,
+    tool: AgentTool,
     tools: Sequence[AgentTool],
     assistant: AssistantMessage,
     messages: Sequence[Any],
@@ -71,7 +72,6 @@ def _run_again(
             call = call.model_copy(update={"arguments": dict(approved.arguments)})
     else:
         needs = approvals.needs_approval(call, False) if approvals is not None else False
-        tool = next(t for t in tools if t.name == call.name)
         if tool.requires_approval or needs:
             return unsettled_result(call)  # approved live, if at all: no record to run on
     outcome = run_tool_call(

@@ -535,10 +535,11 @@ def last_said(messages: Sequence[Any]) -> Any:
     return None
 
 
-def run_end_entry(stop_reason: str, result: Any) -> RunEndEntry | None:
+def run_end_entry(result: Any) -> RunEndEntry | None:
     """The entry that records how a run ended, or ``None`` when its transcript says it already:
     it stopped, waits for approval (its entries say so), or its last assistant message carries
     the same stop reason (a failed, aborted or cut-off response)."""
+    stop_reason = result.stop_reason
     if stop_reason in ("stop", "approval"):
         return None
     last = result.final_message

@@ -202,7 +202,7 @@ def main() -> None:
     parser.add_argument("--out", help="the JSON file to write (default: harness-<...>.json)")
     parser.add_argument("--keep", help="a folder to keep each task's event lines and stderr in")
     parser.add_argument("-k", action="append", default=[], help="only tasks whose name has this")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per task")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per task")
     parser.add_argument("--table", nargs="+", metavar="JSON", help="only print these reports")
     args = parser.parse_args()
     if args.table:

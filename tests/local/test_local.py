@@ -257,6 +257,26 @@ def test_the_health_wait_is_bounded_and_abortable() -> None:
 # --- models, template, lifecycle ----------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("cores", "load", "threads"), [(2, 0.3, 2), (2, 1.2, 1), (2, 9.0, 1), (8, 3.5, 5), (1, 0.0, 1)]
+)
+def test_the_server_takes_the_cores_the_load_leaves(
+    monkeypatch: pytest.MonkeyPatch, cores: int, load: float, threads: int
+) -> None:
+    monkeypatch.setattr(S.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(S.os, "getloadavg", lambda: (load, load, load))
+    assert S._default_threads() == threads
+
+
+def test_the_server_threads_without_a_load_average(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unavailable() -> tuple[float, float, float]:
+        raise OSError("no load average")
+
+    monkeypatch.setattr(S.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(S.os, "getloadavg", unavailable)
+    assert S._default_threads() == 2
+
+
 def test_models_for_each_api() -> None:
     url = "http://127.0.0.1:5555"
     chat = S.embedded_model(url)

@@ -18,6 +18,7 @@ from agentkit.harness import (
     HARNESS_POLICIES,
     CompletionCheck,
     FailureHints,
+    RepeatGuard,
     Step,
     TaskChecklist,
     ToolNames,
@@ -121,7 +122,8 @@ def test_an_answer_before_the_file_is_written_is_sent_back_with_what_is_missing(
     sent_back = model.requests[2].messages[-1]
     assert isinstance(sent_back, UserMessage)
     assert "summary.txt does not exist yet (call write_file)" in texts(sent_back)
-    assert model.requests[2].options.tool_choice == "required"  # a call, not another answer
+    # the next request asks for a call of the tool that does the missing step
+    assert model.requests[2].options.tool_choice == {"name": "write_file"}
     assert model.requests[3].options.tool_choice is None
 
 
@@ -261,6 +263,58 @@ def test_a_long_task_is_quoted_cut(ws: Path) -> None:
     assert len(note) < 700 and note.endswith('..."')
 
 
+# --- repeated calls -----------------------------------------------------------------------------
+
+
+def test_a_repeated_read_is_refused_and_the_next_step_asked_for(ws: Path) -> None:
+    read = tool_call("read_file", {"path": "letter.txt"})
+    model = ScriptedModel(
+        [
+            reply(read),
+            reply(tool_call("read_file", {"path": "letter.txt"})),  # the same read again
+            reply(tool_call("write_file", {"path": "summary.txt", "content": "Thursday."})),
+            "Done.",
+        ]
+    )
+    agent = agent_for(ws, model, RepeatGuard(ws))
+    agent.prompt("Read letter.txt, then write a one-line summary of it to summary.txt.")
+    refused = model.requests[2].messages[-1]
+    assert refused.is_error
+    assert "read_file was already called with these arguments" in texts(refused)
+    assert "Do the next step now: write summary.txt (call write_file)." in texts(refused)
+    assert model.requests[2].options.tool_choice == {"name": "write_file"}
+    assert model.requests[3].options.tool_choice is None
+
+
+def test_a_read_after_a_write_is_no_repeat(ws: Path) -> None:
+    model = ScriptedModel(
+        [
+            reply(tool_call("read_file", {"path": "settings.ini"})),
+            reply(tool_call("edit_file", {"path": "settings.ini", "old_text": "info", "new_text": "debug"})),
+            reply(tool_call("read_file", {"path": "settings.ini"})),  # to see the change: allowed
+            "Done.",
+        ]
+    )
+    agent = agent_for(ws, model, RepeatGuard(ws))
+    agent.prompt("Change the level in settings.ini to debug.")
+    last = model.requests[3].messages[-1]
+    assert not last.is_error and "level = debug" in texts(last)
+
+
+def test_a_repeat_with_nothing_left_to_do_is_told_to_answer(ws: Path) -> None:
+    model = ScriptedModel(
+        [
+            reply(tool_call("read_file", {"path": "letter.txt"})),
+            reply(tool_call("read_file", {"path": "letter.txt"})),
+            "Thursday.",
+        ]
+    )
+    agent = agent_for(ws, model, RepeatGuard(ws))
+    assert agent.prompt("Which day is in letter.txt?").text == "Thursday."
+    assert "Answer the request from the results above." in texts(model.requests[2].messages[-1])
+    assert model.requests[2].options.tool_choice is None
+
+
 # --- the re-read after a write, the hint after a failed edit --------------------------------------
 
 
@@ -322,6 +376,23 @@ def test_a_failed_edit_shows_what_the_file_holds(ws: Path) -> None:
     assert result.is_error
     assert "old_text was not found" in texts(result)
     assert "settings.ini holds (copy old_text from it exactly):\n[log]\nlevel = info" in texts(result)
+
+
+def test_a_read_of_a_folder_gets_its_listing(ws: Path) -> None:
+    model = ScriptedModel([reply(tool_call("read_file", {"path": "docs"})), "ok"])
+    agent = agent_for(ws, model, FailureHints())
+    agent.prompt("What is in docs?")
+    result = model.requests[1].messages[-1]
+    assert not result.is_error
+    assert texts(result) == "docs is a folder, not a file. It holds:\ndeploy.md"
+
+
+def test_a_read_of_a_missing_file_keeps_its_error(ws: Path) -> None:
+    model = ScriptedModel([reply(tool_call("read_file", {"path": "nope.txt"})), "ok"])
+    agent = agent_for(ws, model, FailureHints())
+    agent.prompt("Read nope.txt")
+    result = model.requests[1].messages[-1]
+    assert result.is_error and "nope.txt" in texts(result) and "holds" not in texts(result)
 
 
 def test_the_notes_name_the_agents_own_tools(ws: Path) -> None:

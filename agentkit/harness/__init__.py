@@ -15,11 +15,15 @@ the calls the transcript shows (with the workspace's files, when a workspace is 
   to write that does not exist, one it says to change that is unchanged, a command it says to
   run that never ran, a file it names that nothing looked at. It sends the model back with
   what is missing, and asks for a tool call, at most ``max_sendbacks`` times a run.
+- :class:`RepeatGuard` refuses a read, listing or search that repeats an earlier one word for
+  word with nothing written since (a small model loops on them), and asks for the next step's
+  tool instead.
 - :class:`VerifyWrites` re-reads a file after each write or edit and adds what it now holds to
   the tool's result; a ``.json`` or ``.py`` file that no longer parses makes the result an
   error that says so.
 - :class:`FailureHints` adds to a failed edit what the file really holds, so the model can copy
-  the text it meant instead of guessing again.
+  the text it meant instead of guessing again, and answers a read of a folder with its
+  listing.
 
 :func:`harness_policies` makes them (the ``agentkit`` command turns them on for the embedded
 model; ``--harness off`` turns them off). They work with any tools whose calls name files in
@@ -34,13 +38,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..policy import RunPolicy
-from .policies import CompletionCheck, FailureHints, TaskChecklist, VerifyWrites
+from .policies import CompletionCheck, FailureHints, RepeatGuard, TaskChecklist, VerifyWrites
 from .steps import WORKSPACE_TOOLS, Step, TaskState, ToolNames, task_steps
 
 __all__ = [
     "HARNESS_POLICIES",
     "CompletionCheck",
     "FailureHints",
+    "RepeatGuard",
     "Step",
     "TaskChecklist",
     "TaskState",
@@ -51,7 +56,7 @@ __all__ = [
     "task_steps",
 ]
 
-HARNESS_POLICIES: tuple[str, ...] = ("checklist", "completion", "verify", "hints")
+HARNESS_POLICIES: tuple[str, ...] = ("checklist", "completion", "repeats", "verify", "hints")
 """The harness's policies by name, in the order :func:`harness_policies` chains them."""
 
 
@@ -70,6 +75,7 @@ def harness_policies(
     made: dict[str, RunPolicy] = {
         "checklist": TaskChecklist(workspace, tools),
         "completion": CompletionCheck(workspace, tools),
+        "repeats": RepeatGuard(workspace, tools),
         "verify": VerifyWrites(tools),
         "hints": FailureHints(tools),
     }

@@ -11,9 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from ..abort import AbortSignal
-from ..policy import CallHandler, ModelRequest, RequestHandler, RunPolicy, RunScope, ToolCallRun
+from ..policy import (
+    CallHandler,
+    ModelRequest,
+    PreparedCall,
+    RequestHandler,
+    RunPolicy,
+    RunScope,
+    ToolCallRun,
+)
 from ..types import AgentToolResult, AssistantMessage, TextContent, UserMessage, role_of
-from .steps import WORKSPACE_TOOLS, TaskState, ToolNames, how_to, tool_names
+from .steps import WORKSPACE_TOOLS, Step, TaskState, ToolNames, how_to, tool_for, tool_names
 
 TASK_QUOTE_CHARS = 400
 """How much of the task a note quotes (a long task is cut, with "...")."""
@@ -93,8 +101,8 @@ class CompletionCheck(RunPolicy):
     write that does not exist, a file it says to change that is unchanged, a command it says
     to run that never ran, a file or folder it names that no call looked at. When something is
     missing, the answer is not accepted: the model reads what is missing and the next request
-    asks for a tool call (``tool_choice="required"``), at most ``max_sendbacks`` times a run
-    (then the answer stands).
+    asks for a call of the tool that does the first missing step (``tool_choice``), at most
+    ``max_sendbacks`` times a run (then the answer stands).
 
     It costs nothing when the answer is complete; otherwise one more turn (a send-back of
     about 40 tokens, and the model's call).
@@ -125,7 +133,7 @@ class CompletionCheck(RunPolicy):
         if not missing:
             return None
         task.sendbacks += 1
-        run.state[_SENT_BACK] = True
+        _ask_for(run, missing[0][0], self.names)
         tools = tool_names(run)
         parts = [f"{why}{how_to(step, self.names, tools)}" for step, why in missing]
         return [
@@ -138,14 +146,89 @@ class CompletionCheck(RunPolicy):
     def wrap_request(
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler
     ) -> AssistantMessage:
-        if not run.state.pop(_SENT_BACK, False) or request.options.tool_choice is not None:
-            return call_next(request)
-        options = request.options.model_copy(update={"tool_choice": "required"})
-        return call_next(dataclasses.replace(request, options=options))
+        return call_next(_with_asked_call(run, request))
 
 
-_SENT_BACK = "agentkit.harness.sent_back"
-"""Set in ``RunScope.state`` when a send-back asks the next request for a tool call."""
+_NEXT_CALL = "agentkit.harness.next_call"
+"""Set in ``RunScope.state`` to the tool the next request must call (``"required"``: any)."""
+
+
+def _ask_for(run: RunScope, step: Step | None, names: ToolNames) -> None:
+    """Make the next request ask for a call of the tool that does ``step`` (any tool when the
+    agent lacks it, or when there is no step)."""
+    tool = tool_for(step, names) if step is not None else None
+    run.state[_NEXT_CALL] = tool if tool in tool_names(run) else "required"
+
+
+def _with_asked_call(run: RunScope, request: ModelRequest) -> ModelRequest:
+    """``request`` asking for the call :func:`_ask_for` chose, once; unchanged when none was
+    chosen or the request already says what it wants (``tool_choice``)."""
+    wanted = run.state.pop(_NEXT_CALL, None)
+    if wanted is None or request.options.tool_choice is not None:
+        return request
+    choice: Any = "required" if wanted == "required" else {"name": wanted}
+    return dataclasses.replace(
+        request, options=request.options.model_copy(update={"tool_choice": choice})
+    )
+
+
+class RepeatGuard(RunPolicy):
+    """Refuses a call that repeats, word for word, a read, a listing or a search the run made
+    before with success, when nothing was written since: its result would be the same, and a
+    small model that asks again is looping (the embedded 0.5B model read the same file twelve
+    times instead of writing the summary it was asked for). The model reads that the result
+    is above and what the task's next step is, and the next request asks for that step's tool.
+
+    It costs nothing until a call repeats; then the refusal (about 40 tokens) instead of the
+    repeated result.
+    """
+
+    name = "repeats"
+
+    def __init__(self, workspace: str | Path | None = None, names: ToolNames = WORKSPACE_TOOLS):
+        self.workspace = Path(workspace) if workspace is not None else None
+        self.names = names
+
+    def start(self, run: RunScope) -> None:
+        TaskState.of(run, self.workspace)
+
+    def review_calls(self, run: RunScope, calls: list[PreparedCall]) -> None:
+        looking = (self.names.read, self.names.list, self.names.search)
+        repeats = [c for c in calls if c.tool_call.name in looking and c.verdict != "deny"]
+        if not repeats:
+            return
+        task = TaskState.of(run, self.workspace)
+        seen: set[str] = set()
+        for made in task.calls(run):
+            if made.name in looking and made.ok:
+                seen.add(_key(made.name, made.arguments))
+            elif made.name not in looking:  # a write or a command may change what a read shows
+                seen.clear()
+        for call in repeats:
+            if _key(call.tool_call.name, call.tool_call.arguments) not in seen:
+                continue
+            missing = task.missing(run, self.names)
+            step = missing[0][0] if missing else None
+            then = (
+                f"Do the next step now: {step.describe()}{how_to(step, self.names, tool_names(run))}."
+                if step is not None
+                else "Answer the request from the results above."
+            )
+            call.deny(
+                f"{call.tool_call.name} was already called with these arguments, and its "
+                f"result (above) has not changed. {then}"
+            )
+            if step is not None:
+                _ask_for(run, step, self.names)
+
+    def wrap_request(
+        self, run: RunScope, request: ModelRequest, call_next: RequestHandler
+    ) -> AssistantMessage:
+        return call_next(_with_asked_call(run, request))
+
+
+def _key(name: str, arguments: Any) -> str:
+    return name + json.dumps(arguments, sort_keys=True, default=str)
 
 
 VERIFY_MAX_LINES = 30
@@ -193,9 +276,11 @@ class VerifyWrites(RunPolicy):
 
 
 class FailureHints(RunPolicy):
-    """Adds to a failed edit what the file really holds (at most :data:`VERIFY_MAX_LINES`
-    lines), so a small model copies the text it meant to replace instead of guessing it again
-    and again. It costs the file's lines on a failed edit, nothing otherwise."""
+    """Turns two failures a small model repeats into something it can use. A failed edit gets
+    what the file really holds (at most :data:`VERIFY_MAX_LINES` lines), so the model copies
+    the text it meant to replace instead of guessing it again; a read of a folder gets the
+    folder's listing instead of an error. It costs the file's lines or the listing on such a
+    failure, nothing otherwise."""
 
     name = "hints"
 
@@ -205,28 +290,37 @@ class FailureHints(RunPolicy):
     def wrap_tool_call(
         self, run: RunScope, call: ToolCallRun, call_next: CallHandler
     ) -> AgentToolResult:
+        if call.tool.name not in (self.names.edit, self.names.read):
+            return call_next(call)
         try:
             result = call_next(call)
         except Exception as exc:
-            if call.tool.name != self.names.edit:
+            better = self._instead(run, call, str(exc))
+            if better is None:
                 raise
-            hint = self._hint(run, call)
-            if hint is None:
-                raise
-            return AgentToolResult(content=f"{exc}{hint}", is_error=True)
-        if call.tool.name != self.names.edit or not result.is_error:
+            return better
+        if not result.is_error:
             return result
-        hint = self._hint(run, call)
-        if hint is None:
-            return result
-        return result.model_copy(update={"content": [*result.content, TextContent(text=hint)]})
+        return self._instead(run, call, result.text) or result
 
-    def _hint(self, run: RunScope, call: ToolCallRun) -> str | None:
+    def _instead(self, run: RunScope, call: ToolCallRun, error: str) -> AgentToolResult | None:
+        """What a failed read or edit of ``call`` gives instead of ``error``, if anything."""
         path = _argument(call, "path")
-        text = _read_back(run, self.names, path, call.signal) if path else None
+        if path is None:
+            return None
+        if call.tool.name == self.names.read:
+            listing = _run_tool(run, self.names.list, {"path": path}, call.signal)
+            if listing is None:
+                return None
+            return AgentToolResult(
+                content=f"{path} is a folder, not a file. It holds:\n{listing}",
+                details={"path": path, "folder": True},
+            )
+        text = _run_tool(run, self.names.read, {"path": path}, call.signal)
         if text is None:
             return None
-        return f"\n{path} holds (copy old_text from it exactly):\n{_excerpt(text, 1)}"
+        hint = f"\n{path} holds (copy old_text from it exactly):\n{_excerpt(text, 1)}"
+        return AgentToolResult(content=f"{error}{hint}", is_error=True)
 
 
 def _argument(call: ToolCallRun, name: str) -> str | None:
@@ -236,14 +330,19 @@ def _argument(call: ToolCallRun, name: str) -> str | None:
 
 
 def _read_back(run: RunScope, names: ToolNames, path: str, signal: AbortSignal) -> str | None:
-    """The text of ``path`` as the agent's read tool returns it, or ``None`` (no read tool, or
-    it failed)."""
-    reader = next((t for t in run.context.tools if t.name == names.read), None)
-    if reader is None:
+    """The text of ``path`` as the agent's read tool returns it, or ``None``."""
+    return _run_tool(run, names.read, {"path": path}, signal)
+
+
+def _run_tool(run: RunScope, name: str, params: dict[str, Any], signal: AbortSignal) -> str | None:
+    """The text of a call of the agent's tool ``name``, or ``None`` (no such tool, or the
+    call failed): the harness looks through the agent's own tools, within their bounds."""
+    tool = next((t for t in run.context.tools if t.name == name), None)
+    if tool is None:
         return None
     try:
-        result = reader.execute("harness-read-back", {"path": path}, signal, lambda _: None)
-    except Exception:  # a read that fails leaves the result as it was
+        result = tool.execute("agentkit-harness", params, signal, lambda _: None)
+    except Exception:  # a look that fails leaves the call's own result as it was
         return None
     if not isinstance(result, AgentToolResult) or result.is_error:
         return None

@@ -20,13 +20,14 @@ StepKind = Literal["look", "write", "change", "run"]
 @dataclass(frozen=True)
 class ToolNames:
     """Which tools the harness names in its notes and recognises in the transcript: the tool
-    that reads a file, writes one, edits one, lists a folder and runs a command (the workspace
-    tools' names by default). A tool the agent lacks is never suggested."""
+    that reads a file, writes one, edits one, lists a folder, searches text and runs a command
+    (the workspace tools' names by default). A tool the agent lacks is never suggested."""
 
     read: str = "read_file"
     write: str = "write_file"
     edit: str = "edit_file"
     list: str = "list_folder"
+    search: str = "search_text"
     run: str = "run_command"
 
 
@@ -241,11 +242,14 @@ class TaskState:
         replaced the prompt)."""
         return next((i for i, m in enumerate(messages) if m is self.prompt), 0)
 
+    def calls(self, run: RunScope) -> list[Call]:
+        """The tool calls the run made so far, in order."""
+        messages = run.context.messages
+        return _calls(messages, self.start(messages))
+
     def missing(self, run: RunScope, names: ToolNames) -> list[tuple[Step, str]]:
         """The steps the run has not done yet, each with what is missing."""
-        messages = run.context.messages
-        calls = _calls(messages, self.start(messages))
-        statuses = _status(self, calls, names)
+        statuses = _status(self, self.calls(run), names)
         return [(s, why) for s, why in zip(self.steps, statuses, strict=True) if why]
 
 
@@ -263,14 +267,17 @@ def _digest(root: Path | None, path: str) -> str | None:
 
 
 @dataclass
-class _Call:
+class Call:
+    """A tool call the run made: its tool, its arguments, whether it succeeded, and the text
+    of its result."""
+
     name: str
     arguments: dict[str, Any]
     ok: bool
     result: str
 
 
-def _calls(messages: Sequence[Any], start: int) -> list[_Call]:
+def _calls(messages: Sequence[Any], start: int) -> list[Call]:
     """The tool calls made since ``start``, each with whether its result was a success."""
     results = {
         m.tool_call_id: m for m in messages[start:] if isinstance(m, ToolResultMessage)
@@ -285,11 +292,11 @@ def _calls(messages: Sequence[Any], start: int) -> list[_Call]:
                 ok = result is not None and not result.is_error
                 arguments = block.arguments if isinstance(block.arguments, dict) else {}
                 text = text_of(result) if result is not None else ""
-                calls.append(_Call(block.name, arguments, ok, text))
+                calls.append(Call(block.name, arguments, ok, text))
     return calls
 
 
-def _mentions(call: _Call, target: str) -> bool:
+def _mentions(call: Call, target: str) -> bool:
     """Whether a call's arguments name ``target`` (a path or a command's key)."""
     bare = target.strip("/")
     for value in call.arguments.values():
@@ -300,7 +307,7 @@ def _mentions(call: _Call, target: str) -> bool:
     return False
 
 
-def _status(task: TaskState, calls: list[_Call], names: ToolNames) -> list[str | None]:
+def _status(task: TaskState, calls: list[Call], names: ToolNames) -> list[str | None]:
     """For each step of the task, ``None`` when the run did it, else what is missing.
 
     A file to write or change is judged on disk when the run has a workspace (it exists, or
@@ -340,7 +347,7 @@ def _status(task: TaskState, calls: list[_Call], names: ToolNames) -> list[str |
 def _written(
     step: Step,
     task: TaskState,
-    calls: list[_Call],
+    calls: list[Call],
     names: ToolNames,
     looked: list[tuple[str, int | None]],
 ) -> tuple[str | None, int | None]:
@@ -370,12 +377,12 @@ def _written(
     return None, last
 
 
-def _first(calls: list[_Call], test: Any, start: int = 0) -> int | None:
+def _first(calls: list[Call], test: Any, start: int = 0) -> int | None:
     """The index of the first call from ``start`` on that passes ``test``."""
     return next((i for i in range(start, len(calls)) if test(calls[i])), None)
 
 
-def _shows(call: _Call, target: str) -> bool:
+def _shows(call: Call, target: str) -> bool:
     """Whether a call looked at ``target``: its arguments name it, or, for a folder, its
     result shows a path inside it (a listing or search of the folder above)."""
     if _mentions(call, target):
@@ -383,14 +390,16 @@ def _shows(call: _Call, target: str) -> bool:
     return not FILE_NAME.search(target) and target.strip("/") + "/" in call.result
 
 
+def tool_for(step: Step, names: ToolNames) -> str:
+    """The tool that does ``step``."""
+    if step.kind == "look":
+        return names.read if FILE_NAME.search(step.target) else names.list
+    return {"write": names.write, "change": names.edit, "run": names.run}[step.kind]
+
+
 def how_to(step: Step, names: ToolNames, tools: set[str]) -> str:
-    """How a step is done, naming a tool the agent has."""
-    tool = {
-        "write": names.write,
-        "change": names.edit,
-        "run": names.run,
-        "look": names.read if FILE_NAME.search(step.target) else names.list,
-    }[step.kind]
+    """How a step is done, naming a tool the agent has: `` (call write_file)``, or nothing."""
+    tool = tool_for(step, names)
     return f" (call {tool})" if tool in tools else ""
 
 

@@ -170,6 +170,26 @@ def test_a_required_call_admits_a_call_and_nothing_else() -> None:
     assert "tool_choice" not in constrained  # the server refuses it beside a grammar
 
 
+def test_a_named_tool_choice_admits_a_call_of_that_tool_only() -> None:
+    payload = _payload()
+    write = json.loads(json.dumps(payload["tools"][0]))
+    write["function"]["name"] = "write_file"
+    payload["tools"].append(write)
+    payload["tool_choice"] = {"type": "function", "function": {"name": "write_file"}}
+    constrained = constrain_tool_calls(payload)
+    grammar = constrained["grammar"]
+    assert matches(grammar, '{"name": "write_file", "arguments": {"path": "a"}}')
+    assert not matches(grammar, '{"name": "read_file", "arguments": {"path": "a"}}')
+    assert not matches(grammar, "I will write it.")
+    assert "tool_choice" not in constrained
+    system = constrained["messages"][0]["content"]
+    assert '"read_file"' in system and '"write_file"' in system  # the declarations stay whole
+    payload["tool_choice"] = {"type": "function", "function": {"name": "no_such_tool"}}
+    unknown = constrain_tool_calls(payload)["grammar"]  # nothing to hold it to: as "auto"
+    assert matches(unknown, '{"name": "read_file", "arguments": {"path": "a"}}')
+    assert matches(unknown, "An answer.")
+
+
 def test_a_task_that_names_a_file_gets_a_call_before_an_answer(
     server: ReplayServer, tmp_path: Any
 ) -> None:

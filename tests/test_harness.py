@@ -286,6 +286,24 @@ def test_a_repeated_read_is_refused_and_the_next_step_asked_for(ws: Path) -> Non
     assert model.requests[3].options.tool_choice is None
 
 
+def test_a_repeated_failing_read_is_refused_with_its_failure(ws: Path) -> None:
+    guess = {"path": "docs/port.txt"}
+    model = ScriptedModel(
+        [
+            reply(tool_call("read_file", guess)),
+            reply(tool_call("list_folder", {"path": "docs"})),
+            reply(tool_call("read_file", guess)),  # the same guess, after a listing
+            "Port 7070.",
+        ]
+    )
+    agent = agent_for(ws, model, RepeatGuard(ws))
+    agent.prompt("Which port does the service in docs use?")
+    refused = texts(model.requests[3].messages[-1])
+    assert refused.startswith("The call failed: ") is False  # the loop marks it, not the policy
+    assert "read_file was already called with these arguments: it failed (docs/port.txt" in refused
+    assert "it would fail again. Call a tool with other arguments" in refused
+
+
 def test_a_read_after_a_write_is_no_repeat(ws: Path) -> None:
     model = ScriptedModel(
         [
@@ -387,12 +405,22 @@ def test_a_read_of_a_folder_gets_its_listing(ws: Path) -> None:
     assert texts(result) == "docs is a folder, not a file. It holds:\ndeploy.md"
 
 
-def test_a_read_of_a_missing_file_keeps_its_error(ws: Path) -> None:
-    model = ScriptedModel([reply(tool_call("read_file", {"path": "nope.txt"})), "ok"])
+def test_a_read_of_a_missing_file_names_the_files_beside_it(ws: Path) -> None:
+    model = ScriptedModel(
+        [
+            reply(tool_call("read_file", {"path": "docs/port.txt"})),
+            reply(tool_call("read_file", {"path": "nowhere/x.txt"})),
+            "ok",
+        ]
+    )
     agent = agent_for(ws, model, FailureHints())
-    agent.prompt("Read nope.txt")
-    result = model.requests[1].messages[-1]
-    assert result.is_error and "nope.txt" in texts(result) and "holds" not in texts(result)
+    agent.prompt("Which port?")
+    guessed, lost = model.requests[1].messages[-1], model.requests[2].messages[-1]
+    assert guessed.is_error and "docs/port.txt does not exist" in texts(guessed)
+    assert texts(guessed).endswith("\ndocs holds: docs/deploy.md.")
+    assert texts(lost).endswith(
+        "\nThe workspace holds: calc.py, docs/, letter.txt, settings.ini."
+    )
 
 
 def test_the_notes_name_the_agents_own_tools(ws: Path) -> None:

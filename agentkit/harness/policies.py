@@ -21,7 +21,7 @@ from ..policy import (
     ToolCallRun,
 )
 from ..types import AgentToolResult, AssistantMessage, TextContent, UserMessage, role_of
-from .steps import WORKSPACE_TOOLS, Step, TaskState, ToolNames, how_to, tool_for, tool_names
+from .steps import WORKSPACE_TOOLS, Call, Step, TaskState, ToolNames, how_to, tool_for, tool_names
 
 TASK_QUOTE_CHARS = 400
 """How much of the task a note quotes (a long task is cut, with "...")."""
@@ -174,8 +174,8 @@ def _with_asked_call(run: RunScope, request: ModelRequest) -> ModelRequest:
 
 class RepeatGuard(RunPolicy):
     """Refuses a call that repeats, word for word, a read, a listing or a search the run made
-    before with success, when nothing was written since: its result would be the same, and a
-    small model that asks again is looping (the embedded 0.5B model read the same file twelve
+    before, when nothing was written or run since: its result would be the same (a success or
+    the same failure), and a small model that asks again is looping (the embedded 0.5B model read the same file twelve
     times instead of writing the summary it was asked for). The model reads that the result
     is above and what the task's next step is, and the next request asks for that step's tool.
 
@@ -198,14 +198,15 @@ class RepeatGuard(RunPolicy):
         if not repeats:
             return
         task = TaskState.of(run, self.workspace)
-        seen: set[str] = set()
+        seen: dict[str, Call] = {}  # the looks since the last write or command, by call
         for made in task.calls(run):
-            if made.name in looking and made.ok:
-                seen.add(_key(made.name, made.arguments))
-            elif made.name not in looking:  # a write or a command may change what a read shows
+            if made.name in looking:
+                seen[_key(made.name, made.arguments)] = made
+            else:  # a write or a command may change what a look shows
                 seen.clear()
         for call in repeats:
-            if _key(call.tool_call.name, call.tool_call.arguments) not in seen:
+            before = seen.get(_key(call.tool_call.name, call.tool_call.arguments))
+            if before is None:
                 continue
             missing = task.missing(run, self.names)
             step = missing[0][0] if missing else None
@@ -214,10 +215,12 @@ class RepeatGuard(RunPolicy):
                 if step is not None
                 else "Answer the request from the results above."
             )
-            call.deny(
-                f"{call.tool_call.name} was already called with these arguments, and its "
-                f"result (above) has not changed. {then}"
-            )
+            if before.ok:
+                said = "its result (above) has not changed"
+            else:
+                said = f"it failed ({_first_line_of(before.result)}); it would fail again"
+                then = "Call a tool with other arguments, or answer from the results above."
+            call.deny(f"{call.tool_call.name} was already called with these arguments: {said}. {then}")
             if step is not None:
                 _ask_for(run, step, self.names)
 
@@ -225,6 +228,11 @@ class RepeatGuard(RunPolicy):
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler
     ) -> AssistantMessage:
         return call_next(_with_asked_call(run, request))
+
+
+def _first_line_of(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "no result"
+    return line.removeprefix("The call failed: ")[:200]
 
 
 def _key(name: str, arguments: Any) -> str:
@@ -279,8 +287,10 @@ class FailureHints(RunPolicy):
     """Turns two failures a small model repeats into something it can use. A failed edit gets
     what the file really holds (at most :data:`VERIFY_MAX_LINES` lines), so the model copies
     the text it meant to replace instead of guessing it again; a read of a folder gets the
-    folder's listing instead of an error. It costs the file's lines or the listing on such a
-    failure, nothing otherwise."""
+    folder's listing instead of an error; a read of a file that does not exist gets the names
+    of the files beside it (a small model guesses a name, ``docs/port.txt``, and reads it
+    again and again). It costs the file's lines or the listing on such a failure, nothing
+    otherwise."""
 
     name = "hints"
 
@@ -310,17 +320,38 @@ class FailureHints(RunPolicy):
             return None
         if call.tool.name == self.names.read:
             listing = _run_tool(run, self.names.list, {"path": path}, call.signal)
-            if listing is None:
-                return None
-            return AgentToolResult(
-                content=f"{path} is a folder, not a file. It holds:\n{listing}",
-                details={"path": path, "folder": True},
-            )
+            if listing is not None:
+                return AgentToolResult(
+                    content=f"{path} is a folder, not a file. It holds:\n{listing}",
+                    details={"path": path, "folder": True},
+                )
+            nearby = self._nearby(run, call, path)
+            return AgentToolResult(content=f"{error}{nearby}", is_error=True) if nearby else None
         text = _run_tool(run, self.names.read, {"path": path}, call.signal)
         if text is None:
             return None
         hint = f"\n{path} holds (copy old_text from it exactly):\n{_excerpt(text, 1)}"
         return AgentToolResult(content=f"{error}{hint}", is_error=True)
+
+
+    def _nearby(self, run: RunScope, call: ToolCallRun, path: str) -> str | None:
+        """The files beside a path that could not be read (its folder's listing, as paths the
+        read tool takes), so a model that guessed a name sees the real ones."""
+        parent = path.replace("\\", "/").rstrip("/").rpartition("/")[0]
+        for folder in dict.fromkeys([parent, "."]):
+            listing = _run_tool(run, self.names.list, {"path": folder or "."}, call.signal)
+            if listing is None:
+                continue
+            entries = [e for e in listing.splitlines() if e and not e.startswith("[")]
+            shown = [f"{folder}/{e}" if folder not in ("", ".") else e for e in entries]
+            more = f" and {len(shown) - NEARBY_ENTRIES} more" if len(shown) > NEARBY_ENTRIES else ""
+            where = folder if folder not in ("", ".") else "The workspace"
+            return f"\n{where} holds: {', '.join(shown[:NEARBY_ENTRIES])}{more}."
+        return None
+
+
+NEARBY_ENTRIES = 30
+"""How many entries of a folder :class:`FailureHints` names after a read of a missing file."""
 
 
 def _argument(call: ToolCallRun, name: str) -> str | None:

@@ -278,7 +278,8 @@ class Call:
 
 
 def _calls(messages: Sequence[Any], start: int) -> list[Call]:
-    """The tool calls made since ``start``, each with whether its result was a success."""
+    """The tool calls made since ``start`` that have a result (a batch under way has none
+    yet), each with whether its result was a success."""
     results = {
         m.tool_call_id: m for m in messages[start:] if isinstance(m, ToolResultMessage)
     }
@@ -287,12 +288,11 @@ def _calls(messages: Sequence[Any], start: int) -> list[Call]:
         if not isinstance(message, AssistantMessage):
             continue
         for block in message.content:
-            if isinstance(block, ToolCall):
-                result = results.get(block.id)
-                ok = result is not None and not result.is_error
-                arguments = block.arguments if isinstance(block.arguments, dict) else {}
-                text = text_of(result) if result is not None else ""
-                calls.append(Call(block.name, arguments, ok, text))
+            if not isinstance(block, ToolCall) or block.id not in results:
+                continue
+            result = results[block.id]
+            arguments = block.arguments if isinstance(block.arguments, dict) else {}
+            calls.append(Call(block.name, arguments, not result.is_error, text_of(result)))
     return calls
 
 

@@ -243,7 +243,7 @@ def test_the_checklist_follows_each_tool_batch_and_stays_out_of_the_transcript(w
     assert "[x] look at letter.txt" in second
     assert "[ ] write summary.txt (call write_file)" in second
     assert "Do the next step now: write summary.txt." in second
-    assert "[x] write summary.txt" in third and "answer it from the results above" in third
+    assert "[x] write summary.txt" in third and "Every step is done. Now answer" in third
     assert not any("[x]" in texts(m) for m in agent.state.messages if m.role == "user")
 
 
@@ -266,7 +266,7 @@ def test_a_long_task_is_quoted_cut(ws: Path) -> None:
 # --- repeated calls -----------------------------------------------------------------------------
 
 
-def test_a_repeated_read_is_refused_and_the_next_step_asked_for(ws: Path) -> None:
+def test_a_repeated_read_is_not_run_again_and_the_next_step_asked_for(ws: Path) -> None:
     read = tool_call("read_file", {"path": "letter.txt"})
     model = ScriptedModel(
         [
@@ -278,12 +278,49 @@ def test_a_repeated_read_is_refused_and_the_next_step_asked_for(ws: Path) -> Non
     )
     agent = agent_for(ws, model, RepeatGuard(ws))
     agent.prompt("Read letter.txt, then write a one-line summary of it to summary.txt.")
-    refused = model.requests[2].messages[-1]
-    assert refused.is_error
-    assert "read_file was already called with these arguments" in texts(refused)
-    assert "Do the next step now: write summary.txt (call write_file)." in texts(refused)
+    repeated = model.requests[2].messages[-1]
+    assert not repeated.is_error and repeated.details == {"repeated": True}
+    assert texts(repeated) == (
+        "(Not run again: this same read_file call was made before and its result, above, still "
+        "stands.) Do the next step now: write summary.txt (call write_file)."
+    )
     assert model.requests[2].options.tool_choice == {"name": "write_file"}
     assert model.requests[3].options.tool_choice is None
+
+
+def test_a_repeated_command_with_nothing_left_asks_for_an_answer(ws: Path) -> None:
+    count = {"command": "grep -c total calc.py > count.txt"}
+    model = ScriptedModel(
+        [
+            reply(tool_call("run_command", count)),
+            reply(tool_call("list_folder", {})),
+            reply(tool_call("run_command", count)),  # the same command, nothing written since
+            "count.txt holds 3.",
+        ]
+    )
+    agent = agent_for(ws, model, RepeatGuard(ws))
+    result = agent.prompt("Count the lines of calc.py with total and write the count to count.txt.")
+    assert result.text == "count.txt holds 3."
+    assert "Answer my request now" in texts(model.requests[3].messages[-1])
+    assert model.requests[3].options.tool_choice == "none"
+    ran = [m for m in result if m.role == "tool_result" and m.tool_name == "run_command"]
+    assert ran[1].details == {"repeated": True}
+
+
+def test_a_command_after_a_change_runs_again(ws: Path) -> None:
+    run = {"command": "python3 calc.py"}
+    fix = {"path": "calc.py", "old_text": "total = v", "new_text": "total += v"}
+    model = ScriptedModel(
+        [
+            reply(tool_call("run_command", run)),
+            reply(tool_call("edit_file", fix)),
+            reply(tool_call("run_command", run)),
+            "3",
+        ]
+    )
+    agent = agent_for(ws, model, RepeatGuard(ws))
+    agent.prompt("Fix calc.py, then run python3 calc.py.")
+    assert texts(model.requests[3].messages[-1]).startswith("Exit code 0")
 
 
 def test_a_repeated_failing_read_is_refused_with_its_failure(ws: Path) -> None:
@@ -298,10 +335,12 @@ def test_a_repeated_failing_read_is_refused_with_its_failure(ws: Path) -> None:
     )
     agent = agent_for(ws, model, RepeatGuard(ws))
     agent.prompt("Which port does the service in docs use?")
-    refused = texts(model.requests[3].messages[-1])
-    assert refused.startswith("The call failed: ") is False  # the loop marks it, not the policy
-    assert "read_file was already called with these arguments: it failed (docs/port.txt" in refused
-    assert "it would fail again. Call a tool with other arguments" in refused
+    refused = model.requests[3].messages[-1]
+    assert refused.is_error
+    assert "read_file was already called with these arguments and failed (docs/port.txt" in texts(
+        refused
+    )
+    assert "it would fail again. Call a tool with other arguments" in texts(refused)
 
 
 def test_a_read_after_a_write_is_no_repeat(ws: Path) -> None:
@@ -329,8 +368,17 @@ def test_a_repeat_with_nothing_left_to_do_is_told_to_answer(ws: Path) -> None:
     )
     agent = agent_for(ws, model, RepeatGuard(ws))
     assert agent.prompt("Which day is in letter.txt?").text == "Thursday."
-    assert "Answer the request from the results above." in texts(model.requests[2].messages[-1])
-    assert model.requests[2].options.tool_choice is None
+    assert texts(model.requests[2].messages[-1]).endswith("Answer my request now from the results above.")
+    assert model.requests[2].options.tool_choice == "none"
+
+
+def test_repeats_are_kept_per_run(ws: Path) -> None:
+    guard = RepeatGuard(ws)
+    model = ScriptedModel([reply(tool_call("read_file", {"path": "letter.txt"})), "a"] * 2)
+    agent = agent_for(ws, model, guard)
+    agent.prompt("Which day is in letter.txt?")
+    agent.prompt("Which day is in letter.txt? Again please.")  # a new run reads again
+    assert "repeated" not in model.requests[3].messages[-1].details
 
 
 # --- the re-read after a write, the hint after a failed edit --------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -81,15 +82,18 @@ class TaskChecklist(RunPolicy):
             else:
                 lines.append(f"Not finished yet. Do the next step now: {step.describe()}.")
             return "\n".join(lines)
-        if task.steps:
+        done = [f"[x] {s.describe()}" for s in task.steps]
+        if any(s.kind != "look" for s in task.steps):  # it made what it was asked to make
             return "\n".join(
-                [f"[x] {s.describe()}" for s in task.steps]
-                + [
-                    "If my request needs another step, make that call now; otherwise answer it "
-                    "from the results above in one or two plain sentences (no JSON): "
-                    f'"{_quoted(task.text)}"'
-                ]
-            )
+                [*done, "Every step is done. Now answer my request from the results above, in "
+                 f'one or two plain sentences (no JSON): "{_quoted(task.text)}"']
+            )  # fmt: skip
+        if done:  # looking may have been only the start ("find the file that says...")
+            return "\n".join(
+                [*done, "If my request needs another step, make that call now; otherwise answer "
+                 "it from the results above in one or two plain sentences (no JSON): "
+                 f'"{_quoted(task.text)}"']
+            )  # fmt: skip
         return (
             "If my request needs another step, make that call now; otherwise answer it from the "
             f'results above in one or two plain sentences (no JSON): "{_quoted(task.text)}"'
@@ -150,7 +154,8 @@ class CompletionCheck(RunPolicy):
 
 
 _NEXT_CALL = "agentkit.harness.next_call"
-"""Set in ``RunScope.state`` to the tool the next request must call (``"required"``: any)."""
+"""Set in ``RunScope.state`` to the tool the next request must call (``"required"``: any;
+``"none"``: no call, an answer)."""
 
 
 def _ask_for(run: RunScope, step: Step | None, names: ToolNames) -> None:
@@ -166,21 +171,24 @@ def _with_asked_call(run: RunScope, request: ModelRequest) -> ModelRequest:
     wanted = run.state.pop(_NEXT_CALL, None)
     if wanted is None or request.options.tool_choice is not None:
         return request
-    choice: Any = "required" if wanted == "required" else {"name": wanted}
+    choice: Any = wanted if wanted in ("required", "none") else {"name": wanted}
     return dataclasses.replace(
         request, options=request.options.model_copy(update={"tool_choice": choice})
     )
 
 
 class RepeatGuard(RunPolicy):
-    """Refuses a call that repeats, word for word, a read, a listing or a search the run made
-    before, when nothing was written or run since: its result would be the same (a success or
-    the same failure), and a small model that asks again is looping (the embedded 0.5B model read the same file twelve
-    times instead of writing the summary it was asked for). The model reads that the result
-    is above and what the task's next step is, and the next request asks for that step's tool.
+    """Stops a model that repeats a call word for word with nothing changed since: a read, a
+    listing or a search repeated with nothing written or run since, or a command repeated with
+    nothing written since. A small model loops on them: the embedded 0.5B model read the same
+    file twelve times instead of writing the summary it was asked for, the 1.5B model ran the
+    same ``grep ... > errors.txt`` eight times instead of answering.
 
-    It costs nothing until a call repeats; then the refusal (about 40 tokens) instead of the
-    repeated result.
+    A repeat of a call that succeeded does not run again: its result says that the result
+    above stands, and what the task's next step is; the next request asks for that step's tool
+    or, when no step is left, for an answer (``tool_choice`` ``"none"``). A repeat of a call
+    that failed is refused with its failure. It costs nothing until a call repeats; then about
+    40 tokens instead of the repeated result.
     """
 
     name = "repeats"
@@ -188,41 +196,67 @@ class RepeatGuard(RunPolicy):
     def __init__(self, workspace: str | Path | None = None, names: ToolNames = WORKSPACE_TOOLS):
         self.workspace = Path(workspace) if workspace is not None else None
         self.names = names
+        self._lock = threading.Lock()  # guards _answers: set on the loop thread, read on tools'
+        self._answers: dict[str, str] = {}  # a repeated call's id: the result it gets instead
+
+    def for_run(self, run: RunScope) -> RunPolicy:
+        return RepeatGuard(self.workspace, self.names)
 
     def start(self, run: RunScope) -> None:
         TaskState.of(run, self.workspace)
 
     def review_calls(self, run: RunScope, calls: list[PreparedCall]) -> None:
-        looking = (self.names.read, self.names.list, self.names.search)
-        repeats = [c for c in calls if c.tool_call.name in looking and c.verdict != "deny"]
-        if not repeats:
+        names = self.names
+        looking = (names.read, names.list, names.search)
+        guarded = [
+            c for c in calls if c.tool_call.name in (*looking, names.run) and c.verdict != "deny"
+        ]
+        if not guarded:
             return
         task = TaskState.of(run, self.workspace)
-        seen: dict[str, Call] = {}  # the looks since the last write or command, by call
+        seen: dict[str, Call] = {}  # the calls whose result still stands, by what they asked
         for made in task.calls(run):
-            if made.name in looking:
-                seen[_key(made.name, made.arguments)] = made
-            else:  # a write or a command may change what a look shows
+            if made.name == names.run:  # a command may change what a look shows
+                seen = {k: v for k, v in seen.items() if v.name == names.run}
+            elif made.name not in looking:  # a write or an edit changes what anything shows
                 seen.clear()
-        for call in repeats:
+            seen[_key(made.name, made.arguments)] = made
+        for call in guarded:
             before = seen.get(_key(call.tool_call.name, call.tool_call.arguments))
-            if before is None:
-                continue
-            missing = task.missing(run, self.names)
-            step = missing[0][0] if missing else None
-            then = (
-                f"Do the next step now: {step.describe()}{how_to(step, self.names, tool_names(run))}."
-                if step is not None
-                else "Answer the request from the results above."
+            if before is not None:
+                self._repeat(run, task, call, before)
+
+    def _repeat(self, run: RunScope, task: TaskState, call: PreparedCall, before: Call) -> None:
+        name = call.tool_call.name
+        if not before.ok:
+            call.deny(
+                f"{name} was already called with these arguments and failed "
+                f"({_first_line_of(before.result)}); it would fail again. Call a tool with "
+                "other arguments, or answer from the results above."
             )
-            if before.ok:
-                said = "its result (above) has not changed"
-            else:
-                said = f"it failed ({_first_line_of(before.result)}); it would fail again"
-                then = "Call a tool with other arguments, or answer from the results above."
-            call.deny(f"{call.tool_call.name} was already called with these arguments: {said}. {then}")
-            if step is not None:
-                _ask_for(run, step, self.names)
+            return
+        missing = task.missing(run, self.names)
+        step = missing[0][0] if missing else None
+        if step is not None:
+            then = f"Do the next step now: {step.describe()}{how_to(step, self.names, tool_names(run))}."
+            _ask_for(run, step, self.names)
+        else:
+            then = "Answer my request now from the results above."
+            run.state[_NEXT_CALL] = "none"
+        with self._lock:
+            self._answers[call.tool_call.id] = (
+                f"(Not run again: this same {name} call was made before and its result, above, "
+                f"still stands.) {then}"
+            )
+
+    def wrap_tool_call(
+        self, run: RunScope, call: ToolCallRun, call_next: CallHandler
+    ) -> AgentToolResult:
+        with self._lock:
+            answer = self._answers.pop(call.tool_call.id, None)
+        if answer is None:
+            return call_next(call)
+        return AgentToolResult(content=answer, details={"repeated": True})
 
     def wrap_request(
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler

@@ -98,7 +98,6 @@ def _payload(**extra: Any) -> dict[str, Any]:
 def test_requests_that_must_not_change_are_left_alone() -> None:
     for payload in (
         _payload(tools=[]),
-        _payload(tool_choice="none"),
         _payload(grammar='root ::= "x"'),
         _payload(response_format={"type": "json_object"}),
         _payload(messages=[{"role": "system", "content": [{"type": "text", "text": "s"}]}]),
@@ -188,6 +187,19 @@ def test_a_named_tool_choice_admits_a_call_of_that_tool_only() -> None:
     unknown = constrain_tool_calls(payload)["grammar"]  # nothing to hold it to: as "auto"
     assert matches(unknown, '{"name": "read_file", "arguments": {"path": "a"}}')
     assert matches(unknown, "An answer.")
+
+
+def test_tool_choice_none_keeps_the_prompt_and_admits_an_answer_only() -> None:
+    auto, none = constrain_tool_calls(_payload()), constrain_tool_calls(_payload(tool_choice="none"))
+    assert none["messages"] == auto["messages"]  # the same prompt: its cached prefix holds
+    assert "tools" not in none and "tool_choice" not in none
+    grammar = none["grammar"]
+    for answer in ("The file says hello.", "", '{"a": 1}', "```python\nprint(1)\n```"):
+        assert matches(grammar, answer), answer
+    for call in ('{"name": "read_file", "arguments": {"path": "a"}}',
+                 '```json\n{"name": "read_file", "arguments": {}}\n```'):  # fmt: skip
+        assert not matches(grammar, call), call
+    assert constrain_tool_calls(_payload(tool_choice="none"), grammar=False)["grammar"] == grammar
 
 
 def test_a_task_that_names_a_file_gets_a_call_before_an_answer(

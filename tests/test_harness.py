@@ -444,6 +444,15 @@ def test_a_failed_edit_shows_what_the_file_holds(ws: Path) -> None:
     assert "settings.ini holds (copy old_text from it exactly):\n[log]\nlevel = info" in texts(result)
 
 
+def test_an_edit_that_changes_nothing_is_refused(ws: Path) -> None:
+    same = {"path": "calc.py", "old_text": "print(total)", "new_text": "print(total)"}
+    model = ScriptedModel([reply(tool_call("edit_file", same)), "ok"])
+    agent = agent_for(ws, model, FailureHints())
+    agent.prompt("Fix calc.py")
+    result = model.requests[1].messages[-1]
+    assert result.is_error and "would change nothing" in texts(result)
+
+
 def test_a_read_of_a_folder_gets_its_listing(ws: Path) -> None:
     model = ScriptedModel([reply(tool_call("read_file", {"path": "docs"})), "ok"])
     agent = agent_for(ws, model, FailureHints())

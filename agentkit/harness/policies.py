@@ -323,7 +323,8 @@ class FailureHints(RunPolicy):
     the text it meant to replace instead of guessing it again; a read of a folder gets the
     folder's listing instead of an error; a read of a file that does not exist gets the names
     of the files beside it (a small model guesses a name, ``docs/port.txt``, and reads it
-    again and again). It costs the file's lines or the listing on such a failure, nothing
+    again and again); an edit whose new text is its old text is refused as the no-op it is.
+    It costs the file's lines or the listing on such a failure, nothing
     otherwise."""
 
     name = "hints"
@@ -336,6 +337,14 @@ class FailureHints(RunPolicy):
     ) -> AgentToolResult:
         if call.tool.name not in (self.names.edit, self.names.read):
             return call_next(call)
+        if call.tool.name == self.names.edit and _argument(call, "old_text") == _argument(
+            call, "new_text"
+        ):
+            return AgentToolResult(
+                content="old_text and new_text are the same, so the edit would change nothing. "
+                "Put the corrected text in new_text.",
+                is_error=True,
+            )
         try:
             result = call_next(call)
         except Exception as exc:

@@ -11,7 +11,7 @@ from typing import Any
 
 from agentkit.cli import main
 
-from .support import NEEDS_EMBEDDED_MODEL
+from tests.support import NEEDS_EMBEDDED_MODEL
 
 pytestmark = NEEDS_EMBEDDED_MODEL
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from agentkit.cli import main
-
 from tests.support import NEEDS_EMBEDDED_MODEL
 
 pytestmark = NEEDS_EMBEDDED_MODEL

@@ -208,9 +208,8 @@ class RepeatGuard(RunPolicy):
     def review_calls(self, run: RunScope, calls: list[PreparedCall]) -> None:
         names = self.names
         looking = (names.read, names.list, names.search)
-        guarded = [
-            c for c in calls if c.tool_call.name in (*looking, names.run) and c.verdict != "deny"
-        ]
+        kinds = (*looking, names.run, names.write, names.edit)
+        guarded = [c for c in calls if c.tool_call.name in kinds and c.verdict != "deny"]
         if not guarded:
             return
         task = TaskState.of(run, self.workspace)
@@ -220,7 +219,8 @@ class RepeatGuard(RunPolicy):
                 seen = {k: v for k, v in seen.items() if v.name == names.run}
             elif made.name not in looking:  # a write or an edit changes what anything shows
                 seen.clear()
-            seen[_key(made.name, made.arguments)] = made
+            if made.name in kinds:
+                seen[_key(made.name, made.arguments)] = made
         for call in guarded:
             before = seen.get(_key(call.tool_call.name, call.tool_call.arguments))
             if before is not None:
@@ -246,7 +246,7 @@ class RepeatGuard(RunPolicy):
         with self._lock:
             self._answers[call.tool_call.id] = (
                 f"(Not run again: this same {name} call was made before and its result, above, "
-                f"still stands.) {then}"
+                f"still stands{_done_already(name, self.names)}.) {then}"
             )
 
     def wrap_tool_call(
@@ -262,6 +262,10 @@ class RepeatGuard(RunPolicy):
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler
     ) -> AssistantMessage:
         return call_next(_with_asked_call(run, request))
+
+
+def _done_already(tool: str, names: ToolNames) -> str:
+    return "; the file already holds what it wrote" if tool in (names.write, names.edit) else ""
 
 
 def _first_line_of(text: str) -> str:
@@ -337,14 +341,10 @@ class FailureHints(RunPolicy):
     ) -> AgentToolResult:
         if call.tool.name not in (self.names.edit, self.names.read):
             return call_next(call)
-        if call.tool.name == self.names.edit and _argument(call, "old_text") == _argument(
-            call, "new_text"
-        ):
-            return AgentToolResult(
-                content="old_text and new_text are the same, so the edit would change nothing. "
-                "Put the corrected text in new_text.",
-                is_error=True,
-            )
+        if call.tool.name == self.names.edit:
+            refused = self._pointless_edit(run, call)
+            if refused is not None:
+                return refused
         try:
             result = call_next(call)
         except Exception as exc:
@@ -355,6 +355,29 @@ class FailureHints(RunPolicy):
         if not result.is_error:
             return result
         return self._instead(run, call, result.text) or result
+
+    def _pointless_edit(self, run: RunScope, call: ToolCallRun) -> AgentToolResult | None:
+        """A refusal, with what the file holds, of an edit that cannot do what it means: the
+        same old and new text (it changes nothing), or no old text in a file that exists (a
+        small model's way to append: the hint says how to)."""
+        path, old, new = (_argument(call, k) for k in ("path", "old_text", "new_text"))
+        if path is None or (old != new and old is not None):
+            return None
+        text = _read_back(run, self.names, path, call.signal)
+        if text is None:
+            return None
+        if old == new:
+            why = "old_text and new_text are the same, so the edit would change nothing. Put the corrected text in new_text."
+        else:
+            last = next((line for line in reversed(text.splitlines()) if line.strip()), "")
+            why = (
+                "old_text must not be empty. To add text at the end, put the last line in "
+                f"old_text and that line followed by the new text in new_text: old_text "
+                f"{json.dumps(last)}, new_text {json.dumps(last + chr(10) + (new or ''))}."
+            )
+        return AgentToolResult(
+            content=f"{why}\n{path} holds:\n{_excerpt(text, 1)}", is_error=True
+        )
 
     def _instead(self, run: RunScope, call: ToolCallRun, error: str) -> AgentToolResult | None:
         """What a failed read or edit of ``call`` gives instead of ``error``, if anything."""

@@ -451,6 +451,29 @@ def test_an_edit_that_changes_nothing_is_refused(ws: Path) -> None:
     agent.prompt("Fix calc.py")
     result = model.requests[1].messages[-1]
     assert result.is_error and "would change nothing" in texts(result)
+    assert "calc.py holds:\ntotal = 0" in texts(result)
+
+
+def test_an_edit_without_old_text_says_how_to_append(ws: Path) -> None:
+    append = {"path": "settings.ini", "old_text": "", "new_text": "[extra]"}
+    model = ScriptedModel([reply(tool_call("edit_file", append)), "ok"])
+    agent = agent_for(ws, model, FailureHints())
+    agent.prompt("Add [extra] at the end of settings.ini")
+    result = texts(model.requests[1].messages[-1])
+    assert 'old_text "level = info", new_text "level = info\\n[extra]"' in result
+
+
+def test_a_repeated_edit_after_it_succeeded_is_not_made_again(ws: Path) -> None:
+    edit = {"path": "settings.ini", "old_text": "info", "new_text": "debug"}
+    model = ScriptedModel(
+        [reply(tool_call("edit_file", edit)), reply(tool_call("edit_file", dict(edit))), "Done."]
+    )
+    agent = agent_for(ws, model, RepeatGuard(ws))
+    result = agent.prompt("In settings.ini, change the level from info to debug.")
+    again = model.requests[2].messages[-1]
+    assert not again.is_error and "the file already holds what it wrote" in texts(again)
+    assert model.requests[2].options.tool_choice == "none"  # every step is done: an answer
+    assert result.text == "Done."
 
 
 def test_a_read_of_a_folder_gets_its_listing(ws: Path) -> None:

@@ -217,10 +217,10 @@ class RepeatGuard(RunPolicy):
         for made in task.calls(run):
             if made.name == names.run:  # a command may change what a look shows
                 seen = {k: v for k, v in seen.items() if v.name == names.run}
-            elif made.name not in looking:  # a write or an edit changes what anything shows
+            elif made.name not in looking and made.ok:  # a write changes what anything shows
                 seen.clear()
             if made.name in kinds:
-                seen[_key(made.name, made.arguments)] = made
+                seen.setdefault(_key(made.name, made.arguments), made)  # the first one says why
         for call in guarded:
             before = seen.get(_key(call.tool_call.name, call.tool_call.arguments))
             if before is not None:
@@ -228,15 +228,17 @@ class RepeatGuard(RunPolicy):
 
     def _repeat(self, run: RunScope, task: TaskState, call: PreparedCall, before: Call) -> None:
         name = call.tool_call.name
+        missing = task.missing(run, self.names)
+        step = missing[0][0] if missing else None
         if not before.ok:
             call.deny(
                 f"{name} was already called with these arguments and failed "
                 f"({_first_line_of(before.result)}); it would fail again. Call a tool with "
                 "other arguments, or answer from the results above."
             )
+            if step is None and task.steps:  # the task is done: a loop on an old failure
+                run.state[_NEXT_CALL] = "none"
             return
-        missing = task.missing(run, self.names)
-        step = missing[0][0] if missing else None
         if step is not None:
             then = f"Do the next step now: {step.describe()}{how_to(step, self.names, tool_names(run))}."
             _ask_for(run, step, self.names)

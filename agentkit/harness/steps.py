@@ -353,11 +353,16 @@ def _written(
 ) -> tuple[str | None, int | None]:
     """What is missing of a step that writes or changes a file, and the index of the call
     that last wrote it."""
-    writers = (names.write, names.edit, names.run)
-    indices = [
-        i for i, c in enumerate(calls) if c.ok and c.name in writers and _mentions(c, step.target)
-    ]
-    last = indices[-1] if indices else None
+    # What wrote it: a write or an edit; a command only when none did (``grep ... > out.txt``),
+    # since running a script names it without writing it.
+    last = None
+    for writers in ((names.write, names.edit), (names.run,)):
+        indices = [
+            i for i, c in enumerate(calls) if c.ok and c.name in writers and _mentions(c, step.target)
+        ]
+        if indices:
+            last = indices[-1]
+            break
     if task.root is not None:
         if step.kind == "write":
             done = bool(_exists(task.root, step.target))

@@ -343,6 +343,42 @@ def test_a_repeated_failing_read_is_refused_with_its_failure(ws: Path) -> None:
     assert "it would fail again. Call a tool with other arguments" in texts(refused)
 
 
+def test_a_failure_repeated_once_the_task_is_done_asks_for_an_answer(ws: Path) -> None:
+    empty = {"path": "settings.ini", "old_text": "", "new_text": "x = 1"}
+    append = {"path": "settings.ini", "old_text": "level = info", "new_text": "level = info\nx = 1"}
+    model = ScriptedModel(
+        [
+            reply(tool_call("edit_file", empty)),
+            reply(tool_call("edit_file", append)),
+            reply(tool_call("edit_file", dict(empty))),  # the old failure, after the work: runs
+            reply(tool_call("edit_file", dict(empty))),  # and again: refused
+            reply(tool_call("edit_file", dict(empty))),
+            "Added.",
+        ]
+    )
+    agent = agent_for(ws, model, RepeatGuard(ws))
+    result = agent.prompt("Add the line x = 1 at the end of settings.ini.")
+    assert model.requests[3].options.tool_choice is None
+    assert model.requests[4].options.tool_choice == "none"
+    first, second = texts(model.requests[4].messages[-1]), texts(model.requests[5].messages[-1])
+    assert first == second  # the first failure is quoted, never a refusal of a refusal
+    assert first.count("already called") == 1
+    assert result.text == "Added." and "x = 1" in (ws / "settings.ini").read_text()
+
+
+def test_running_a_script_is_not_writing_it(ws: Path) -> None:
+    model = ScriptedModel(
+        [
+            reply(tool_call("write_file", {"path": "sq.py", "content": "print(49)\n"})),
+            reply(tool_call("run_command", {"command": "python3 sq.py"})),
+            "It prints 49.",
+        ]
+    )
+    agent = agent_for(ws, model, CompletionCheck(ws))
+    result = agent.prompt("Write a script sq.py that prints 49, then run it.")
+    assert result.text == "It prints 49." and len(model.requests) == 3
+
+
 def test_a_read_after_a_write_is_no_repeat(ws: Path) -> None:
     model = ScriptedModel(
         [

@@ -183,9 +183,10 @@ def constrain_tool_calls(payload: dict[str, Any], *, grammar: bool = True) -> di
     return constrained
 
 
-_ANSWER_ONLY = 'root ::= answer | ""\ncalls ::= string' + _GBNF_REPLY + _GBNF_COMMON
-"""A grammar for a reply that must not call a tool (``tool_choice`` "none"); ``calls`` is
-defined only because the shared rules name it."""
+_ANSWER_ONLY = 'root ::= [^{`< \\t\\n] .* | ""\n'
+"""A grammar for a reply that must not call a tool (``tool_choice`` "none"): prose, which
+never begins like a call, bare, fenced or tagged (the 1.5B model, held to an answer by the
+looser rule, wrote ``{"name ": ...}``, a call with a space in its key)."""
 
 
 def _named_function(choice: Any) -> str | None:

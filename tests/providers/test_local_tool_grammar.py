@@ -194,10 +194,12 @@ def test_tool_choice_none_keeps_the_prompt_and_admits_an_answer_only() -> None:
     assert none["messages"] == auto["messages"]  # the same prompt: its cached prefix holds
     assert "tools" not in none and "tool_choice" not in none
     grammar = none["grammar"]
-    for answer in ("The file says hello.", "", '{"a": 1}', "```python\nprint(1)\n```"):
+    for answer in ("The file says hello.", "", "It has 5 names.\nAna, Ben, Cleo, Dev, Zoe."):
         assert matches(grammar, answer), answer
     for call in ('{"name": "read_file", "arguments": {"path": "a"}}',
-                 '```json\n{"name": "read_file", "arguments": {}}\n```'):  # fmt: skip
+                 '{"name ": "edit_file", "arguments": {}}',  # seen: a space in the key
+                 '```json\n{"name": "read_file", "arguments": {}}\n```',
+                 ' {"name": "read_file"}', '<tool_call>{"name": "x"}'):  # fmt: skip
         assert not matches(grammar, call), call
     assert constrain_tool_calls(_payload(tool_choice="none"), grammar=False)["grammar"] == grammar
 

@@ -19,14 +19,15 @@ def test_a_task_of_two_steps_is_finished_on_the_embedded_model(
     embedded_server: Any, tmp_path: Path
 ) -> None:
     (tmp_path / "notes.txt").write_text("Shopping list:\n- milk\n- eggs\n- coffee\n")
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     status = main(
         ["run", "Read notes.txt, then write the number of items on the list to count.txt.",
          "--workspace", str(tmp_path), "--yes", "--json", "--no-keep-server"],
-        stdout=out, stderr=io.StringIO(),
+        stdout=out, stderr=err,
     )  # fmt: skip
-    assert status == 0
     events = [json.loads(line) for line in out.getvalue().splitlines()]
+    done = [(e["tool_name"], e["args"]) for e in events if e["type"] == "tool_execution_start"]
+    assert status == 0, (err.getvalue(), done)
     calls = [
         (e["tool_name"], e["args"].get("path"))
         for e in events

@@ -22,7 +22,17 @@ from ..policy import (
     ToolCallRun,
 )
 from ..types import AgentToolResult, AssistantMessage, TextContent, UserMessage, role_of
-from .steps import WORKSPACE_TOOLS, Call, Step, TaskState, ToolNames, how_to, tool_for, tool_names
+from .steps import (
+    REPEATED,
+    WORKSPACE_TOOLS,
+    Call,
+    Step,
+    TaskState,
+    ToolNames,
+    how_to,
+    tool_for,
+    tool_names,
+)
 
 TASK_QUOTE_CHARS = 400
 """How much of the task a note quotes (a long task is cut, with "...")."""
@@ -214,11 +224,14 @@ class RepeatGuard(RunPolicy):
             return
         task = TaskState.of(run, self.workspace)
         seen: dict[str, Call] = {}  # the calls whose result still stands, by what they asked
+        writes = (names.write, names.edit)
         for made in task.calls(run):
+            if made.repeated:  # not run again: it changed nothing
+                continue
             if made.name == names.run:  # a command may change what a look shows
-                seen = {k: v for k, v in seen.items() if v.name == names.run}
-            elif made.name not in looking and made.ok:  # a write changes what anything shows
-                seen.clear()
+                seen = {k: v for k, v in seen.items() if v.name not in looking}
+            elif made.name in writes and made.ok:  # a write changes what all else would give
+                seen = {k: v for k, v in seen.items() if v.name in writes and v.ok}
             if made.name in kinds:
                 seen.setdefault(_key(made.name, made.arguments), made)  # the first one says why
         for call in guarded:
@@ -242,9 +255,11 @@ class RepeatGuard(RunPolicy):
         if step is not None:
             then = f"Do the next step now: {step.describe()}{how_to(step, self.names, tool_names(run))}."
             _ask_for(run, step, self.names)
-        else:
+        elif any(s.kind != "look" for s in task.steps):  # it made what it was asked to make
             then = "Answer my request now from the results above."
             run.state[_NEXT_CALL] = "none"
+        else:  # looking may have been only the start ("find the file that...")
+            then = "Use the results above: answer my request, or make another call."
         with self._lock:
             self._answers[call.tool_call.id] = (
                 f"(Not run again: this same {name} call was made before and its result, above, "
@@ -258,7 +273,7 @@ class RepeatGuard(RunPolicy):
             answer = self._answers.pop(call.tool_call.id, None)
         if answer is None:
             return call_next(call)
-        return AgentToolResult(content=answer, details={"repeated": True})
+        return AgentToolResult(content=answer, details={REPEATED: True})
 
     def wrap_request(
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler

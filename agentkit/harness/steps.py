@@ -40,11 +40,14 @@ class Step:
     """One thing the task asks for: ``look`` at a file or folder it names, ``write`` a new
     file, ``change`` an existing one, or ``run`` a command (``target`` is the command as the
     task words it, ``key`` the part a run must contain: its first file name, else its first
-    word; empty for "run it" with nothing named before)."""
+    word; empty for "run it" with nothing named before). A file is told from a folder on disk
+    when there is a workspace (``release/VERSION`` is a file), else by its extension."""
 
     kind: StepKind
     target: str
     key: str = ""
+    folder: bool = False
+    """The target is a folder of the workspace (looked at with a listing, not a read)."""
 
     def describe(self) -> str:
         """The step as the checklist words it: ``write summary.txt``."""
@@ -130,10 +133,11 @@ def task_steps(task: str, workspace: str | Path | None = None) -> list[Step]:
                 continue
             found = True
             named.append(path)
-            steps = _merge(steps, Step(kind, path))
-        if not found and named and FILE_NAME.search(named[-1]) and _verb(_CHANGE, clause):
-            if _exists(root, named[-1]):  # "fix the bug": the file named before
-                steps = _merge(steps, Step("change", named[-1]))
+            steps = _merge(steps, Step(kind, path, folder=_is_folder(root, path)))
+        last = named[-1] if named else None
+        if not found and last and not _is_folder(root, last) and _verb(_CHANGE, clause):
+            if _exists(root, last):  # "fix the bug": the file named before
+                steps = _merge(steps, Step("change", last))
     return steps
 
 
@@ -169,11 +173,21 @@ def _kind_of(path: str, clause: str, root: Path | None) -> StepKind | None:
     """What the clause asks of ``path``: ``None`` when it names nothing of the workspace."""
     exists = _exists(root, path)
     if exists:
-        return "change" if _verb(_CHANGE, clause) and FILE_NAME.search(path) else "look"
+        return "change" if _verb(_CHANGE, clause) and not _is_folder(root, path) else "look"
     if exists is False or root is None:
         if FILE_NAME.search(path) and _verb(_CREATE, clause):
             return "write"
     return None
+
+
+def _is_folder(root: Path | None, path: str) -> bool:
+    """Whether ``path`` is a folder: on disk in ``root``, else by having no extension."""
+    if root is None or not _exists(root, path):
+        return not FILE_NAME.search(path)
+    try:
+        return (root / path).is_dir()
+    except OSError:
+        return False
 
 
 def _exists(root: Path | None, path: str) -> bool | None:
@@ -253,6 +267,9 @@ class TaskState:
         return [(s, why) for s, why in zip(self.steps, statuses, strict=True) if why]
 
 
+REPEATED = "repeated"
+"""The ``details`` key of the result of a call that was not run again (it repeated one)."""
+
 _STATE_KEY = "agentkit.harness.task"
 """Where the policies of one run share its :class:`TaskState` (``RunScope.state``)."""
 
@@ -275,6 +292,8 @@ class Call:
     arguments: dict[str, Any]
     ok: bool
     result: str
+    repeated: bool = False
+    """The call was not run again (:class:`~agentkit.harness.RepeatGuard`): it changed nothing."""
 
 
 def _calls(messages: Sequence[Any], start: int) -> list[Call]:
@@ -292,7 +311,9 @@ def _calls(messages: Sequence[Any], start: int) -> list[Call]:
                 continue
             result = results[block.id]
             arguments = block.arguments if isinstance(block.arguments, dict) else {}
-            calls.append(Call(block.name, arguments, not result.is_error, text_of(result)))
+            details = result.details if isinstance(result.details, dict) else {}
+            repeated = details.get(REPEATED) is True
+            calls.append(Call(block.name, arguments, not result.is_error, text_of(result), repeated))
     return calls
 
 
@@ -320,7 +341,7 @@ def _status(task: TaskState, calls: list[Call], names: ToolNames) -> list[str | 
     written: int | None = None  # the latest write of the changes so far
     for step in task.steps:
         if step.kind == "look":
-            seen = _first(calls, lambda c, s=step: c.ok and _shows(c, s.target))
+            seen = _first(calls, lambda c, s=step: c.ok and _shows(c, s.target, s.folder))
             looked.append((step.target, seen))
             statuses.append(None if seen is not None else f"nothing has looked at {step.target}")
         elif step.kind == "run":
@@ -387,18 +408,18 @@ def _first(calls: list[Call], test: Any, start: int = 0) -> int | None:
     return next((i for i in range(start, len(calls)) if test(calls[i])), None)
 
 
-def _shows(call: Call, target: str) -> bool:
+def _shows(call: Call, target: str, folder: bool) -> bool:
     """Whether a call looked at ``target``: its arguments name it, or, for a folder, its
     result shows a path inside it (a listing or search of the folder above)."""
     if _mentions(call, target):
         return True
-    return not FILE_NAME.search(target) and target.strip("/") + "/" in call.result
+    return folder and target.strip("/") + "/" in call.result
 
 
 def tool_for(step: Step, names: ToolNames) -> str:
     """The tool that does ``step``."""
     if step.kind == "look":
-        return names.read if FILE_NAME.search(step.target) else names.list
+        return names.list if step.folder else names.read
     return {"write": names.write, "change": names.edit, "run": names.run}[step.kind]
 
 

@@ -76,7 +76,7 @@ def texts(message: Any) -> str:
             [Step("write", "square.py"), Step("run", "square.py", "square.py")],
         ),
         ("Run the command: ls -l. What is there?", [Step("run", "ls -l", "ls")]),
-        ("Which files are in the docs folder?", [Step("look", "docs")]),
+        ("Which files are in the docs folder?", [Step("look", "docs", folder=True)]),
         # a question names a file to look at, never one to change or to make
         ("What should I change in settings.ini?", [Step("look", "settings.ini")]),
         ("Could you tell me what to write in notes.txt?", []),
@@ -394,7 +394,7 @@ def test_a_read_after_a_write_is_no_repeat(ws: Path) -> None:
     assert not last.is_error and "level = debug" in texts(last)
 
 
-def test_a_repeat_with_nothing_left_to_do_is_told_to_answer(ws: Path) -> None:
+def test_a_repeated_look_on_a_task_that_only_looks_leaves_the_choice(ws: Path) -> None:
     model = ScriptedModel(
         [
             reply(tool_call("read_file", {"path": "letter.txt"})),
@@ -404,8 +404,40 @@ def test_a_repeat_with_nothing_left_to_do_is_told_to_answer(ws: Path) -> None:
     )
     agent = agent_for(ws, model, RepeatGuard(ws))
     assert agent.prompt("Which day is in letter.txt?").text == "Thursday."
-    assert texts(model.requests[2].messages[-1]).endswith("Answer my request now from the results above.")
-    assert model.requests[2].options.tool_choice == "none"
+    assert texts(model.requests[2].messages[-1]).endswith(
+        "Use the results above: answer my request, or make another call."
+    )
+    # looking may have been only the start of the task: no answer is forced
+    assert model.requests[2].options.tool_choice is None
+
+
+def test_a_file_without_an_extension_is_read_not_listed(ws: Path) -> None:
+    (ws / "release").mkdir()
+    (ws / "release" / "VERSION").write_text("2.5.0\n")
+    steps = task_steps("Read release/VERSION and tell me the version.", ws)
+    assert steps == [Step("look", "release/VERSION")]
+    model = ScriptedModel(["It is 2.5.0.", reply(tool_call("read_file", {"path": "release/VERSION"})), "2.5.0"])
+    agent = agent_for(ws, model, CompletionCheck(ws))
+    agent.prompt("Read release/VERSION and tell me the version.")
+    assert model.requests[1].options.tool_choice == {"name": "read_file"}
+
+
+def test_a_write_repeated_after_a_run_is_not_made_again(ws: Path) -> None:
+    write = {"path": "sq.py", "content": "print(49)\n"}
+    run = {"command": "python3 sq.py"}
+    model = ScriptedModel(
+        [
+            reply(tool_call("write_file", write)),
+            reply(tool_call("run_command", run)),
+            reply(tool_call("write_file", dict(write))),  # the loop: write, run, write, run
+            "It prints 49.",
+        ]
+    )
+    agent = agent_for(ws, model, RepeatGuard(ws))
+    result = agent.prompt("Write a script sq.py that prints 49, then run it.")
+    assert result.text == "It prints 49."
+    assert "the file already holds what it wrote" in texts(model.requests[3].messages[-1])
+    assert model.requests[3].options.tool_choice == "none"
 
 
 def test_repeats_are_kept_per_run(ws: Path) -> None:

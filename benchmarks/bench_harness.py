@@ -193,6 +193,61 @@ def table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+ACTIVITY = {
+    "completion": lambda m: m["role"] == "user" and _text(m).startswith("Not done yet:"),
+    "repeats": lambda m: m["role"] == "tool_result" and (m.get("details") or {}).get("repeated"),
+    "verify": lambda m: m["role"] == "tool_result" and " now holds:\n" in _text(m),
+    "hints": lambda m: m["role"] == "tool_result"
+    and any(
+        mark in _text(m)
+        for mark in (
+            "holds (copy old_text",
+            "is a folder, not a file",
+            " holds: ",
+            "would change nothing",
+            "To add text at the end",
+        )
+    ),
+}
+"""How each policy shows in a transcript (the checklist's note is in requests only: it is
+counted as the requests that follow a tool batch)."""
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(c.get("text", "") for c in content or [] if isinstance(c, dict))
+
+
+def activity(folder: Path) -> dict[str, Any]:
+    """How often each harness policy acted in the kept event lines under ``folder`` (``--keep``
+    of a run): per policy, the tasks it acted in and the times it did."""
+    counts: dict[str, list[int]] = {name: [0, 0] for name in ("checklist", *ACTIVITY)}
+    tasks = 0
+    for path in sorted(folder.rglob("*.jsonl")):
+        tasks += 1
+        seen = dict.fromkeys(counts, 0)
+        after_tools = False  # the last message was a tool result: the next request has a note
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("type") != "message_end":
+                continue
+            message = event["message"]
+            for name, test in ACTIVITY.items():
+                seen[name] += 1 if test(message) else 0
+            if message["role"] == "assistant" and after_tools:
+                seen["checklist"] += 1
+            after_tools = message["role"] == "tool_result"
+        for name in counts:
+            counts[name][0] += 1 if seen[name] else 0
+            counts[name][1] += seen[name]
+    return {"tasks": tasks, **{k: {"tasks": v[0], "times": v[1]} for k, v in counts.items()}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", choices=[*SETS, "all"], default="all")
@@ -204,7 +259,11 @@ def main() -> None:
     parser.add_argument("-k", action="append", default=[], help="only tasks whose name has this")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per task")
     parser.add_argument("--table", nargs="+", metavar="JSON", help="only print these reports")
+    parser.add_argument("--activity", metavar="DIR", help="only count the policies' acts in DIR")
     args = parser.parse_args()
+    if args.activity:
+        print(json.dumps(activity(Path(args.activity)), indent=1))
+        return
     if args.table:
         reports = [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.table]
         print(table(reports))

@@ -44,10 +44,10 @@ def _quoted(text: str) -> str:
 
 
 class TaskChecklist(RunPolicy):
-    """Shows the model the task's checklist after each tool batch: a note added at the end of
-    the request (never to the transcript) that says what is done and what is still to do, with
-    the tool for the next step; when nothing is left, or the task names no step, the task
-    itself, to answer from the results.
+    """Shows the model the task's checklist after each tool batch while a step is left: a note
+    added at the end of the request (never to the transcript) with the task, what is done and
+    what is still to do, with the tool for the next step. Once no step is left, no note: the
+    request asks for an answer from the results, as it does after any result.
 
     A small model reads the latest lines best: after a tool result it answers from that
     result, whatever else the task asked. The note puts the rest of the task there. It costs
@@ -70,44 +70,32 @@ class TaskChecklist(RunPolicy):
         messages = request.context.messages
         if not messages or role_of(messages[-1]) != "tool_result":
             return call_next(request)
-        task = TaskState.of(run, self.workspace)
-        if not task.text.strip():
+        note = self.note(TaskState.of(run, self.workspace), run)
+        if note is None:
             return call_next(request)
-        note = UserMessage(content=self.note(task, run))
-        context = request.context.model_copy(update={"messages": [*messages, note]})
+        context = request.context.model_copy(
+            update={"messages": [*messages, UserMessage(content=note)]}
+        )
         return call_next(dataclasses.replace(request, context=context))
 
-    def note(self, task: TaskState, run: RunScope) -> str:
-        """The note for the next request of ``run``."""
+    def note(self, task: TaskState, run: RunScope) -> str | None:
+        """The note for the next request of ``run``: ``None`` when no step is left (the
+        model answers from the results, as the request after any result asks it to; a note
+        that invited "another step" there made the 1.5B model read the same file again)."""
         missing = task.missing(run, self.names)
-        if missing:
-            left = [step for step, _ in missing]
-            tools = tool_names(run)
-            lines = [f'My request: "{_quoted(task.text)}"']
-            lines += [f"[x] {s.describe()}" for s in task.steps if s not in left]
-            lines += [f"[ ] {s.describe()}{how_to(s, self.names, tools)}" for s in left]
-            step, why = missing[0]
-            if why.startswith(f"{step.target} was written before"):
-                lines.append(f"Not finished yet: {why}.")
-            else:
-                lines.append(f"Not finished yet. Do the next step now: {step.describe()}.")
-            return "\n".join(lines)
-        done = [f"[x] {s.describe()}" for s in task.steps]
-        if any(s.kind != "look" for s in task.steps):  # it made what it was asked to make
-            return "\n".join(
-                [*done, "Every step is done. Now answer my request from the results above, in "
-                 f'one or two plain sentences (no JSON): "{_quoted(task.text)}"']
-            )  # fmt: skip
-        if done:  # looking may have been only the start ("find the file that says...")
-            return "\n".join(
-                [*done, "If my request needs another step, make that call now; otherwise answer "
-                 "it from the results above in one or two plain sentences (no JSON): "
-                 f'"{_quoted(task.text)}"']
-            )  # fmt: skip
-        return (
-            "If my request needs another step, make that call now; otherwise answer it from the "
-            f'results above in one or two plain sentences (no JSON): "{_quoted(task.text)}"'
-        )
+        if not missing:
+            return None
+        left = [step for step, _ in missing]
+        tools = tool_names(run)
+        lines = [f'My request: "{_quoted(task.text)}"']
+        lines += [f"[x] {s.describe()}" for s in task.steps if s not in left]
+        lines += [f"[ ] {s.describe()}{how_to(s, self.names, tools)}" for s in left]
+        step, why = missing[0]
+        if why.startswith(f"{step.target} was written before"):
+            lines.append(f"Not finished yet: {why}.")
+        else:
+            lines.append(f"Not finished yet. Do the next step now: {step.describe()}.")
+        return "\n".join(lines)
 
 
 class CompletionCheck(RunPolicy):
@@ -255,11 +243,9 @@ class RepeatGuard(RunPolicy):
         if step is not None:
             then = f"Do the next step now: {step.describe()}{how_to(step, self.names, tool_names(run))}."
             _ask_for(run, step, self.names)
-        elif any(s.kind != "look" for s in task.steps):  # it made what it was asked to make
+        else:  # a model that repeats itself with nothing left to do is looping: an answer
             then = "Answer my request now from the results above."
             run.state[_NEXT_CALL] = "none"
-        else:  # looking may have been only the start ("find the file that...")
-            then = "Use the results above: answer my request, or make another call."
         with self._lock:
             self._answers[call.tool_call.id] = (
                 f"(Not run again: this same {name} call was made before and its result, above, "

@@ -341,7 +341,7 @@ def _status(task: TaskState, calls: list[Call], names: ToolNames) -> list[str | 
     written: int | None = None  # the latest write of the changes so far
     for step in task.steps:
         if step.kind == "look":
-            seen = _first(calls, lambda c, s=step: c.ok and _shows(c, s.target, s.folder))
+            seen = _first(calls, lambda c, s=step: c.ok and _shows(c, s.target, s.folder, names))
             looked.append((step.target, seen))
             statuses.append(None if seen is not None else f"nothing has looked at {step.target}")
         elif step.kind == "run":
@@ -408,12 +408,14 @@ def _first(calls: list[Call], test: Any, start: int = 0) -> int | None:
     return next((i for i in range(start, len(calls)) if test(calls[i])), None)
 
 
-def _shows(call: Call, target: str, folder: bool) -> bool:
+def _shows(call: Call, target: str, folder: bool, names: ToolNames) -> bool:
     """Whether a call looked at ``target``: its arguments name it, or, for a folder, its
     result shows a path inside it (a listing or search of the folder above)."""
-    if _mentions(call, target):
+    if folder and target.strip("/") + "/" in call.result:
         return True
-    return folder and target.strip("/") + "/" in call.result
+    if call.name == names.search:  # a search saw the file only if it found something in it
+        return target.strip("/") in call.result
+    return _mentions(call, target)
 
 
 def tool_for(step: Step, names: ToolNames) -> str:

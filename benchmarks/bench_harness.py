@@ -195,7 +195,11 @@ def table(reports: list[dict[str, Any]]) -> str:
 
 ACTIVITY = {
     "completion": lambda m: m["role"] == "user" and _text(m).startswith("Not done yet:"),
-    "repeats": lambda m: m["role"] == "tool_result" and (m.get("details") or {}).get("repeated"),
+    "repeats": lambda m: m["role"] == "tool_result"
+    and (
+        bool((m.get("details") or {}).get("repeated"))
+        or "was already called with these arguments and failed" in _text(m)
+    ),
     "verify": lambda m: m["role"] == "tool_result" and " now holds:\n" in _text(m),
     "hints": lambda m: m["role"] == "tool_result"
     and any(
@@ -209,8 +213,8 @@ ACTIVITY = {
         )
     ),
 }
-"""How each policy shows in a transcript (the checklist's note is in requests only: it is
-counted as the requests that follow a tool batch)."""
+"""How each policy shows in a transcript (the checklist's note is in requests only: the
+requests that follow a tool batch are counted, the most it can have been shown)."""
 
 
 def _text(message: dict[str, Any]) -> str:

@@ -15,6 +15,10 @@ Run from the repository root::
         --harness off --out multi-1.5b-off.json
     python benchmarks/bench_harness.py --set all --harness checklist,completion --keep runs/
     python benchmarks/bench_harness.py --table one.json multi-1.5b-off.json   # a table only
+    python benchmarks/bench_harness.py --activity runs/   # how often each policy acted
+
+``benchmarks/results/harness/`` holds the reports behind the figures in ``docs/cli.md`` (a
+busy 2-core machine; each task's load is in them).
 """
 
 from __future__ import annotations

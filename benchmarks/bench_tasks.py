@@ -243,9 +243,11 @@ HELDOUT_TASKS: list[Task] = [
 command line turns it on (``--heldout`` runs them); never tuned against."""
 
 
-def make_workspace(parent: Path) -> Path:
+def make_workspace(parent: Path, files: dict[str, str] | None = None) -> Path:
+    """A workspace folder under ``parent`` holding ``files`` (relative path: text; default
+    :data:`FILES`)."""
     workspace = parent / "ws"
-    for relative, text in FILES.items():
+    for relative, text in (FILES if files is None else files).items():
         target = workspace / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
@@ -270,13 +272,19 @@ def stop_server() -> None:
 
 
 def run_task(
-    task: Task, timeout: float, keep: Path | None = None, extra: tuple[str, ...] = ()
+    task: Task,
+    timeout: float,
+    keep: Path | None = None,
+    extra: tuple[str, ...] = (),
+    files: dict[str, str] | None = None,
+    max_turns: int = 6,
 ) -> dict[str, object]:
-    """Run one task in a fresh workspace; its outcome and timings. With ``keep``, the run's
-    JSON event lines and stderr are written to ``keep/<task>.jsonl`` and ``.err`` to study.
-    ``extra`` are more options for ``agentkit run``."""
+    """Run one task in a fresh workspace (``files``, default :data:`FILES`); its outcome,
+    timings and tokens. With ``keep``, the run's JSON event lines and stderr are written to
+    ``keep/<task>.jsonl`` and ``.err`` to study. ``extra`` are more options for
+    ``agentkit run``."""
     with tempfile.TemporaryDirectory(prefix="agentkit-task-") as tmp:
-        workspace = make_workspace(Path(tmp))
+        workspace = make_workspace(Path(tmp), files)
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
         argv = [
             *agentkit_command(),
@@ -287,20 +295,18 @@ def run_task(
             "--yes",
             "--json",
             "--max-turns",
-            "6",
+            str(max_turns),
             *extra,
         ]
         started = time.monotonic()
-        try:
-            done, first_request = _run_timed(argv, timeout, env)
-        except subprocess.TimeoutExpired:
-            return {"task": task.name, "ok": False, "why": f"timeout after {timeout:g} s"}
+        done, first_request, timed_out = _run_timed(argv, timeout, env)
         total = time.monotonic() - started
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             (keep / f"{task.name}.jsonl").write_text(done.stdout, encoding="utf-8")
             (keep / f"{task.name}.err").write_text(done.stderr, encoding="utf-8")
         answer, first_token, tool_calls, errors = "", None, [], []
+        tokens = {"input": 0, "cache_read": 0, "output": 0, "requests": 0}
         for line in done.stdout.splitlines():
             try:
                 event = json.loads(line)
@@ -316,18 +322,25 @@ def run_task(
                     answer = text
                 if message.get("error_message"):
                     errors.append(message["error_message"])
+                usage = message.get("usage") or {}
+                tokens["input"] += int(usage.get("input") or 0)
+                tokens["cache_read"] += int(usage.get("cache_read") or 0)
+                tokens["output"] += int(usage.get("output") or 0)
+                tokens["requests"] += 1
             elif kind == "tool_execution_start":
                 tool_calls.append(event.get("tool_name"))
-        ok = done.returncode == 0 and task.check(workspace, answer)
+        ok = done.returncode == 0 and not timed_out and task.check(workspace, answer)
         return {
             "task": task.name,
             "ok": ok,
+            **({"why": f"timeout after {timeout:g} s"} if timed_out else {}),
             "rc": done.returncode,
             "total_s": round(total, 2),
             "first_token_s": first_token,
             "to_first_request_s": first_request,
             "server": "started" if "starting the local model" in done.stderr else "reused",
             "tools": tool_calls,
+            "tokens": tokens,
             "answer": answer[:300],
             "errors": errors,
             "stderr": done.stderr[-300:] if done.returncode else "",
@@ -336,9 +349,10 @@ def run_task(
 
 def _run_timed(
     argv: list[str], timeout: float, env: dict[str, str]
-) -> tuple[subprocess.CompletedProcess[str], float | None]:
-    """Run the command; also the seconds from its start to its first model request (its first
-    ``progress``/``waiting`` line): Python, the CLI, and starting or finding the model."""
+) -> tuple[subprocess.CompletedProcess[str], float | None, bool]:
+    """Run the command, killed after ``timeout`` seconds; also the seconds from its start to
+    its first model request (its first ``progress``/``waiting`` line: Python, the CLI, and
+    starting or finding the model), and whether it was killed (what it printed is kept)."""
     started = time.monotonic()
     first_request: float | None = None
     lines: list[str] = []
@@ -357,11 +371,10 @@ def _run_timed(
             process.wait()
         finally:
             timer.cancel()
-        if time.monotonic() - started >= timeout:
-            raise subprocess.TimeoutExpired(argv, timeout)
+        timed_out = time.monotonic() - started >= timeout
         errors.seek(0)
         done = subprocess.CompletedProcess(argv, process.returncode, "".join(lines), errors.read())
-    return done, first_request
+    return done, first_request, timed_out
 
 
 def _median(results: list[dict[str, object]], key: str) -> float | None:

@@ -11,6 +11,7 @@ from ..agent import Agent
 from ..budgets import DEFAULT_MAX_TURNS, Budgets
 from ..errors import AgentError, CliError
 from ..loop import StreamFn
+from ..policy import RunPolicy
 from ..tools import AgentTool
 from ..types import Model
 from .approval import terminal_approvals
@@ -135,6 +136,17 @@ def _stream_fn_for(
     return stream_fn
 
 
+def _harness(setting: str, embedded: bool, workspace: Path) -> list[RunPolicy]:
+    """The harness policies ``--harness`` asks for (``auto``: all of them for the embedded
+    model, none for another)."""
+    from ..harness import HARNESS_POLICIES, harness_policies
+
+    if setting == "off" or (setting == "auto" and not embedded):
+        return []
+    names = HARNESS_POLICIES if setting in ("auto", "on") else tuple(setting.split(","))
+    return harness_policies(workspace, names)
+
+
 def build_agent(
     args: argparse.Namespace, io: Console, stream_fn: StreamFn | None, model: Model | None
 ) -> Agent:
@@ -155,19 +167,19 @@ def build_agent(
     small = _is_small(chosen)
     system = args.system or (SMALL_MODEL_SYSTEM_PROMPT if small else DEFAULT_SYSTEM_PROMPT)
     io.prefix = (system, tools)
+    embedded = io.local_server is not None and model is None
     agent = Agent(
         model=chosen,
         system_prompt=system,
         tools=tools,
-        stream_fn=_stream_fn_for(
-            stream_fn, io.local_server is not None and model is None, small, workspace
-        ),
+        stream_fn=_stream_fn_for(stream_fn, embedded, small, workspace),
         after_tool_call=stop_repeated_failures(),  # a model that loops on a failure is stopped
         approvals=terminal_approvals(
             io, () if args.yes else MUTATING_TOOLS - allowed(args.allow), _sandbox_warnings(tools)
         ),
         budgets=Budgets(max_turns=args.max_turns or DEFAULT_MAX_TURNS),
         session=session_for(args),
+        policies=_harness(getattr(args, "harness", "auto"), embedded, workspace),
     )
     agent.subscribe(Progress(io, args.json))
     agent.subscribe(JsonPrinter(io) if args.json else TextPrinter(io))

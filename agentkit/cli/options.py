@@ -16,6 +16,23 @@ def positive_int(text: str) -> int:
     return value
 
 
+def harness_setting(text: str) -> str:
+    """An argument type: ``auto``, ``on``, ``off`` or harness policy names, comma-separated
+    (:data:`agentkit.harness.HARNESS_POLICIES`), with a readable complaint otherwise."""
+    from ..harness import HARNESS_POLICIES
+
+    value = text.strip().lower()
+    if value in ("auto", "on", "off"):
+        return value
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in HARNESS_POLICIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"expected auto, on, off or some of {','.join(HARNESS_POLICIES)}; got {text!r}"
+        )
+    return ",".join(names)
+
+
 def common_options() -> argparse.ArgumentParser:
     """A parent parser with the options of a run: the model, the tools, the workspace, the
     output format, the budget, the local model's server and the MCP servers."""
@@ -48,6 +65,16 @@ def common_options() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print one JSON event per line")
     common.add_argument(
         "--max-turns", type=positive_int, default=None, help="stop after N turns (N >= 1)"
+    )
+    common.add_argument(
+        "--harness",
+        type=harness_setting,
+        default="auto",
+        metavar="auto|on|off|NAMES",
+        help="the harness around a small model (a task checklist, a completion check, a "
+        "re-read after each write, hints on a failed edit; see docs/harness.md): 'auto' "
+        "(default) for the embedded model only, 'on' for any model, 'off', or names "
+        "(checklist,completion,verify,hints)",
     )
     common.add_argument(
         "--ctx-size",

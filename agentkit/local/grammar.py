@@ -149,18 +149,16 @@ def constrain_tool_calls(payload: dict[str, Any], *, grammar: bool = True) -> di
     llama.cpp's server refuses a grammar together with ``tools``, so the declarations move
     into the system message (worded as the shipped template words them) and the request
     carries :func:`tool_call_grammar` instead (``grammar=False``: no grammar, the declarations
-    still move; ``tool_choice`` "required" makes the grammar admit a call only); calls then
+    still move; ``tool_choice`` "required" makes the grammar admit a call only, a named
+    function a call of that function only, and "none" an answer only, whatever ``grammar``
+    says); calls then
     come back as text, which
     :func:`agentkit.local.repair.with_text_tool_calls` turns into tool calls. A request without
-    tools, with ``tool_choice`` "none", with a grammar or schema of its own, or whose system
-    message is not plain text, is returned unchanged.
+    tools, with a grammar or schema of its own, or whose system message is not plain text, is
+    returned unchanged.
     """
     tools = payload.get("tools")
-    if (
-        not tools
-        or payload.get("tool_choice") == "none"
-        or any(key in payload for key in ("grammar", "json_schema", "response_format"))
-    ):
+    if not tools or any(key in payload for key in ("grammar", "json_schema", "response_format")):
         return payload
     messages = list(payload.get("messages") or [])
     block = TOOLS_PREAMBLE + "".join(
@@ -174,10 +172,34 @@ def constrain_tool_calls(payload: dict[str, Any], *, grammar: bool = True) -> di
         messages.insert(0, {"role": "system", "content": DEFAULT_SYSTEM + block})
     constrained = {k: v for k, v in payload.items() if k not in ("tools", "tool_choice")}
     constrained["messages"] = messages
-    if grammar:
-        required = payload.get("tool_choice") == "required"
-        constrained["grammar"] = tool_call_grammar(tools, required=required)
+    choice = payload.get("tool_choice")
+    if choice == "none":  # the same prompt (its cached prefix), and an answer only
+        constrained["grammar"] = _ANSWER_ONLY
+    elif grammar:
+        named = _named_function(choice)
+        allowed = [t for t in tools if _function_name(t) == named] if named else tools
+        required = choice == "required" or bool(named and allowed)
+        constrained["grammar"] = tool_call_grammar(allowed or tools, required=required)
     return constrained
+
+
+_ANSWER_ONLY = 'root ::= [^{`< \\t\\n] .* | ""\n'
+"""A grammar for a reply that must not call a tool (``tool_choice`` "none"): prose, which
+never begins like a call, bare, fenced or tagged (the 1.5B model, held to an answer by the
+looser rule, wrote ``{"name ": ...}``, a call with a space in its key)."""
+
+
+def _named_function(choice: Any) -> str | None:
+    """The tool a Chat Completions ``tool_choice`` names (``{"type": "function", "function":
+    {"name": ...}}``), else ``None``."""
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _function_name(declaration: Any) -> Any:
+    function = declaration.get("function", declaration) if isinstance(declaration, dict) else {}
+    return function.get("name") if isinstance(function, dict) else None
 
 
 def with_constrained_tool_calls(stream_fn: Any = None, *, grammar: bool = True) -> Any:

@@ -257,6 +257,26 @@ def test_the_health_wait_is_bounded_and_abortable() -> None:
 # --- models, template, lifecycle ----------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("cores", "load", "threads"), [(2, 0.3, 2), (2, 1.2, 1), (2, 9.0, 1), (8, 3.5, 5), (1, 0.0, 1)]
+)
+def test_the_server_takes_the_cores_the_load_leaves(
+    monkeypatch: pytest.MonkeyPatch, cores: int, load: float, threads: int
+) -> None:
+    monkeypatch.setattr(S.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(S.os, "getloadavg", lambda: (load, load, load))
+    assert S._default_threads() == threads
+
+
+def test_the_server_threads_without_a_load_average(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unavailable() -> tuple[float, float, float]:
+        raise OSError("no load average")
+
+    monkeypatch.setattr(S.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(S.os, "getloadavg", unavailable)
+    assert S._default_threads() == 2
+
+
 def test_models_for_each_api() -> None:
     url = "http://127.0.0.1:5555"
     chat = S.embedded_model(url)
@@ -276,10 +296,11 @@ def test_models_for_each_api() -> None:
 def test_the_chat_template_ships_in_the_package() -> None:
     text = T.chat_template()
     assert "tool_calls" in text and "<tools>" in text
-    # The published qwen2.5-tools.jinja, tuned (no code fences around a call): changes to it
-    # change what the model does, so they are deliberate.
+    # The published qwen2.5-tools.jinja, tuned (no code fences around a call; the request to
+    # answer only after the prompt's last result, so that a harness note after it speaks
+    # last): changes to it change what the model does, so they are deliberate.
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    assert digest == "5d78e67d9aa1f8c9e06da209aa9a7df50727e915847f3d38dc04c9654f264fc9"
+    assert digest == "405e1286d3b9a3fc4d0435ad793aad94a6656f79a6f93b0cd8647810a680d83d"
     assert "no code fence" in text
     assert f"startswith('{T.FAILED_RESULT_PREFIX}')" in text  # the mark the requests carry
 

@@ -98,7 +98,6 @@ def _payload(**extra: Any) -> dict[str, Any]:
 def test_requests_that_must_not_change_are_left_alone() -> None:
     for payload in (
         _payload(tools=[]),
-        _payload(tool_choice="none"),
         _payload(grammar='root ::= "x"'),
         _payload(response_format={"type": "json_object"}),
         _payload(messages=[{"role": "system", "content": [{"type": "text", "text": "s"}]}]),
@@ -168,6 +167,41 @@ def test_a_required_call_admits_a_call_and_nothing_else() -> None:
     constrained = constrain_tool_calls(_payload(tool_choice="required"))
     assert constrained["grammar"].startswith("root ::= call\n")
     assert "tool_choice" not in constrained  # the server refuses it beside a grammar
+
+
+def test_a_named_tool_choice_admits_a_call_of_that_tool_only() -> None:
+    payload = _payload()
+    write = json.loads(json.dumps(payload["tools"][0]))
+    write["function"]["name"] = "write_file"
+    payload["tools"].append(write)
+    payload["tool_choice"] = {"type": "function", "function": {"name": "write_file"}}
+    constrained = constrain_tool_calls(payload)
+    grammar = constrained["grammar"]
+    assert matches(grammar, '{"name": "write_file", "arguments": {"path": "a"}}')
+    assert not matches(grammar, '{"name": "read_file", "arguments": {"path": "a"}}')
+    assert not matches(grammar, "I will write it.")
+    assert "tool_choice" not in constrained
+    system = constrained["messages"][0]["content"]
+    assert '"read_file"' in system and '"write_file"' in system  # the declarations stay whole
+    payload["tool_choice"] = {"type": "function", "function": {"name": "no_such_tool"}}
+    unknown = constrain_tool_calls(payload)["grammar"]  # nothing to hold it to: as "auto"
+    assert matches(unknown, '{"name": "read_file", "arguments": {"path": "a"}}')
+    assert matches(unknown, "An answer.")
+
+
+def test_tool_choice_none_keeps_the_prompt_and_admits_an_answer_only() -> None:
+    auto, none = constrain_tool_calls(_payload()), constrain_tool_calls(_payload(tool_choice="none"))
+    assert none["messages"] == auto["messages"]  # the same prompt: its cached prefix holds
+    assert "tools" not in none and "tool_choice" not in none
+    grammar = none["grammar"]
+    for answer in ("The file says hello.", "", "It has 5 names.\nAna, Ben, Cleo, Dev, Zoe."):
+        assert matches(grammar, answer), answer
+    for call in ('{"name": "read_file", "arguments": {"path": "a"}}',
+                 '{"name ": "edit_file", "arguments": {}}',  # seen: a space in the key
+                 '```json\n{"name": "read_file", "arguments": {}}\n```',
+                 ' {"name": "read_file"}', '<tool_call>{"name": "x"}'):  # fmt: skip
+        assert not matches(grammar, call), call
+    assert constrain_tool_calls(_payload(tool_choice="none"), grammar=False)["grammar"] == grammar
 
 
 def test_a_task_that_names_a_file_gets_a_call_before_an_answer(

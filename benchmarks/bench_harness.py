@@ -24,6 +24,8 @@ busy 2-core machine; each task's load is in them).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -32,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +77,17 @@ def _cpu_of(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _nice_of(pid: int | None) -> int | None:
+    """The scheduling priority of process ``pid`` (a server raised above the machine's other
+    work measures as on a quiet machine), if known."""
+    if pid is None:
+        return None
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError:
+        return None
+
+
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -97,6 +111,20 @@ def timed_task(task: Any, timeout: float, where: Path | None, extra: tuple[str, 
     return result
 
 
+@contextlib.contextmanager
+def _held(path: str | None) -> Iterator[None]:
+    """Hold the exclusive lock of the file at ``path`` (nothing when ``None``)."""
+    if path is None:
+        yield
+        return
+    with open(path, "a") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)
+
+
 def run_set(
     set_name: str,
     runs: int,
@@ -105,16 +133,19 @@ def run_set(
     keep: Path | None,
     only: list[str],
     on_result: Any,
+    lock: str | None = None,
 ) -> list[list[dict[str, Any]]]:
-    """Every task of the set, ``runs`` times over; ``on_result`` sees each result as it comes."""
+    """Every task of the set, ``runs`` times over; ``on_result`` sees each result as it comes.
+    With ``lock``, each task holds that file's lock while it runs (others wait between tasks)."""
     tasks = [t for t in SETS[set_name] if not only or any(w in t.name for w in only)]
     results: list[list[dict[str, Any]]] = []
     for run in range(runs):
         results.append([])
         for task in tasks:
             where = keep / set_name / f"run{run + 1}" if keep is not None else None
-            load = _load()
-            result = timed_task(task, timeout, where, extra)
+            with _held(lock):
+                load = _load()
+                result = timed_task(task, timeout, where, extra)
             result |= {"set": set_name, "run": run + 1, "load_before": load}
             results[-1].append(result)
             on_result(result)
@@ -268,6 +299,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per task")
     parser.add_argument("--table", nargs="+", metavar="JSON", help="only print these reports")
     parser.add_argument("--activity", metavar="DIR", help="only count the policies' acts in DIR")
+    parser.add_argument(
+        "--lock", metavar="FILE", help="hold this file's lock during each task (a shared model)"
+    )
     args = parser.parse_args()
     if args.activity:
         print(json.dumps(activity(Path(args.activity)), indent=1))
@@ -290,6 +324,7 @@ def main() -> None:
         "cores": os.cpu_count(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "load_at_start": _load(),
+        "server_nice": _nice_of(_server_pid()),
         "results": {},
     }
     was_running = server_running()
@@ -313,7 +348,7 @@ def main() -> None:
 
     keep = Path(args.keep) if args.keep else None
     for set_name in SETS if args.set == "all" else [args.set]:
-        run_set(set_name, args.runs, extra, args.timeout, keep, args.k, write)
+        run_set(set_name, args.runs, extra, args.timeout, keep, args.k, write, args.lock)
     report["load_at_end"] = _load()
     report["summary"] = summarise(report)
     out.write_text(json.dumps(report, indent=1), encoding="utf-8")

@@ -21,6 +21,9 @@ the calls the transcript shows (with the workspace's files, when a workspace is 
 - :class:`VerifyWrites` re-reads a file after each write or edit and adds what it now holds to
   the tool's result; a ``.json`` or ``.py`` file that no longer parses makes the result an
   error that says so.
+- :class:`TableFacts` adds to a whole read of a ``.csv`` or ``.tsv`` file each numeric
+  column's largest and smallest value (with the row's label) and sum: a small model cannot
+  compare or add a table's numbers, but reads a sentence that says them.
 - :class:`FailureHints` adds to a failed edit what the file really holds, so the model can copy
   the text it meant instead of guessing again, and answers a read of a folder with its
   listing.
@@ -40,6 +43,7 @@ from pathlib import Path
 from ..policy import RunPolicy
 from .policies import CompletionCheck, FailureHints, RepeatGuard, TaskChecklist, VerifyWrites
 from .steps import WORKSPACE_TOOLS, Step, TaskState, ToolNames, task_steps
+from .tables import TableFacts
 
 __all__ = [
     "HARNESS_POLICIES",
@@ -47,6 +51,7 @@ __all__ = [
     "FailureHints",
     "RepeatGuard",
     "Step",
+    "TableFacts",
     "TaskChecklist",
     "TaskState",
     "ToolNames",
@@ -56,7 +61,14 @@ __all__ = [
     "task_steps",
 ]
 
-HARNESS_POLICIES: tuple[str, ...] = ("checklist", "completion", "repeats", "verify", "hints")
+HARNESS_POLICIES: tuple[str, ...] = (
+    "checklist",
+    "completion",
+    "repeats",
+    "verify",
+    "hints",
+    "tables",
+)
 """The harness's policies by name, in the order :func:`harness_policies` chains them."""
 
 
@@ -78,5 +90,6 @@ def harness_policies(
         "repeats": RepeatGuard(workspace, tools),
         "verify": VerifyWrites(tools),
         "hints": FailureHints(tools),
+        "tables": TableFacts(tools),
     }
     return [made[n] for n in HARNESS_POLICIES if n in names]

@@ -22,6 +22,7 @@ from ..policy import (
     ToolCallRun,
 )
 from ..types import AgentToolResult, AssistantMessage, TextContent, UserMessage, role_of
+from .answers import described_call, unfixed_command, unread_files
 from .steps import (
     REPEATED,
     WORKSPACE_TOOLS,
@@ -30,6 +31,7 @@ from .steps import (
     TaskState,
     ToolNames,
     how_to,
+    text_of,
     tool_for,
     tool_names,
 )
@@ -101,8 +103,9 @@ class TaskChecklist(RunPolicy):
 class CompletionCheck(RunPolicy):
     """Checks a final answer against the task's steps (:func:`task_steps`): a file it says to
     write that does not exist, a file it says to change that is unchanged, a command it says
-    to run that never ran, a file or folder it names that no call looked at. When something is
-    missing, the answer is not accepted: the model reads what is missing and the next request
+    to run that never ran, a file or folder it names that no call looked at; and the answer
+    itself (:mod:`agentkit.harness.answers`): a call it describes instead of making, a file
+    of the workspace it cites that nothing read. When something is missing, the answer is not accepted: the model reads what is missing and the next request
     asks for a call of the tool that does the first missing step (``tool_choice``), at most
     ``max_sendbacks`` times a run (then the answer stands).
 
@@ -133,7 +136,7 @@ class CompletionCheck(RunPolicy):
             return None
         missing = task.missing(run, self.names)
         if not missing:
-            return None
+            return self._check_answer(run, task, text_of(message))
         task.sendbacks += 1
         _ask_for(run, missing[0][0], self.names)
         tools = tool_names(run)
@@ -144,6 +147,49 @@ class CompletionCheck(RunPolicy):
                 "answer."
             )
         ]
+
+    def _check_answer(self, run: RunScope, task: TaskState, answer: str) -> list[Any] | None:
+        """A send-back for an answer that describes a call instead of making it, or cites a
+        file nothing read (:mod:`agentkit.harness.answers`); ``None`` when it does neither."""
+        calls = task.calls(run)
+        tools = tool_names(run)
+        described = described_call(answer, tools, calls)
+        if described is not None:
+            return self._send_back(
+                run,
+                task,
+                described,
+                f"You described a call of {described} instead of making it. Make the call "
+                "now; I will show you its result.",
+            )
+        unfixed = unfixed_command(task, calls, self.names)
+        if unfixed is not None:
+            return self._send_back(
+                run,
+                task,
+                self.names.edit if self.names.edit in tools else "required",
+                f"After your change, `{unfixed}` prints exactly what it printed before it, so "
+                "the change did not do what was asked. Look at what the file holds now (above), "
+                f"change the line that causes the problem, run `{unfixed}` again, then answer.",
+            )
+        unread = unread_files(answer, task, calls, self.names)
+        if not unread or self.names.read not in tools:
+            return None
+        return self._send_back(
+            run,
+            task,
+            self.names.read,
+            f"Your answer names {', '.join(unread[:3])}, but you have not read "
+            f"{'it' if len(unread) == 1 else 'them'}. Read {unread[0]} (call "
+            f"{self.names.read}), then answer my request from what it holds.",
+        )
+
+    @staticmethod
+    def _send_back(run: RunScope, task: TaskState, tool: str, text: str) -> list[Any]:
+        """The message that sends the model back, the next request asking for ``tool``."""
+        task.sendbacks += 1
+        run.state[_NEXT_CALL] = tool
+        return [UserMessage(content=text)]
 
     def wrap_request(
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler

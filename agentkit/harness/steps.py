@@ -40,7 +40,8 @@ class Step:
     """One thing the task asks for: ``look`` at a file or folder it names, ``write`` a new
     file, ``change`` an existing one, or ``run`` a command (``target`` is the command as the
     task words it, ``key`` the part a run must contain: its first file name, else its first
-    word; empty for "run it" with nothing named before). A file is told from a folder on disk
+    word; empty for "run it" with nothing named before). A ``look`` with no target reads the
+    file an earlier step found ("find the file that ..., then read it"). A file is told from a folder on disk
     when there is a workspace (``release/VERSION`` is a file), else by its extension."""
 
     kind: StepKind
@@ -51,6 +52,8 @@ class Step:
 
     def describe(self) -> str:
         """The step as the checklist words it: ``write summary.txt``."""
+        if self.kind == "look" and not self.target:
+            return "read the file you found"
         verb = {"look": "look at", "write": "write", "change": "change", "run": "run"}[self.kind]
         return f"{verb} {self.target}" if self.kind != "run" else f"run `{self.target}`"
 
@@ -86,6 +89,12 @@ _RUN = re.compile(
     re.I,
 )
 """A clause that starts with "run": the command it names, up to "and" or a comma."""
+_READ_IT = re.compile(
+    r"^(?:please\s+|then\s+|and\s+|now\s+)*(?:read|open)\s+(?:it|that(?:\s+file)?|this\s+file|"
+    r"the\s+file|them)\b",
+    re.I,
+)
+"""A clause that reads what an earlier one found: "then read it", "open that file"."""
 _PRONOUN = re.compile(r"^(?:it|them|this|that|the\s+script|the\s+file)\b", re.I)
 _ASKING = re.compile(
     r"\b(?:what|which|how|why|whether|where|when|who|should|could|would|can|may|might|does|did)\b",
@@ -127,16 +136,19 @@ def task_steps(task: str, workspace: str | Path | None = None) -> list[Step]:
         if command is not None and command not in steps:
             steps.append(command)
         found = False
-        for path in _paths_in(clause):
+        for path in paths_in(clause):
             kind = _kind_of(path, clause, root)
             if kind is None:
                 continue
             found = True
             named.append(path)
             steps = _merge(steps, Step(kind, path, folder=_is_folder(root, path)))
+        if not found and _READ_IT.match(clause) and Step("look", "") not in steps:
+            steps.append(Step("look", ""))  # "find the file, then read it": whatever was found
+            continue
         last = named[-1] if named else None
         if not found and last and not _is_folder(root, last) and _verb(_CHANGE, clause):
-            if _exists(root, last):  # "fix the bug": the file named before
+            if path_exists(root, last):  # "fix the bug": the file named before
                 steps = _merge(steps, Step("change", last))
     return steps
 
@@ -156,7 +168,8 @@ def _command_of(clause: str, named: list[str]) -> Step | None:
     return Step("run", command, key.lstrip("./") if files else key)
 
 
-def _paths_in(clause: str) -> Iterator[str]:
+def paths_in(clause: str) -> Iterator[str]:
+    """The words of ``clause`` that may name a file or folder, ``./`` dropped."""
     for word in _PATH.findall(clause):
         word = word.strip().rstrip(".")
         if word.startswith("./"):
@@ -171,7 +184,7 @@ _NOT_PATHS = frozenset({"e.g", "i.e", "etc", "vs"})
 
 def _kind_of(path: str, clause: str, root: Path | None) -> StepKind | None:
     """What the clause asks of ``path``: ``None`` when it names nothing of the workspace."""
-    exists = _exists(root, path)
+    exists = path_exists(root, path)
     if exists:
         return "change" if _verb(_CHANGE, clause) and not _is_folder(root, path) else "look"
     if exists is False or root is None:
@@ -182,7 +195,7 @@ def _kind_of(path: str, clause: str, root: Path | None) -> StepKind | None:
 
 def _is_folder(root: Path | None, path: str) -> bool:
     """Whether ``path`` is a folder: on disk in ``root``, else by having no extension."""
-    if root is None or not _exists(root, path):
+    if root is None or not path_exists(root, path):
         return not FILE_NAME.search(path)
     try:
         return (root / path).is_dir()
@@ -190,7 +203,7 @@ def _is_folder(root: Path | None, path: str) -> bool:
         return False
 
 
-def _exists(root: Path | None, path: str) -> bool | None:
+def path_exists(root: Path | None, path: str) -> bool | None:
     """Whether ``path`` exists inside ``root`` (``None``: no workspace, or not a path)."""
     if root is None or len(path) > 255:
         return None
@@ -275,7 +288,7 @@ _STATE_KEY = "agentkit.harness.task"
 
 
 def _digest(root: Path | None, path: str) -> str | None:
-    if root is None or not _exists(root, path):
+    if root is None or not path_exists(root, path):
         return None
     try:
         return hashlib.sha256((root / path).read_bytes()).hexdigest()
@@ -340,7 +353,12 @@ def _status(task: TaskState, calls: list[Call], names: ToolNames) -> list[str | 
     looked: list[tuple[str, int | None]] = []  # the looks so far: target, first call seen
     written: int | None = None  # the latest write of the changes so far
     for step in task.steps:
-        if step.kind == "look":
+        if step.kind == "look" and not step.target:  # the file found: any read after the looks
+            after = max((i for _, i in looked if i is not None), default=-1)
+            seen = _first(calls, lambda c: c.ok and c.name == names.read, after + 1)
+            looked.append(("the file you found", seen))
+            statuses.append(None if seen is not None else "the file you found was not read")
+        elif step.kind == "look":
             seen = _first(calls, lambda c, s=step: c.ok and _shows(c, s.target, s.folder, names))
             looked.append((step.target, seen))
             statuses.append(None if seen is not None else f"nothing has looked at {step.target}")
@@ -386,7 +404,7 @@ def _written(
             break
     if task.root is not None:
         if step.kind == "write":
-            done = bool(_exists(task.root, step.target))
+            done = bool(path_exists(task.root, step.target))
         else:
             done = _digest(task.root, step.target) != task.digests.get(step.target)
     else:

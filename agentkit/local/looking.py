@@ -3,7 +3,8 @@
 Small local models answer "the secret word in notes.txt is 'secret'" without reading the file,
 or explain how one would call the tool instead of calling it. The measure is general, not a
 list of prompts: when the user's latest message names something the tools can look at -- a
-file or folder that exists in the workspace, or a command to run -- and the model has not
+file or folder that exists in the workspace, a command to run, or a search of the workspace
+("which file mentions budget?") -- and the model has not
 looked at anything since that message, the request asks for a tool call (``tool_choice``
 "required", which the embedded server's grammar turns into "a call and nothing else"). Once a
 tool result is in, the model answers freely.
@@ -23,6 +24,14 @@ from ..types import Model, as_stream_options, role_of
 _WORD = re.compile(r"[\w./-]+")
 _COMMAND = re.compile(r"\b(?:run|execute)\b[^.?!\n]*?(?:command|`)|`[^`\n]+`", re.I)
 """A command the user asks to run: "Run the command: ...", "execute `make test`", `ls -l`."""
+_SEARCH = re.compile(
+    r"\b(?:search|grep|find|list|look\s+(?:for|in|through)|which\s+files?)\b.*?\b(?:workspace|"
+    r"folders?|director(?:y|ies)|files?|project|tree|repo(?:sitory)?)\b|\b(?:workspace|files?|"
+    r"folders?)\b.*?\b(?:mention|contain|include|define)s?\b",
+    re.I | re.S,
+)
+"""A request to search the workspace: "search the workspace for budget", "which file mentions
+it?", "list the files of the project"."""
 
 
 def names_to_look_at(text: str, workspace: Path) -> list[str]:
@@ -45,15 +54,19 @@ def names_to_look_at(text: str, workspace: Path) -> list[str]:
 
 
 def asks_to_look(messages: Sequence[Any], workspace: Path) -> bool:
-    """Whether the latest user message names a workspace file or folder, or a command, and
-    no tool result has come in since it."""
+    """Whether the latest user message names a workspace file or folder, a command or a search
+    of the workspace, and no tool result has come in since it."""
     for message in reversed(messages):
         role = role_of(message)
         if role == "tool_result":
             return False
         if role == "user":
             text = _text_of(getattr(message, "content", ""))
-            return bool(_COMMAND.search(text) or names_to_look_at(text, workspace))
+            return bool(
+                _COMMAND.search(text)
+                or _SEARCH.search(text)
+                or names_to_look_at(text, workspace)
+            )
     return False
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agentkit.local.looking import asks_to_look, names_to_look_at
 from agentkit.types import AssistantMessage, TextContent, ToolResultMessage, UserMessage
 
@@ -34,3 +36,23 @@ def test_a_command_or_a_named_file_asks_for_a_look_until_a_result_comes(tmp_path
         assert asks_to_look([UserMessage(content=command)], ws)
     assert not asks_to_look([UserMessage(content="Thanks, that is all.")], ws)
     assert not asks_to_look([], ws)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Search the workspace for the word budget. Which file mentions it?",
+        "Which files contain TODO?",
+        "List the files of the project.",
+        "Find the folder that holds the logs.",
+    ],
+)
+def test_a_search_of_the_workspace_asks_for_a_look(tmp_path: Path, text: str) -> None:
+    assert asks_to_look([UserMessage(content=text)], tmp_path)
+
+
+@pytest.mark.parametrize(
+    "text", ["What is a budget?", "Find me a good name for a cat.", "Tell me a joke about files."]
+)
+def test_a_question_that_searches_nothing_asks_for_no_look(tmp_path: Path, text: str) -> None:
+    assert not asks_to_look([UserMessage(content=text)], tmp_path)

@@ -151,12 +151,14 @@ def restore_default_stream_fn() -> Iterable[None]:
 
 @pytest.fixture(scope="module")
 def embedded_server() -> Any:
-    """The embedded model's server (``agentkit.local``); skips the test when its weights are
-    not installed."""
+    """An embedded model's server (``agentkit.local``) for the tests of its protocol (the
+    template, the grammar, the wire APIs), which both models share: the smaller, faster one
+    (``local-0-5b``), so that the suite stays quick; the command's tests run the default one.
+    Skips the test when its weights are not installed."""
     from agentkit import local
 
     try:
-        return local.get_local_server()
+        return local.get_local_server(model_path=local.prepare_weights(weights=local.CODER_0_5B))
     except local.LocalModelNotInstalledError as exc:
         pytest.skip(str(exc))
 

@@ -1,6 +1,6 @@
-"""The embedded offline model: Qwen2.5-Coder-0.5B-Instruct served by llama.cpp (the ``local``
-extra), or the stronger Qwen2.5-Coder-1.5B-Instruct (the ``local-1-5b`` extra, ``--model
-local:qwen2.5-coder-1.5b``).
+"""The embedded offline model: Qwen2.5-Coder-1.5B-Instruct served by llama.cpp (the ``local``
+extra), or the smaller, faster and weaker Qwen2.5-Coder-0.5B-Instruct (the ``local-0-5b``
+extra, ``--model local:qwen2.5-coder-0.5b``).
 
 :mod:`.constants` holds what the model is and the pinned versions and hashes; :mod:`.weights`
 finds, joins and verifies the GGUF file; :mod:`.server` runs llama.cpp's server in this process
@@ -10,7 +10,13 @@ reply to a declared call; :mod:`.kept` the server kept in the background between
 :mod:`.repair` the argument repair and text-call reading a small model needs.
 """
 
-from .constants import CODER_0_5B, CODER_1_5B, EMBEDDED_MODELS, EmbeddedWeights
+from .constants import (
+    CODER_0_5B,
+    CODER_1_5B,
+    DEFAULT_WEIGHTS,
+    EMBEDDED_MODELS,
+    EmbeddedWeights,
+)
 from .grammar import constrain_tool_calls, tool_call_grammar, with_constrained_tool_calls
 from .server import (
     LocalModel,
@@ -31,6 +37,7 @@ from .weights import (
 __all__ = [
     "CODER_0_5B",
     "CODER_1_5B",
+    "DEFAULT_WEIGHTS",
     "EMBEDDED_MODELS",
     "EmbeddedWeights",
     "LocalModel",

@@ -34,8 +34,8 @@ import requests
 from ..abort import AbortSignal
 from ..types import Model
 from .constants import (
-    CODER_0_5B,
     CONTEXT_WINDOW,
+    DEFAULT_WEIGHTS,
     LOCAL_APIS,
     MAX_TOKENS,
     MODEL_ID,
@@ -60,7 +60,7 @@ def embedded_model(
     context_window: int = CONTEXT_WINDOW,
     max_tokens: int = MAX_TOKENS,
     api_key: str | None = None,
-    weights: EmbeddedWeights = CODER_0_5B,
+    weights: EmbeddedWeights = DEFAULT_WEIGHTS,
 ) -> Model:
     """The :class:`Model` for an embedded server at ``url`` (``http://127.0.0.1:PORT``) serving
     ``weights`` (its id and name are the model's).

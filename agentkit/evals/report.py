@@ -109,24 +109,37 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaseResult:
-        """A result from :meth:`to_dict`'s data."""
+        """A result from :meth:`to_dict`'s data; :class:`ValueError` or :class:`TypeError`
+        naming what is wrong (a report comes from a file anybody may have written)."""
+        status = data["status"]
+        if status not in _MARK:
+            raise ValueError(f"case {data['name']!r} has an unknown status {status!r}")
         divergence = data.get("divergence")
+        error = data.get("error")
         return cls(
-            name=data["name"],
-            status=data["status"],
-            answer=data.get("answer", ""),
+            name=str(data["name"]),
+            status=status,
+            answer=str(data.get("answer") or ""),
             output=data.get("output"),
-            evaluations=[Evaluation(**e) for e in data.get("evaluations", [])],
-            tool_calls=[ToolCallRecord(**c) for c in data.get("tool_calls", [])],
+            evaluations=[_evaluation(e) for e in data.get("evaluations") or []],
+            tool_calls=[ToolCallRecord(**c) for c in data.get("tool_calls") or []],
             usage=RunUsage.model_validate(data.get("usage") or {}),
             judge_usage=RunUsage.model_validate(data.get("judge_usage") or {}),
-            turns=data.get("turns", 0),
-            duration=data.get("duration", 0.0),
+            turns=int(data.get("turns") or 0),
+            duration=float(data.get("duration") or 0.0),
             stop_reason=data.get("stop_reason"),
-            error=data.get("error"),
+            error=None if error is None else str(error),
             divergence=Divergence(**divergence) if divergence else None,
-            metadata=data.get("metadata") or {},
+            metadata=dict(data.get("metadata") or {}),
         )
+
+
+def _evaluation(data: dict[str, Any]) -> Evaluation:
+    """An evaluation from its JSON data: its value an assertion or a number."""
+    evaluation = Evaluation(**data)
+    if not isinstance(evaluation.value, bool | int | float):
+        raise ValueError(f"evaluation {evaluation.name!r} has the value {evaluation.value!r}")
+    return evaluation
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -303,14 +316,14 @@ class Report:
         """A report from :meth:`to_dict`'s data."""
         try:
             return cls(
-                name=data["name"],
-                mode=data["mode"],
+                name=str(data["name"]),
+                mode=str(data["mode"]),
                 cases=[CaseResult.from_dict(c) for c in data["cases"]],
-                started_at=data.get("started_at", 0.0),
-                duration=data.get("duration", 0.0),
-                interrupted=data.get("interrupted", False),
+                started_at=float(data.get("started_at") or 0.0),
+                duration=float(data.get("duration") or 0.0),
+                interrupted=bool(data.get("interrupted", False)),
             )
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not an evaluation report: {type(exc).__name__} {exc}") from None
 
     @classmethod

@@ -69,7 +69,11 @@ class ReportShelf:
         """Every report in the folder, newest first, and the files that could not be read."""
         reports: list[Shelved] = []
         problems: list[Problem] = []
-        for path in self._files():
+        files = self._files()
+        with self._lock:  # forget the files that are gone
+            for gone in self._read.keys() - set(files):
+                del self._read[gone]
+        for path in files:
             found = self._load(path)
             if isinstance(found, Shelved):
                 reports.append(found)

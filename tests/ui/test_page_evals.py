@@ -5,6 +5,7 @@ tool, hostile text from a model shown as text, and no file read outside the fold
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import os
@@ -171,6 +172,40 @@ def test_the_comparison_puts_the_cases_that_got_worse_first_with_the_deltas(
     assert "was:" in back  # a case that got better says what was wrong before
 
 
+BROKEN = {
+    "a-case-is-a-number": {"cases": [1]},
+    "no-status": {"cases": [{"name": "x"}]},
+    "unknown-status": {"cases": [{"name": "x", "status": "great"}]},
+    "slow": {"cases": [{"name": "x", "status": "passed", "duration": "slow"}]},
+    "bad-usage": {"cases": [{"name": "x", "status": "passed", "usage": {"input": "many"}}]},
+    "bad-verdict": {"cases": [{"name": "x", "status": "failed",
+                               "evaluations": [{"name": "j", "value": "yes"}]}]},
+    "odd-verdict": {"cases": [{"name": "x", "status": "failed",
+                               "evaluations": [{"name": "j", "value": 0, "colour": "red"}]}]},
+    "bad-call": {"cases": [{"name": "x", "status": "passed", "tool_calls": [{"id": "1"}]}]},
+    "bad-divergence": {"cases": [{"name": "x", "status": "diverged", "divergence": "here"}]},
+    "cases-not-a-list": {"cases": 7},
+    "started-when": {"cases": [], "started_at": "yesterday"},
+}  # fmt: skip
+"""Reports as a hand or another tool might have written them: each is listed as a problem."""
+
+
+def test_a_malformed_report_is_listed_with_its_problem_and_the_others_still_show(
+    evals_server: UiServer, folder: Path
+) -> None:
+    for name, fields in BROKEN.items():
+        (folder / f"{name}.json").write_text(json.dumps({"name": name, "mode": "live"} | fields))
+    client, base = _signed_in(evals_server)
+    listing = client.get(base + "/evals", timeout=WAIT)
+    assert listing.status_code == 200
+    assert sorted(_attributes(listing.text, "data-problem")) == sorted(f"{n}.json" for n in BROKEN)
+    assert _attributes(listing.text, "data-report") == ["branch/candidate.json", "main.json"]
+    for name in BROKEN:
+        page = client.get(base + f"/evals/report/{name}.json", timeout=WAIT)
+        assert page.status_code == 404 and "not an evaluation report" in page.text, name
+        assert Path(folder / f"{name}.json").exists()  # nothing is lost
+
+
 def test_a_report_saved_as_agentkit_eval_json_prints_it_is_read(
     evals_server: UiServer, folder: Path
 ) -> None:
@@ -325,3 +360,21 @@ def test_the_command_serves_the_reports_of_its_folder(tmp_path: Path, folder: Pa
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=WAIT * 4)
     assert process.returncode == 0, err
+
+
+def test_reports_with_odd_file_names_are_linked_and_escaped(
+    evals_server: UiServer, folder: Path
+) -> None:
+    odd = ["we ird #1?.json", "<b onclick=x>bold.json", "100% done.json", "é&ü.json"]
+    for name in odd:
+        Report.load(folder / "main.json").save(folder / name)
+    client, base = _signed_in(evals_server)
+    listing = client.get(base + "/evals", timeout=WAIT).text
+    assert "<b onclick" not in listing and "&lt;b onclick=x&gt;bold.json" in listing
+    for name in odd:
+        href = listing.split(f'">{html.escape(name)}</a>')[0].rsplit('href="', 1)[1]
+        page = client.get(base + html.unescape(href), timeout=WAIT)
+        assert page.status_code == 200 and page.text.count('data-case="') == 6, name
+        compared = client.get(base + "/evals/compare", timeout=WAIT,
+                              params={"baseline": name, "candidate": "main.json"})  # fmt: skip
+        assert compared.status_code == 200 and compared.text.count('data-change="same"') == 7

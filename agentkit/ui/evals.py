@@ -21,6 +21,7 @@ from typing import Any
 from flask import Blueprint, abort, render_template, request
 
 from ..evals.report import CaseResult, Comparison, Report, money
+from .render import fold
 from .view import pretty
 
 MAX_FILES = 1000
@@ -208,7 +209,8 @@ def evals_blueprint(shelf: ReportShelf | None) -> Blueprint:
     @pages.app_context_processor
     def helpers() -> dict[str, Any]:
         return {"money": money, "score_text": score_text, "delta_text": delta_text,
-                "trend": trend, "value_text": value_text, "pretty": pretty}  # fmt: skip
+                "trend": trend, "value_text": value_text, "pretty": pretty,
+                "fold": fold}  # fmt: skip
 
     def _shelf() -> ReportShelf:
         if shelf is None:

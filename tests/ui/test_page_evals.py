@@ -378,3 +378,22 @@ def test_reports_with_odd_file_names_are_linked_and_escaped(
         compared = client.get(base + "/evals/compare", timeout=WAIT,
                               params={"baseline": name, "candidate": "main.json"})  # fmt: skip
         assert compared.status_code == 200 and compared.text.count('data-change="same"') == 7
+
+
+def test_a_long_answer_and_a_long_tool_result_are_folded(
+    evals_server: UiServer, folder: Path
+) -> None:
+    from agentkit.evals import ToolCallRecord
+    from agentkit.ui.render import PREVIEW_CHARS, SHOWN_CHARS
+
+    long = "".join(f"line {n}\n" for n in range(30_000))
+    result = CaseResult(name="long", status="passed", answer=long,
+                        tool_calls=[ToolCallRecord("c1", "read", {"path": "big"}, long)])  # fmt: skip
+    Report(name="long", mode="live", cases=[result]).save(folder / "long.json")
+    client, base = _signed_in(evals_server)
+    page = client.get(base + "/evals/report/long.json", timeout=WAIT).text
+    assert page.count(f"show all · {len(long):,} characters") == 2
+    assert page.count("more characters are not shown here; the report's file keeps") == 2
+    assert long[:PREVIEW_CHARS] in page and long[:SHOWN_CHARS] in page
+    assert long[SHOWN_CHARS:][:50] not in page  # the file keeps the rest
+    assert len(page) < 4 * SHOWN_CHARS + 20_000

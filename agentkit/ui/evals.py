@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat as stat_module
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,8 @@ class ReportShelf:
         except OSError:
             return None
         if not real.is_relative_to(self.folder):  # a symbolic link out of the folder
+            return None
+        if not stat_module.S_ISREG(stat.st_mode):  # a pipe would block the reader forever
             return None
         name = path.relative_to(self.folder).as_posix()
         key = (stat.st_mtime_ns, stat.st_size)

@@ -397,3 +397,16 @@ def test_a_long_answer_and_a_long_tool_result_are_folded(
     assert long[:PREVIEW_CHARS] in page and long[:SHOWN_CHARS] in page
     assert long[SHOWN_CHARS:][:50] not in page  # the file keeps the rest
     assert len(page) < 4 * SHOWN_CHARS + 20_000
+
+
+def test_a_pipe_or_a_folder_named_like_a_report_is_not_read(
+    evals_server: UiServer, folder: Path
+) -> None:
+    os.mkfifo(folder / "pipe.json")  # reading it would wait for a writer forever
+    (folder / "folder.json").mkdir()
+    client, base = _signed_in(evals_server)
+    listing = client.get(base + "/evals", timeout=WAIT)
+    assert listing.status_code == 200
+    assert _attributes(listing.text, "data-report") == ["branch/candidate.json", "main.json"]
+    for name in ("pipe.json", "folder.json"):
+        assert client.get(base + f"/evals/report/{name}", timeout=WAIT).status_code == 404

@@ -1,16 +1,24 @@
-"""Makes the screenshots of docs/evals.md: a report and a comparison in a terminal, and the
-evaluations notebook's live progress, report and comparison in Jupyter's output area.
+"""Makes the screenshots of docs/evals.md: ``agentkit eval`` in a terminal (run for real in
+tmux), the evaluations notebook executed on a kernel (its live progress, report and comparison
+in Jupyter's output area), and the page's comparison and report (``agentkit ui --reports``)
+over the reports the terminal's runs wrote.
 
-Run: ``python scripts/evals_screenshots.py`` (needs Playwright and chromium, as the page's
-tests do, and the samples extra for the notebook). It writes docs/images/evals-*.png.
+Run: ``python scripts/evals_screenshots.py [terminal] [notebook] [page]`` (all three by
+default; needs tmux, Playwright and chromium, as the page's tests do, and the samples extra for
+the notebook). It writes docs/images/evals-*.png.
 """
 
 from __future__ import annotations
 
 import html
+import io
+import os
+import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,37 +30,83 @@ FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update"]  # fmt: skip
 
 
-def terminal_html() -> str:
-    """A replayed suite, then the same suite with a changed tool compared with it, as a
-    112-column terminal shows them (colours included), rendered by rich."""
+APP = '''"""Under test: the travel desk as recorded, and as a branch changed its weather tool."""
+from agentkit import Agent
+from tests.evals.support import SYSTEM, colder_weather, weather
+
+
+def make_agent() -> Agent:
+    return Agent(tools=[weather], system_prompt=SYSTEM)
+
+
+def make_agent_v2() -> Agent:
+    return Agent(tools=[colder_weather], system_prompt=SYSTEM)
+'''
+
+COMMANDS = [
+    ["agentkit eval desk.yaml --from-sessions --store sessions.db"],
+    ["agentkit eval desk.yaml --agent app:make_agent --mode replay \\",
+     "--evaluator EqualsExpected --evaluator SameToolCalls --save reports/main.json"],
+    ["agentkit eval desk.yaml --agent app:make_agent_v2 --mode replay \\",
+     "--evaluator EqualsExpected --evaluator SameToolCalls \\",
+     "--compare reports/main.json --save reports/new-weather-api.json"],
+]  # fmt: skip
+"""The commands typed, each a list of the lines typed (a long one is continued with ``\\``)."""
+COLUMNS = 118
+
+
+def terminal_html(work: Path) -> str:
+    """``agentkit eval`` run for real in a tmux pane ``COLUMNS`` wide (a suite built from three
+    recorded sessions, replayed on main, then on a branch whose weather tool changed, compared
+    with main), captured with its colours and rendered as a terminal shows it by rich."""
     from rich.console import Console
     from rich.terminal_theme import MONOKAI
     from rich.text import Text
 
-    from agentkit import Agent
-    from agentkit.evals import Dataset, EqualsExpected, SameToolCalls
     from agentkit.sessions import open_store
-    from tests.evals.support import SYSTEM, colder_weather, desk, record_sessions
+    from tests.evals.support import record_sessions
 
-    store = open_store(Path(tempfile.mkdtemp()) / "sessions.db")
-    record_sessions(store, 3)
-    dataset = Dataset.from_sessions(store, evaluators=[EqualsExpected(), SameToolCalls()])
-    baseline = dataset.run(desk(), mode="replay", progress=False, name="main")
-    candidate = dataset.run(lambda: Agent(tools=[colder_weather], system_prompt=SYSTEM),
-                            mode="replay", progress=False, name="new-weather-api")  # fmt: skip
-    console = Console(record=True, width=112, force_terminal=True, color_system="truecolor")
-    console.print("$ agentkit eval desk.yaml --agent app:make_agent --mode replay --save main.json",
-                  style="bold", highlight=False)  # fmt: skip
-    console.print(Text.from_ansi(baseline.table(112, color=True)))
-    console.print()
-    console.print("$ agentkit eval desk.yaml --agent app:make_agent --mode replay "
-                  "--compare main.json", style="bold", highlight=False)  # fmt: skip
-    console.print(Text.from_ansi(candidate.table(112, color=True)))
-    console.print()
-    console.print(Text.from_ansi(candidate.compare(baseline).table(112)))
-    console.print("agentkit: below the threshold: pass rate 50% (needs 100%)", style="red",
-                  highlight=False)  # fmt: skip
+    with open_store(work / "sessions.db") as store:
+        record_sessions(store, 3)
+    (work / "app.py").write_text(APP)
+    (work / "reports").mkdir()
+    socket = f"agentkit-evals-{os.getpid()}"  # a tmux server of our own, ended at the end
+    tmux = ["tmux", "-L", socket]
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(work),
+           "TERM": "xterm-256color", "PYTHONPATH": f"{ROOT}:{work}", "PS1": "$ ", "PS2": "> ",
+           "PROMPT_COMMAND": f"tmux -L {socket} wait-for -S prompt", "LANG": "C.UTF-8"}  # fmt: skip
+    shell = "env -i " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    subprocess.run([*tmux, "new-session", "-d", "-s", "shot", "-x", str(COLUMNS), "-y", "60",
+                    "-c", str(work), f"{shell} bash --norc --noprofile"], check=True)  # fmt: skip
+    try:
+        for lines in COMMANDS:
+            _await_prompt(tmux)
+            for line in lines:
+                subprocess.run([*tmux, "send-keys", "-t", "shot", "-l", "--", line], check=True)
+                subprocess.run([*tmux, "send-keys", "-t", "shot", "Enter"], check=True)
+        _await_prompt(tmux)
+        captured = subprocess.run([*tmux, "capture-pane", "-p", "-e", "-t", "shot"],
+                                  check=True, capture_output=True, text=True).stdout  # fmt: skip
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False)
+    console = Console(record=True, width=COLUMNS, force_terminal=True, color_system="truecolor",
+                      file=io.StringIO())  # fmt: skip
+    console.print(Text.from_ansi(captured.rstrip() + "\n"), end="", soft_wrap=True)
     return console.export_html(inline_styles=True, theme=MONOKAI)
+
+
+def _await_prompt(tmux: list[str]) -> None:
+    """Wait for the shell's next prompt, drawn. Bash signals the channel before it draws the
+    prompt (a signal with nobody waiting is kept for the wait), and keys typed before readline
+    has the terminal are echoed twice: so then look at the pane until the prompt is there."""
+    subprocess.run([*tmux, "wait-for", "prompt"], check=True, timeout=120)
+    for _ in range(200):
+        shown = subprocess.run([*tmux, "display-message", "-p", "-t", "shot", "#{cursor_x}"],
+                               check=True, capture_output=True, text=True).stdout  # fmt: skip
+        if shown.strip() == "2":  # the cursor stands after "$ "
+            return
+        time.sleep(0.05)
+    raise TimeoutError("no prompt in the tmux pane")
 
 
 def notebook_html() -> str:
@@ -95,18 +149,57 @@ def shoot(page_html: str, name: str, browser: Any) -> None:
     print(f"wrote docs/images/{name}.png")
 
 
+def shoot_the_page(work: Path, browser: Any) -> None:
+    """The page (``agentkit ui --reports reports``) over the reports the terminal wrote: the
+    comparison of the branch with main, and the branch's report."""
+    from agentkit.sessions import SqliteStore
+    from agentkit.ui import UiServer
+
+    views = {  # each page, down to the bottom of what it shows
+        "evals-page-compare": ("evals/compare?baseline=main.json&candidate=new-weather-api.json",
+                               "table.eval-compare"),
+        "evals-page-report": ("evals/report/new-weather-api.json", "details.eval-case >> nth=0"),
+    }  # fmt: skip
+    with (
+        SqliteStore(work / "sessions.db") as store,
+        UiServer(store, reports=work / "reports") as server,
+    ):
+        page = browser.new_page(viewport={"width": 1000, "height": 800})
+        page.goto(server.url)
+        for name, (path, last) in views.items():
+            page.goto(server.url.split("?")[0] + path)
+            box = page.locator(last).bounding_box()
+            bottom = box["y"] + box["height"] + 6
+            page.set_viewport_size({"width": 1000, "height": int(bottom)})
+            page.screenshot(path=str(IMAGES / f"{name}.png"),
+                            clip={"x": 0, "y": 0, "width": 1000, "height": bottom})  # fmt: skip
+            print(f"wrote docs/images/{name}.png")
+        page.close()
+
+
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    pages = {"evals-terminal": terminal_html(), "evals-notebook": notebook_html()}
+    work = Path(tempfile.mkdtemp(prefix="agentkit-evals-shots-"))
+    only = set(sys.argv[1:]) or {"terminal", "notebook", "page"}
+    pages = {}
+    if "terminal" in only or "page" in only:
+        terminal = terminal_html(work)  # writes the reports the page shows
+        if "terminal" in only:
+            pages["evals-terminal"] = terminal
+    if "notebook" in only:
+        pages["evals-notebook"] = notebook_html()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=FLAGS)
         try:
             for name, page_html in pages.items():
                 shoot(page_html, name, browser)
+            if "page" in only:
+                shoot_the_page(work, browser)
         finally:
             browser.close()
+    shutil.rmtree(work)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def run_eval_command(args: argparse.Namespace, io: Console) -> int:
     from ..evals import Dataset, EvalInterrupted, Report
     from ..evals.loading import evaluator_from_text, load_object
     from ..evals.progress import make_progress
-    from ..evals.report import terminal_width
+    from ..evals.report import terminal_width, wants_color
 
     try:
         if args.from_sessions:
@@ -90,7 +90,7 @@ def run_eval_command(args: argparse.Namespace, io: Console) -> int:
             progress=make_progress("auto", io.stderr),
         )  # fmt: skip
     except EvalInterrupted as interrupted:
-        io.out(interrupted.report.table(terminal_width(io.stdout)))
+        io.out(interrupted.report.table(terminal_width(io.stdout), wants_color(io.stdout)))
         io.err("agentkit: interrupted")
         return EXIT_INTERRUPTED
     except (ValueError, TypeError) as exc:
@@ -104,11 +104,11 @@ def run_eval_command(args: argparse.Namespace, io: Console) -> int:
             data["comparison"] = report.compare(baseline).to_dict()
         io.out(json.dumps(data, indent=2, ensure_ascii=False))
     else:
-        width = terminal_width(io.stdout)
-        io.out(report.table(width))
+        width, color = terminal_width(io.stdout), wants_color(io.stdout)
+        io.out(report.table(width, color))
         if baseline is not None:
             io.out("")
-            io.out(report.compare(baseline).table(width))
+            io.out(report.compare(baseline).table(width, color))
     if report.meets(args.min_pass_rate, args.min_score):
         return 0
     io.err(f"agentkit: below the threshold: {_threshold(report, args)}")

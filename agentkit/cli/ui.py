@@ -12,6 +12,7 @@ import argparse
 import importlib
 import io as _io
 import os
+from pathlib import Path
 from typing import Any
 
 from .._extras import needs_extra
@@ -44,6 +45,8 @@ def add_ui_command(commands: Any, common: argparse.ArgumentParser) -> None:
         "--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)"
     )
     ui.add_argument("--redis", metavar="URL", help="follow and steer runs on Celery workers")
+    ui.add_argument("--reports", metavar="DIR",
+                    help="show the evaluation reports in DIR (what agentkit eval --save writes)")  # fmt: skip
 
 
 def factory_from_spec(spec: str) -> Any:
@@ -69,17 +72,21 @@ def run_ui_command(
         from ..ui import UiServer
     except ImportError as exc:
         raise CliError(f"{needs_extra('the page', 'ui')} ({exc})") from None
+    reports = _reports_folder(args.reports)
     store = open_store(args.store)
     if args.agent:
         build = factory_from_spec(args.agent)
     else:
         build = _own_agent(args, io, stream_fn, model)
     try:
-        server = UiServer(store, port=args.port, build_agent=build, redis_url=args.redis)
+        server = UiServer(store, port=args.port, build_agent=build, redis_url=args.redis,
+                          reports=reports)  # fmt: skip
     except OSError as exc:
         store.close()
         raise CliError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}") from None
     io.out(f"agentkit ui: sessions in {store.url}")
+    if reports is not None:
+        io.out(f"agentkit ui: evaluation reports in {reports}")
     io.out(f"agentkit ui: open {server.url}")
     io.out("agentkit ui: (the link carries this launch's secret; Ctrl-C stops the page)")
     try:
@@ -91,6 +98,16 @@ def run_ui_command(
         store.close()
     io.err("agentkit ui: stopped")
     return 0
+
+
+def _reports_folder(text: str | None) -> Path | None:
+    """The folder ``--reports`` names, which must exist (a typo would show an empty list)."""
+    if text is None:
+        return None
+    folder = Path(text).expanduser().resolve()
+    if not folder.is_dir():
+        raise CliError(f"--reports: no folder {text!r}")
+    return folder
 
 
 def _own_agent(

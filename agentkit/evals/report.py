@@ -109,24 +109,37 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaseResult:
-        """A result from :meth:`to_dict`'s data."""
+        """A result from :meth:`to_dict`'s data; :class:`ValueError` or :class:`TypeError`
+        naming what is wrong (a report comes from a file anybody may have written)."""
+        status = data["status"]
+        if status not in _MARK:
+            raise ValueError(f"case {data['name']!r} has an unknown status {status!r}")
         divergence = data.get("divergence")
+        error = data.get("error")
         return cls(
-            name=data["name"],
-            status=data["status"],
-            answer=data.get("answer", ""),
+            name=str(data["name"]),
+            status=status,
+            answer=str(data.get("answer") or ""),
             output=data.get("output"),
-            evaluations=[Evaluation(**e) for e in data.get("evaluations", [])],
-            tool_calls=[ToolCallRecord(**c) for c in data.get("tool_calls", [])],
+            evaluations=[_evaluation(e) for e in data.get("evaluations") or []],
+            tool_calls=[ToolCallRecord(**c) for c in data.get("tool_calls") or []],
             usage=RunUsage.model_validate(data.get("usage") or {}),
             judge_usage=RunUsage.model_validate(data.get("judge_usage") or {}),
-            turns=data.get("turns", 0),
-            duration=data.get("duration", 0.0),
+            turns=int(data.get("turns") or 0),
+            duration=float(data.get("duration") or 0.0),
             stop_reason=data.get("stop_reason"),
-            error=data.get("error"),
+            error=None if error is None else str(error),
             divergence=Divergence(**divergence) if divergence else None,
-            metadata=data.get("metadata") or {},
+            metadata=dict(data.get("metadata") or {}),
         )
+
+
+def _evaluation(data: dict[str, Any]) -> Evaluation:
+    """An evaluation from its JSON data: its value an assertion or a number."""
+    evaluation = Evaluation(**data)
+    if not isinstance(evaluation.value, bool | int | float):
+        raise ValueError(f"evaluation {evaluation.name!r} has the value {evaluation.value!r}")
+    return evaluation
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -258,9 +271,7 @@ class Report:
         """Print the table (to ``file``, standard output by default), in colour on a
         terminal."""
         out = _output(file)
-        tty = _is_tty(out)
-        color = tty and not os.environ.get("NO_COLOR")
-        out.write(self.table(terminal_width(out), color=color) + "\n")
+        out.write(self.table(terminal_width(out), color=wants_color(out)) + "\n")
 
     def _repr_html_(self) -> str:
         rows = []
@@ -305,14 +316,14 @@ class Report:
         """A report from :meth:`to_dict`'s data."""
         try:
             return cls(
-                name=data["name"],
-                mode=data["mode"],
+                name=str(data["name"]),
+                mode=str(data["mode"]),
                 cases=[CaseResult.from_dict(c) for c in data["cases"]],
-                started_at=data.get("started_at", 0.0),
-                duration=data.get("duration", 0.0),
-                interrupted=data.get("interrupted", False),
+                started_at=float(data.get("started_at") or 0.0),
+                duration=float(data.get("duration") or 0.0),
+                interrupted=bool(data.get("interrupted", False)),
             )
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not an evaluation report: {type(exc).__name__} {exc}") from None
 
     @classmethod
@@ -446,6 +457,11 @@ class Comparison:
         """The candidate's cost minus the baseline's."""
         return self.candidate.cost - self.baseline.cost
 
+    @property
+    def ranked(self) -> list[CaseChange]:
+        """The changes in the order a reader wants them: worse, better, new, gone, same."""
+        return sorted(self.changes, key=lambda c: _ORDER[c.change])
+
     def summary(self) -> str:
         """One line: how many cases got better and worse, and the deltas."""
         counts = {c: len(self.of(c)) for c in ("better", "worse", "same", "new", "gone")}
@@ -461,7 +477,7 @@ class Comparison:
 
     def _rows(self) -> list[list[str]]:
         rows = []
-        for c in sorted(self.changes, key=lambda c: _ORDER[c.change]):
+        for c in self.ranked:
             delta, cost = c.score_delta, c.cost_delta
             rows.append([
                 c.change, c.name,
@@ -473,10 +489,13 @@ class Comparison:
             ])  # fmt: skip
         return rows
 
-    def table(self, width: int | None = None) -> str:
-        """The comparison as a text table, the cases that got worse first."""
+    def table(self, width: int | None = None, color: bool = False) -> str:
+        """The comparison as a text table, the cases that got worse first, with ANSI colours
+        when ``color`` (worse in red, better in green)."""
         header = ["change", "case", "baseline", "candidate", "score Δ", "cost Δ", "notes"]
-        return _text_table(header, self._rows(), width) + "\n" + self.summary()
+        rows = self._rows()
+        colors = [_CHANGE_COLOR[row[0]] for row in rows] if color else None
+        return _text_table(header, rows, width, colors) + "\n" + self.summary()
 
     def __str__(self) -> str:
         return self.table()
@@ -485,9 +504,10 @@ class Comparison:
         return f"<Comparison {self.summary()}>"
 
     def print(self, file: Any = None) -> None:
-        """Print the table (to ``file``, standard output by default)."""
+        """Print the table (to ``file``, standard output by default), in colour on a
+        terminal."""
         out = _output(file)
-        out.write(self.table(terminal_width(out)) + "\n")
+        out.write(self.table(terminal_width(out), color=wants_color(out)) + "\n")
 
     def _repr_html_(self) -> str:
         colors = {"better": "#d7f5dd", "worse": "#fbdada", "same": "#ffffff",
@@ -509,6 +529,7 @@ class Comparison:
 
 
 _ORDER = {"worse": 0, "better": 1, "new": 2, "gone": 3, "same": 4}
+_CHANGE_COLOR = {"worse": "31", "better": "32", "new": "34", "gone": "90", "same": "0"}
 
 
 # --- tables -----------------------------------------------------------------------------------
@@ -552,6 +573,11 @@ def _output(file: Any) -> Any:
 
 def _is_tty(out: Any) -> bool:
     return bool(getattr(out, "isatty", lambda: False)())
+
+
+def wants_color(out: Any) -> bool:
+    """Whether to colour what goes to ``out``: on a terminal, unless ``NO_COLOR`` is set."""
+    return _is_tty(out) and not os.environ.get("NO_COLOR")
 
 
 def terminal_width(out: Any) -> int | None:

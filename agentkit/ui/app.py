@@ -12,6 +12,7 @@ through its ``RunChannel`` (``--redis``). :mod:`agentkit.ui.security` says who m
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
@@ -24,6 +25,7 @@ from ..errors import AgentBusyError, AgentError, ApprovalError, RunNotFoundError
 from ..sessions import Session, SessionStore
 from ..sessions.runlog_base import RunInfo
 from ..sse_response import sse_response
+from .evals import ReportShelf, evals_blueprint
 from .live import BuildAgent, LiveRuns
 from .security import COOKIE, SAFE_METHODS, Guard
 from .timeline import run_state, seconds, summary, timeline
@@ -39,17 +41,20 @@ def create_app(
     *,
     build_agent: BuildAgent | None = None,
     redis_url: str | None = None,
+    reports: str | os.PathLike[str] | None = None,
 ) -> Flask:
     """The page's WSGI application over ``store``, guarded by ``guard``.
 
     ``build_agent(session)`` makes the agent the chat box prompts (none: the page only reads);
-    ``redis_url`` lets it follow and steer runs on Celery workers by their run id.
+    ``redis_url`` lets it follow and steer runs on Celery workers by their run id; ``reports``
+    is the folder of evaluation reports it shows (:mod:`agentkit.ui.evals`).
     """
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = 1 << 20
     live = LiveRuns(build_agent, store)
     app.extensions["agentkit_live"] = live
     leases = _Leases(redis_url) if redis_url is not None else None
+    app.register_blueprint(evals_blueprint(ReportShelf(reports) if reports is not None else None))
 
     @app.before_request
     def check() -> Any:

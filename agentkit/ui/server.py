@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -23,7 +24,7 @@ HOST = "127.0.0.1"
 class UiServer:
     """The page over ``store``, listening on ``127.0.0.1:port`` (0: a free port).
 
-    ``build_agent`` and ``redis_url`` are as for :func:`agentkit.ui.app.create_app`. The
+    ``build_agent``, ``redis_url`` and ``reports`` are as for :func:`agentkit.ui.app.create_app`. The
     secret is made per launch; :attr:`url` is the address to open (it carries the secret).
     """
 
@@ -34,6 +35,7 @@ class UiServer:
         port: int = 0,
         build_agent: BuildAgent | None = None,
         redis_url: str | None = None,
+        reports: str | os.PathLike[str] | None = None,
     ) -> None:
         self.store = store
         # Bind first, so the guard knows the port a port of 0 became.
@@ -43,7 +45,8 @@ class UiServer:
         # A reader of a live run's events may hold a request thread: don't wait for it at exit.
         self._httpd.daemon_threads = True  # type: ignore[attr-defined]
         self.guard = Guard(port=self._httpd.server_port)
-        self.app = create_app(store, self.guard, build_agent=build_agent, redis_url=redis_url)
+        self.app = create_app(store, self.guard, build_agent=build_agent, redis_url=redis_url,
+                              reports=reports)  # fmt: skip
         self._httpd.app = self.app
         self._thread: threading.Thread | None = None
 

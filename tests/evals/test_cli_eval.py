@@ -118,3 +118,32 @@ def test_ctrl_c_prints_what_finished_and_exits_130(tmp_path: Path, store: str, c
         presser.join(30)
     assert code == 130 and "agentkit: interrupted" in err
     assert "INTERRUPTED" in out and "- cancelled" in out
+
+
+class _Terminal(io.StringIO):
+    """Standard output as a terminal would be."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_report_and_the_comparison_are_in_colour(
+    tmp_path: Path, store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cases = tmp_path / "cases.yaml"
+    assert agentkit("eval", str(cases), "--from-sessions", "--store", store)[0] == 0
+    baseline = tmp_path / "baseline.json"
+    run = ["eval", str(cases), "--mode", "replay", "--evaluator", "EqualsExpected"]
+    assert agentkit(*run, "--agent", f"{APP}:make_agent", "--save", str(baseline))[0] == 0
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    out = _Terminal()
+    code = main([*run, "--agent", f"{APP}:make_colder_agent", "--compare", str(baseline)],
+                stdout=out, stderr=io.StringIO())  # fmt: skip
+    assert code == 1
+    assert "\x1b[33m⇄ diverged" in out.getvalue() and "\x1b[32m✓ passed" in out.getvalue()
+    assert "\x1b[31mworse" in out.getvalue()
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = _Terminal()
+    main([*run, "--agent", f"{APP}:make_colder_agent", "--compare", str(baseline)],
+         stdout=plain, stderr=io.StringIO())  # fmt: skip
+    assert "\x1b[" not in plain.getvalue() and "worse" in plain.getvalue()

@@ -64,6 +64,29 @@ class TableFacts(RunPolicy):
 def column_facts(text: str, delimiter: str = ",") -> str | None:
     """The facts line :class:`TableFacts` adds for a table's ``text`` (a header row, then data
     rows), or ``None`` when it is not a whole table with a numeric column."""
+    table = _table_of(text, delimiter)
+    if table is None:
+        return None
+    header, data = table
+    numbers = [[_number(cell) for cell in row] for row in data]
+    numeric = [c for c in range(len(header)) if all(row[c] is not None for row in numbers)]
+    if not numeric:
+        return None
+    label = next((c for c in range(len(header)) if c not in numeric), None)
+    lines = [
+        _column_line(header[c], [row[c] for row in data], label, data, c)
+        for c in numeric[:MAX_FACT_COLUMNS]
+    ]
+    return (
+        f"\n(Column facts, computed by the harness over the {len(data)} rows above: "
+        + "; ".join(lines)
+        + ".)"
+    )
+
+
+def _table_of(text: str, delimiter: str) -> tuple[list[str], list[list[str]]] | None:
+    """The header and data rows of a whole table, or ``None`` (a part of a file, ragged rows,
+    fewer than two data rows, too many)."""
     if "[showing lines" in text:
         return None
     try:
@@ -75,25 +98,20 @@ def column_facts(text: str, delimiter: str = ",") -> str | None:
     header, data = rows[0], rows[1:]
     if len(header) < 2 or any(len(r) != len(header) for r in data):
         return None
-    numbers = [[_number(cell) for cell in row] for row in data]
-    numeric = [c for c in range(len(header)) if all(row[c] is not None for row in numbers)]
-    if not numeric:
-        return None
-    label = next((c for c in range(len(header)) if c not in numeric), None)
-    lines = []
-    for c in numeric[:MAX_FACT_COLUMNS]:
-        values = [v for v in (row[c] for row in numbers) if v is not None]  # all are numbers
-        top = max(range(len(values)), key=values.__getitem__)
-        low = min(range(len(values)), key=values.__getitem__)
-        lines.append(
-            f"{header[c].strip() or f'column {c + 1}'}: largest {data[top][c].strip()}"
-            f"{_label(data, top, label)}, smallest {data[low][c].strip()}"
-            f"{_label(data, low, label)}, sum {_plain(sum(values))}"
-        )
+    return header, data
+
+
+def _column_line(
+    name: str, cells: list[str], label: int | None, data: list[list[str]], column: int
+) -> str:
+    """One numeric column's facts: ``qty: largest 30 (plums), smallest 3 (figs), sum 50``."""
+    values = [v for v in map(_number, cells) if v is not None]  # all are numbers
+    top = max(range(len(values)), key=values.__getitem__)
+    low = min(range(len(values)), key=values.__getitem__)
     return (
-        f"\n(Column facts, computed by the harness over the {len(data)} rows above: "
-        + "; ".join(lines)
-        + ".)"
+        f"{name.strip() or f'column {column + 1}'}: largest {cells[top].strip()}"
+        f"{_label(data, top, label)}, smallest {cells[low].strip()}"
+        f"{_label(data, low, label)}, sum {_plain(sum(values))}"
     )
 
 

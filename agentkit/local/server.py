@@ -295,12 +295,21 @@ def _import_runtime() -> Any:
         ) from exc
 
 
+THREADS_ENV = "AGENTKIT_LOCAL_THREADS"
+"""The environment variable that sets the embedded server's thread count (a whole number from
+1 up), instead of :func:`_default_threads`'s guess from the load."""
+
+
 def _default_threads() -> int:
     """One thread per core this process may use, less one per process already running there
-    (the 1-minute load average), and at least one. llama.cpp's threads wait for each other at
-    every step of a request, so on a busy machine two threads that the scheduler keeps apart
-    run slower than one: on two cores under a load of 6 to 12, a request generated 1 to 14
-    tokens/s with two threads and a steady 11 to 13 with one."""
+    (the 1-minute load average), and at least one; ``$AGENTKIT_LOCAL_THREADS`` when it is set
+    to a whole number from 1 to 1024 (anything else is ignored). llama.cpp's threads wait for
+    each other at every step of a request, so on a busy machine two threads that the scheduler
+    keeps apart run slower than one: on two cores under a load of 6 to 12, a request generated
+    1 to 14 tokens/s with two threads and a steady 11 to 13 with one."""
+    wanted = os.environ.get(THREADS_ENV, "").strip()
+    if wanted.isdigit() and 1 <= int(wanted) <= 1024:
+        return int(wanted)
     if hasattr(os, "sched_getaffinity"):
         cores = max(1, len(os.sched_getaffinity(0)))
     else:

@@ -271,6 +271,18 @@ def test_the_server_takes_the_cores_the_load_leaves(
     assert S._default_threads() == threads
 
 
+@pytest.mark.parametrize(
+    ("value", "threads"), [("1", 1), (" 3 ", 3), ("0", 2), ("-2", 2), ("two", 2), ("1e9", 2), ("", 2)]
+)
+def test_the_server_threads_set_by_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str, threads: int
+) -> None:
+    monkeypatch.setattr(S.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(S.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setenv(S.THREADS_ENV, value)
+    assert S._default_threads() == threads
+
+
 def test_the_server_threads_without_a_load_average(monkeypatch: pytest.MonkeyPatch) -> None:
     def unavailable() -> tuple[float, float, float]:
         raise OSError("no load average")

@@ -72,9 +72,10 @@ def common_options() -> argparse.ArgumentParser:
         default="auto",
         metavar="auto|on|off|NAMES",
         help="the harness around a small model (a task checklist, a completion check, a "
-        "re-read after each write, hints on a failed edit; see docs/harness.md): 'auto' "
-        "(default) for the embedded model only, 'on' for any model, 'off', or names "
-        "(checklist,completion,verify,hints)",
+        "guard on repeated calls, a re-read after each write, hints on a failed edit, a "
+        "table's column facts; see docs/harness.md): 'auto' (default) for the embedded model "
+        "only, 'on' for any model, 'off', or names "
+        "(checklist,completion,repeats,verify,hints,tables)",
     )
     common.add_argument(
         "--ctx-size",

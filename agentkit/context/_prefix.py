@@ -261,9 +261,14 @@ def _messages(old: Shape, new: Shape) -> Change | None:
         return Change("messages", f"the last {gone} message(s) were dropped (from message "
                       f"{len(after)})", len(after), {"dropped": gone})  # fmt: skip
     role = old.roles[index]
-    if index + 1 < count and index < len(after) and _equal(before[index + 1], after[index]):
-        text = f"an earlier message was dropped (message {index}, a {role} message)"
-        return Change("messages", text, index, {"role": role, "dropped": 1})
+    resumes = next((j for j in range(index + 1, count) if index < len(after)
+                    and _equal(before[j], after[index])), None)  # fmt: skip
+    if resumes is not None:  # the messages from ``index`` up to ``resumes`` are gone
+        gone = resumes - index
+        what = f"message {index}, a {role} message" if gone == 1 else (
+            f"{gone} messages from message {index}, a {role} message")  # fmt: skip
+        text = f"an earlier message was dropped ({what})"
+        return Change("messages", text, index, {"role": role, "dropped": gone})
     text = f"an earlier message was edited (message {index}, a {role} message)"
     return Change("messages", text, index, {"role": role, "edited": True})
 

@@ -47,8 +47,9 @@ request."""
 _ID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}|[0-9a-f]{16,}",
                  re.IGNORECASE)  # fmt: skip
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_TOKEN_CHARS = frozenset("0123456789-:/.,TZ+ ")
-"""Characters a timestamp or number is made of: how far back its start may lie."""
+_JOINERS = frozenset("-:/.,+ ")
+"""Besides letters and digits, what a timestamp, an id or a number is made of: how far back
+from the change its start may lie."""
 HINT_CHARS = 24
 """The longest redacted hint (its shape: digits as 9, letters as a)."""
 
@@ -230,7 +231,9 @@ def what_changed(old: str, new: str, at: int) -> tuple[str, str]:
     ``"number"`` or ``"text"``, and for the first three a redacted shape of it (``"text"``
     gets none: a word's shape could still say something)."""
     start = at
-    while start > 0 and start > at - 32 and new[start - 1] in _TOKEN_CHARS:
+    while (
+        start > 0 and start > at - 40 and (new[start - 1].isalnum() or new[start - 1] in _JOINERS)
+    ):
         start -= 1
     window = new[start : at + 40]
     for kind, pattern in (("timestamp", _TIME), ("id", _ID), ("number", _NUMBER)):

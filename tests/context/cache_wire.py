@@ -33,7 +33,8 @@ def call(api: str, name: str, arguments: dict[str, Any], usage: Any) -> bytes:
 def with_usage(api: str, body: bytes, usage: Any) -> bytes:
     """``body`` with its usage replaced: ``usage`` is ``(input, cache_read, cache_write)``
     (agentkit's meaning: ``input`` leaves the cached tokens out), ``"no-cache"`` (usage without
-    any cache field), ``"missing"`` (no usage at all) or ``"negative"`` (negative counts)."""
+    any cache field), ``"missing"`` (no usage at all), ``"negative"`` (negative counts) or ``"odd"`` (cache
+    fields of the wrong type)."""
     text = body.decode()
     separator = "\r\n\r\n" if "\r\n\r\n" in text else "\n\n"
     out = []
@@ -69,6 +70,18 @@ def _replace(api: str, value: Any, usage: Any) -> Any:
 
 
 def _wire_usage(api: str, usage: Any) -> dict[str, Any]:
+    if usage == "odd":  # cache fields of the wrong type: a list, a string, null
+        return {
+            "openai-completions": {"prompt_tokens": 40, "completion_tokens": OUTPUT,
+                                   "prompt_tokens_details": [7]},
+            "openai-responses": {"input_tokens": 40, "output_tokens": OUTPUT,
+                                 "input_tokens_details": "7"},
+            "anthropic-messages": {"input_tokens": 40, "output_tokens": OUTPUT,
+                                   "cache_read_input_tokens": [7],
+                                   "cache_creation_input_tokens": None},
+            "google-generative-ai": {"promptTokenCount": 40, "candidatesTokenCount": OUTPUT,
+                                     "cachedContentTokenCount": {"n": 7}},
+        }[api]  # fmt: skip
     if usage == "negative":
         given, read, write = -7, -3, -2
     elif usage == "no-cache":

@@ -28,9 +28,7 @@ SECRET_WORDS = ("PLUMBAGO", "shop assistant", "hello there", API_KEY)
 """Text of the prompts, the messages and the key: never in a log line or a note."""
 
 
-def agent_for(
-    api: str, server: ReplayServer, watch: CacheWatch, **options: Any
-) -> Agent:
+def agent_for(api: str, server: ReplayServer, watch: CacheWatch, **options: Any) -> Agent:
     options.setdefault("model", make_model(api, server.url))
     return Agent(
         api_key=API_KEY, retry_base_delay_ms=1, max_retries=0, timeout=(5, 5),
@@ -322,7 +320,7 @@ def test_no_tools_then_one(
     assert note.summary.endswith("the tools changed: 1 added ('lookup')")
 
 
-@pytest.mark.parametrize("usage", ["no-cache", "negative", "missing"])
+@pytest.mark.parametrize("usage", ["no-cache", "negative", "missing", "odd"])
 @pytest.mark.parametrize("api", APIS)
 def test_usage_without_cache_fields_negative_or_missing(
     api: str, usage: str, server: ReplayServer, logged: pytest.LogCaptureFixture
@@ -336,4 +334,6 @@ def test_usage_without_cache_fields_negative_or_missing(
         report = cache_report(result)
         assert (report.cache_read, report.cache_write) == (0, 0)
         assert all(t.input >= 0 and t.output >= 0 for t in report.turns)
+        if usage in ("no-cache", "odd"):  # the rest of the usage still counts
+            assert [(t.input, t.output) for t in report.turns] == [(40, 5)]
     assert warnings_of(logged) == []

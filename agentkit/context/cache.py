@@ -221,15 +221,29 @@ class _WatchRun(RunPolicy):
         if request.purpose != "turn":
             return call_next(request)  # a summary or a judge: a prefix of its own
         self.requests += 1
-        shape = shape_of(request.model, request.context, request.options, self.watch.clock())
-        shape.compaction = _compaction_key(run.context.messages)
-        previous = self.watch.remember(shape)
-        change = first_change(previous, shape) if previous is not None else None
-        if change is not None and previous is not None:
-            self._broke(run, change, compacted=shape.compaction != previous.compaction)
+        try:
+            shape = shape_of(request.model, request.context, request.options, self.watch.clock())
+            shape.compaction = _compaction_key(run.context.messages)
+            previous = self.watch.remember(shape)
+            change = first_change(previous, shape) if previous is not None else None
+            if change is not None and previous is not None:
+                self._broke(run, change, compacted=shape.compaction != previous.compaction)
+        except Exception as exc:  # a watch must never fail the run it watches
+            self._failed("read", exc)
+            return call_next(request)
         message = call_next(request)
-        self._answered(run, shape, previous if change is None else None, message)
+        try:
+            self._answered(run, shape, previous if change is None else None, message)
+        except Exception as exc:
+            self._failed("check", exc)
         return message
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        """Log that the watch could not do its work on this request: the exception's type
+        only, as its text may quote a message."""
+        logger = self.watch.logger or agentkit_logger()
+        logger.warning("agentkit cache: could not %s request %d (%s); the run goes on",
+                       what, self.requests, type(exc).__name__)  # fmt: skip
 
     def _broke(self, run: RunScope, change: Change, *, compacted: bool) -> None:
         detail = dict(change.detail, also=change.also) if change.also else dict(change.detail)

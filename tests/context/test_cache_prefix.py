@@ -53,3 +53,35 @@ def test_what_a_change_looks_like_and_its_shape(old: str, new: str, kind: str, h
 def test_a_hint_is_a_short_shape_only() -> None:
     assert shape_hint("Secret 42 AB") == "aaaaaa 99 aa"
     assert len(shape_hint("9" * 500)) == 24
+
+
+def test_a_watch_that_fails_never_fails_the_run(caplog: pytest.LogCaptureFixture) -> None:
+    from agentkit import Agent
+    from agentkit.context import CacheWatch
+    from agentkit.testing import ScriptedModel
+
+    def broken_clock() -> float:
+        raise RuntimeError("the prompt was: PLUMBAGO")
+
+    model = ScriptedModel(["Hi.", "Hi."])
+    agent = Agent(model=model.model, stream_fn=model, policies=[CacheWatch(clock=broken_clock)])
+    assert agent.prompt("hello").stop_reason == "stop"
+    assert agent.prompt("again").text == "Hi."
+    said = [r.getMessage() for r in caplog.records if r.name == "agentkit"]
+    assert said == ["agentkit cache: could not read request 1 (RuntimeError); the run goes on"] * 2
+
+
+def test_messages_given_as_dicts_are_compared_by_their_json() -> None:
+    from agentkit import Agent
+    from agentkit.context import CacheWatch, cache_report
+    from agentkit.testing import ScriptedModel
+
+    watch = CacheWatch()
+    model = ScriptedModel(["Hi.", "Hi."])
+    first = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": []}]
+    Agent(model=model.model, stream_fn=model, messages=first, policies=[watch]).prompt("a")
+    edited = [{"role": "user", "content": "hello!"}, {"role": "assistant", "content": []}]
+    result = Agent(model=model.model, stream_fn=model, messages=edited,
+                   policies=[watch]).prompt("a")  # fmt: skip
+    [note] = cache_report(result).notes
+    assert (note.part, note.position, note.detail["role"]) == ("messages", 0, "user")

@@ -20,6 +20,10 @@ status description says what failed (a tool, HTTP 400), never the text a tool or
 returned, which may quote the prompt. A run's span status follows how the run ended: ERROR for
 ``error``, ``aborted`` and a budget (its deadline included), with ``error.type`` saying which.
 
+A :class:`~agentkit.context.CacheWatch`'s notes (a request that broke the cached prefix, a
+compaction, an expired cache) are ``agentkit.cache`` events: of the request's ``chat`` span for
+a break, of the run's for an expiry.
+
 A request held back by its rate limiter (:mod:`agentkit.limits`) shows it on its ``chat`` span:
 an ``agentkit.quota_wait`` event, stamped when the wait began, with the bucket, the wait it
 named, how long it lasted, whether a 429's pause held it, and how it ended.

@@ -20,6 +20,10 @@ status description says what failed (a tool, HTTP 400), never the text a tool or
 returned, which may quote the prompt. A run's span status follows how the run ended: ERROR for
 ``error``, ``aborted`` and a budget (its deadline included), with ``error.type`` saying which.
 
+A :class:`~agentkit.context.CacheWatch`'s notes (a request that broke the cached prefix, a
+compaction, an expired cache) are ``agentkit.cache`` events: of the request's ``chat`` span for
+a break, of the run's for an expiry.
+
 A request held back by its rate limiter (:mod:`agentkit.limits`) shows it on its ``chat`` span:
 an ``agentkit.quota_wait`` event, stamped when the wait began, with the bucket, the wait it
 named, how long it lasted, whether a 429's pause held it, and how it ended.
@@ -139,7 +143,7 @@ class _Tracer:
         self._chat_started = 0.0
         self._tools: dict[str, Any] = {}  # tool_call_id -> execute_tool span
         self._compaction: Any = None  # the compaction span under way
-        self._tokens = [0, 0, 0]  # the run's input, output and cache-read tokens
+        self._tokens = [0, 0, 0, 0]  # the run's input, output, cache-read and -write tokens
         self._children: Any = None  # the token of the run's sub-agent setup
 
     def __call__(self, event: Any) -> None:
@@ -165,6 +169,8 @@ class _Tracer:
             self._end_chat(event.message)
         elif kind == "message_end" and getattr(event.message, "role", None) == "guardrail":
             self._guardrail(event.message)
+        elif kind == "message_end" and getattr(event.message, "role", None) == "cache":
+            self._cache_note(event.message)
         elif kind == "tool_execution_start":
             self._start_tool(event)
         elif kind == "tool_execution_end":
@@ -208,7 +214,7 @@ class _Tracer:
             attributes=attributes,
         )
         self._run_started = time.monotonic()
-        self._tokens = [0, 0, 0]
+        self._tokens = [0, 0, 0, 0]
         limiter = self._agent.rate_limiter
         if limiter is not None:  # one listener for every traced agent: it adds to the span
             limiter.subscribe(_quota_wait_event)  # current where the request waits
@@ -255,6 +261,7 @@ class _Tracer:
         self._tokens[0] += input_tokens
         self._tokens[1] += output_tokens
         self._tokens[2] += cached
+        self._tokens[3] += written
         span.set_attribute("gen_ai.response.model", message.model)
         if message.provider not in ("unknown", self._agent.state.model.provider):
             span.set_attribute("gen_ai.provider.name", message.provider)  # a fallback answered
@@ -319,6 +326,25 @@ class _Tracer:
         if self._capture:
             attributes["agentkit.guardrail.reason"] = record.reason
         self._run.add_event("agentkit.guardrail", attributes)
+
+    def _cache_note(self, note: Any) -> None:
+        """A :class:`~agentkit.context.CacheNote` (a request broke the cached prefix, a
+        compaction rewrote it, the cache expired) as an ``agentkit.cache`` event of the request's
+        span when it is under way (a break is noted before its request is sent), else of the
+        run's. A note holds no content (parts, positions and names only), so all of it goes."""
+        span = self._chat if self._chat is not None else self._run
+        if span is None:
+            return
+        attributes: dict[str, Any] = {
+            "agentkit.cache.kind": str(note.kind),
+            "agentkit.cache.part": str(note.part),
+            "agentkit.cache.summary": str(note.summary),
+        }
+        if note.position is not None:
+            attributes["agentkit.cache.position"] = int(note.position)
+        span.add_event("agentkit.cache", attributes)
+        if span is self._chat and note.kind == "break":
+            span.set_attribute("agentkit.cache.break", str(note.part))
 
     def _start_compaction(self, event: Any) -> None:
         """A ``compaction`` span under the run (its summary request is not a turn, so it has
@@ -437,6 +463,7 @@ class _Tracer:
         run.set_attribute("gen_ai.usage.input_tokens", self._tokens[0])
         run.set_attribute("gen_ai.usage.output_tokens", self._tokens[1])
         run.set_attribute("gen_ai.usage.cache_read.input_tokens", self._tokens[2])
+        run.set_attribute("gen_ai.usage.cache_creation.input_tokens", self._tokens[3])
         outcome = self._run_outcome(messages)
         if getattr(messages, "stop_reason", None) == "guardrail":
             run.set_attribute("agentkit.guardrail.name", getattr(messages, "budget", None) or "")

@@ -391,13 +391,17 @@ class ChatCompletionsParser:
 
     def _usage(self, usage: dict[str, Any]) -> None:
         prompt = tokens(usage.get("prompt_tokens"))
-        details = usage.get("prompt_tokens_details") or {}
+        details = usage.get("prompt_tokens_details")
+        if details.__class__ is not dict:  # absent, null, or a server's odd value
+            details = {}
         cached = tokens(details.get("cached_tokens") or usage.get("prompt_cache_hit_tokens"))
+        written = tokens(details.get("cache_write_tokens"))  # OpenRouter's cache writes
         completion = tokens(usage.get("completion_tokens"))
         set_usage(
             self.b.message.usage,
-            input=max(prompt - cached, 0),
+            input=max(prompt - cached - written, 0),
             cache_read=cached,
+            cache_write=written,
             output=completion,
             total=tokens(usage.get("total_tokens")) or None,
         )

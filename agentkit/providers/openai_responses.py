@@ -399,7 +399,9 @@ class ResponsesParser:
             self.b.message.response_id = str(response["id"])
         usage = response.get("usage")
         if isinstance(usage, dict):
-            details = usage.get("input_tokens_details") or {}
+            details = usage.get("input_tokens_details")
+            if details.__class__ is not dict:  # absent, null, or a server's odd value
+                details = {}
             cached = tokens(details.get("cached_tokens"))
             set_usage(
                 self.b.message.usage,

@@ -23,6 +23,7 @@ from ..policy import (
 )
 from ..types import AgentToolResult, AssistantMessage, TextContent, UserMessage, role_of
 from .answers import described_call, unfixed_command, unread_files
+from .edits import suggested_edit
 from .steps import (
     REPEATED,
     WORKSPACE_TOOLS,
@@ -446,6 +447,14 @@ class FailureHints(RunPolicy):
         if text is None:
             return None
         hint = f"\n{path} holds (copy old_text from it exactly):\n{_excerpt(text, 1)}"
+        old, new = _argument(call, "old_text"), _argument(call, "new_text")
+        meant = suggested_edit(text, old, new or "") if old is not None else None
+        if meant is not None:  # first, so that a refused repeat of this call says it again
+            error = (
+                f"old_text is not in {path} as written. Did you mean old_text "
+                f"{json.dumps(meant[0])} and new_text {json.dumps(meant[1])}? Make that edit.\n"
+                f"{error}"
+            )
         return AgentToolResult(content=f"{error}{hint}", is_error=True)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from agentkit import Agent, TextContent, UserMessage
 from agentkit.harness import CompletionCheck, Step, TableFacts, harness_policies, task_steps
+from agentkit.harness.edits import suggested_edit
 from agentkit.harness.tables import column_facts
 from agentkit.testing import ScriptedModel, reply, tool_call
 from agentkit.workspace import workspace_tools
@@ -210,3 +211,50 @@ def test_a_read_from_an_offset_or_of_another_kind_gets_no_facts(ws: Path) -> Non
     agent_for(ws, model, TableFacts()).prompt("Look at the inventory.")
     assert "Column facts" not in texts(model.requests[1].messages[-1])
     assert "Column facts" not in texts(model.requests[2].messages[-1])
+
+
+# --- the edit a failed edit meant -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "meant"),
+    [
+        ("log level = info", "log level = debug", ("level = info", "level = debug")),
+        ("workers=4", "workers=8", ("workers = 4", "workers = 8")),
+        ("port: 5000", "port: 6000", ("port = 5000", "port = 6000")),
+        ("nothing like any line", "x", None),  # no line alike enough
+        ("level = info", "level = info", None),  # no change to make
+        ("[log]\nlevel = info", "[log]\nlevel = debug", None),  # over lines
+        ("", "x", None),
+    ],
+)
+def test_the_edit_a_failed_edit_meant(old: str, new: str, meant: tuple[str, str] | None) -> None:
+    text = "[server]\nport = 5000\nworkers = 4\n\n[log]\nlevel = info\n"
+    assert suggested_edit(text, old, new) == meant
+
+
+def test_no_edit_is_suggested_between_two_equal_lines() -> None:
+    assert suggested_edit("a = 1\nb = 2\na = 1\n", "a = 1 ", "a = 2") is None
+
+
+def test_a_failed_edit_says_the_edit_it_meant_and_its_repeat_says_it_again(ws: Path) -> None:
+    (ws / "settings.ini").write_text("[log]\nlevel = info\n")
+    wrong = {"path": "settings.ini", "old_text": "log level = info", "new_text": "log level = debug"}
+    right = {"path": "settings.ini", "old_text": "level = info", "new_text": "level = debug"}
+    model = ScriptedModel(
+        [
+            reply(tool_call("edit_file", wrong)),
+            reply(tool_call("edit_file", wrong)),  # the same failing edit again
+            reply(tool_call("edit_file", right)),
+            "Changed it to debug.",
+        ]
+    )
+    agent_for(ws, model).prompt("In settings.ini, change the log level from info to debug.")
+    meant = 'Did you mean old_text "level = info" and new_text "level = debug"?'
+    first, repeat = (
+        texts(next(m for m in reversed(model.requests[i].messages) if m.role == "tool_result"))
+        for i in (1, 2)
+    )
+    assert meant in first
+    assert meant in repeat and "already called with these arguments" in repeat
+    assert (ws / "settings.ini").read_text() == "[log]\nlevel = debug\n"

@@ -637,7 +637,6 @@ class Agent(AgentOptions):
             self._release(run)
             run._settle([], error)
         elif stop:
-            run.abort()
             _wait_through_interrupts(run)
 
     def _release(self, run: Run) -> None:

@@ -315,13 +315,15 @@ def caller_hosts_run() -> bool:
 
 
 def _wait_through_interrupts(run: Run) -> None:
-    """Wait for an aborted run to end, even if more ``KeyboardInterrupt``s arrive."""
+    """Abort ``run`` and wait for it to end, even if more ``KeyboardInterrupt``s arrive: one
+    that lands inside the abort itself (a second Ctrl-C right after the first) aborts again."""
     while True:
         try:
+            run.abort()  # does nothing once the run has ended
             run.wait()
             return
         except KeyboardInterrupt:
-            run.abort()
+            continue
 
 
 class _StreamEnd:
@@ -459,7 +461,6 @@ class AgentRunStream:
         """Abort the run if it is still going and wait for it to end."""
         if self._finished:
             return
-        self.run.abort()
         _wait_through_interrupts(self.run)
         self._finish()
 

@@ -277,7 +277,6 @@ class _Relay:
     def close(self) -> None:
         """The response is over: abort the run if it still goes, and wait for its end."""
         self._lines.close()
-        self._run.abort()  # does nothing once the run has ended
         _wait_through_interrupts(self._run)
         self._unsubscribe()
 
@@ -319,7 +318,6 @@ class _LogRelay:
         self._lines.close()
         self._events.close()
         if self._run is not None:
-            self._run.abort()  # does nothing once the run has ended
             _wait_through_interrupts(self._run)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import signal
 import sys
@@ -13,6 +14,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository, put on the child's ``PYTHONPATH``."""
+
+
+_WIPED_FRAME = re.compile(rb"[^\x08]?\x08\x1b\[K")
+"""A spinner frame drawn at the cursor, then wiped: what the screen no longer shows."""
+
+
+def _drawn(output: bytes) -> bytes:
+    return _WIPED_FRAME.sub(b"", output)
 
 
 class Terminal:
@@ -33,10 +42,14 @@ class Terminal:
                 os._exit(127)
         self.output = b""
 
-    def read_until(self, marker: bytes, timeout: float = 60.0, after: int = 0) -> None:
-        """Read until ``marker`` is in the output (past its first ``after`` bytes)."""
+    def read_until(
+        self, marker: bytes, timeout: float = 60.0, after: int = 0, drawn: bool = False
+    ) -> None:
+        """Read until ``marker`` is in the output (past its first ``after`` bytes); with
+        ``drawn``, in the output as the screen shows it: a spinner frame drawn at the cursor
+        and wiped (a character, a backspace, an erase to the end of the line) left out."""
         deadline = time.monotonic() + timeout
-        while marker not in self.output[after:]:
+        while marker not in (_drawn(self.output[after:]) if drawn else self.output[after:]):
             left = deadline - time.monotonic()
             assert left > 0, f"{marker!r} never appeared; output so far: {self.output!r}"
             ready, _, _ = select.select([self.fd], [], [], left)

@@ -88,7 +88,7 @@ def test_a_call_streamed_as_a_call_shows_its_name_at_once_and_its_arguments_grow
         ANSWER,
     )
     term = run_on_terminal(model_server, workspace, "large")
-    term.read_until(b'-> read_file {"path": "no')
+    term.read_until(b'-> read_file {"path": "no', drawn=True)  # a spinner frame may come between
     assert b"tes.txt" not in term.output  # shown while the model is still writing it
     # While the model is quiet, a spinner's frame turns at the end of the line (a backspace
     # keeps the cursor where the arguments go on); it is gone once they do.
@@ -111,7 +111,7 @@ def test_a_call_written_as_text_shows_as_a_call_while_it_streams(
         ANSWER,
     )
     term = run_on_terminal(model_server, workspace, "small")
-    term.read_until(b'-> read_file {"path": "no')
+    term.read_until(b'-> read_file {"path": "no', drawn=True)  # a spinner frame may come between
     assert b"tes.txt" not in term.output
     output = finish(term, model_server)
     assert '"name"' not in output  # the call's own JSON is never shown as text

@@ -154,6 +154,55 @@ def test_keyboard_interrupt_aborts_the_run_and_the_agent_stays_usable() -> None:
     assert new[-1].content[0].text == "next answer"
 
 
+def test_a_second_ctrl_c_inside_the_abort_still_winds_the_run_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C twice in quick succession: the first while prompt() waits, the second while it
+    aborts the run. prompt() still aborts, waits for the run's end and only then raises, and
+    the agent is idle and usable (a second Ctrl-C used to escape the abort, leaving the run
+    going and the agent busy: found by the notebook sample's test under load)."""
+    from agentkit.run import Run
+
+    started = threading.Event()
+
+    def blocking(_id: str, params: dict[str, Any], signal: AbortSignal, _update: Any) -> str:
+        started.set()
+        signal.wait(30)
+        return "stopped"
+
+    agent, _ = make_agent(
+        [reply(tool_call("block")), "next answer"], tools=[make_tool("block", blocking)]
+    )
+    real_wait, real_abort = Run.wait, Run.abort
+    pressed: list[str] = []
+
+    def wait(self: Run, timeout: float | None = None) -> bool:
+        if not pressed:  # the first Ctrl-C, once the tool runs
+            started.wait(10)
+            pressed.append("wait")
+            raise KeyboardInterrupt
+        return real_wait(self, timeout)
+
+    def abort(self: Run) -> None:
+        if pressed == ["wait"]:  # the second, as the abort begins
+            pressed.append("abort")
+            raise KeyboardInterrupt
+        real_abort(self)
+
+    monkeypatch.setattr(Run, "wait", wait)
+    monkeypatch.setattr(Run, "abort", abort)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            agent.prompt("go")
+        assert pressed == ["wait", "abort"]
+        assert agent.state.is_streaming is False  # the run had ended before prompt() raised
+        assert agent.state.messages[-1].role == "tool_result"
+    finally:
+        agent.abort()  # the old code left the run going
+    monkeypatch.undo()
+    assert agent.prompt("again")[-1].content[0].text == "next answer"
+
+
 def test_no_thread_outlives_a_run() -> None:
     baseline = threading.active_count()
 

@@ -57,13 +57,23 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _server_pid() -> int | None:
-    """The kept model server's process id (``agentkit server status``), if one runs."""
+def _server_pid(model: str | None = None) -> int | None:
+    """The kept model server's process id (``agentkit server status``) for ``model`` (``local``
+    or ``local:NAME``; the default embedded model when ``None``), if one runs."""
+    from agentkit.local import DEFAULT_WEIGHTS, EMBEDDED_MODELS
+
+    name = (model or "local").partition(":")[2]
+    weights = EMBEDDED_MODELS.get(name, DEFAULT_WEIGHTS)
     done = subprocess.run(
         [*agentkit_command(), "server", "status"], capture_output=True, text=True, cwd=ROOT
     )
-    found = re.search(r"pid (\d+)", done.stdout)
-    return int(found.group(1)) if done.returncode == 0 and found else None
+    if done.returncode != 0:
+        return None
+    for block in re.split(r"(?m)^(?=agentkit server: )", done.stdout):  # one block a server
+        found = re.search(r"pid (\d+)", block)
+        if found and f"model {weights.filename}," in block:
+            return int(found.group(1))
+    return None
 
 
 def _cpu_of(pid: int | None) -> float | None:
@@ -93,15 +103,18 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed_task(task: Any, timeout: float, where: Path | None, extra: tuple[str, ...]) -> dict[str, Any]:
+def timed_task(
+    task: Any, timeout: float, where: Path | None, extra: tuple[str, ...]
+) -> dict[str, Any]:
     """:func:`bench_tasks.run_task` with the CPU time it cost: the command's own (its process
     tree, ``client_cpu_s``) and the kept model server's (``server_cpu_s``). On a busy machine
     the wall-clock time swells with the load while the CPU time stays about the same."""
-    pid = _server_pid()
+    model = extra[extra.index("--model") + 1] if "--model" in extra else None
+    pid = _server_pid(model)
     server_before, client_before = _cpu_of(pid), _children_cpu()
     result = run_task(task, timeout, where, extra, FILES, MAX_TURNS)
     client = _children_cpu() - client_before
-    after_pid = _server_pid()
+    after_pid = _server_pid(model)
     server_after = _cpu_of(after_pid)
     server = None
     if server_after is not None:  # a server started by this task counts from zero
@@ -324,7 +337,7 @@ def main() -> None:
         "cores": os.cpu_count(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "load_at_start": _load(),
-        "server_nice": _nice_of(_server_pid()),
+        "server_nice": _nice_of(_server_pid(args.model)),
         "results": {},
     }
     was_running = server_running()

@@ -346,6 +346,8 @@ class RateLimiter:
         line = self._line(bucket)
         estimate = max(int(tokens), 0)
         permit = Permit(self, bucket, quota, uuid.uuid4().hex, estimate, estimate)
+        if (signal is None or not signal.aborted) and self._at_once(line, permit):
+            return permit
         waiter = _Waiter(self._patience(max_pause))
         with line.lock:
             line.waiters.append(waiter)
@@ -384,6 +386,17 @@ class RateLimiter:
                     line.waiters[0].wake.set()
             if unlink is not None:
                 unlink()
+
+    def _at_once(self, line: _Line, permit: Permit) -> bool:
+        """Admit ``permit`` without joining the line when nobody waits in it and the bucket's
+        last answer was room: a fleet whose quota does not bind pays one backend call per
+        request, not a queue and a thread hand-off (which cost a thousand threads released
+        together more than their requests). Refused, the request joins the line as any other;
+        the refusal is the line's, so later arrivals queue behind it."""
+        with line.lock:
+            if line.waiters or line.refusal is not None:
+                return False
+        return self._ask(line, permit) is None
 
     def _patience(self, max_pause: float | None) -> _Patience:
         quota, quota_why = math.inf, ""

@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 import re
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .._ids import unique_id
 from ..errors import LedgerError, SpendCapError
 from .store import (
     WINDOWS,
@@ -128,7 +128,7 @@ class Ledger:
             raise LedgerError("a reservation needs at least one key")
         at = self.clock()
         reservation = Reservation(
-            uuid.uuid4().hex,
+            unique_id(),
             unique,
             tuple(periods(at).values()),
             _amount(usd, "a reservation's usd"),

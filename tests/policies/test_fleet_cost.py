@@ -100,3 +100,35 @@ def test_a_slow_backend_call_holds_up_no_other_request_while_the_bucket_has_room
         first.join(WAIT)
     assert backend.calls == 6
     # A full bucket still makes a line, served in arrival order (tests/policies/test_limits.py).
+
+
+def test_ids_are_unique_across_threads_and_a_forked_child() -> None:
+    import os
+
+    from agentkit._ids import unique_id
+
+    drawn: list[str] = []
+    lock = threading.Lock()  # guards drawn
+
+    def draw() -> None:
+        mine = [unique_id() for _ in range(2000)]
+        with lock:
+            drawn.extend(mine)
+
+    threads = [threading.Thread(target=draw) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    assert len(set(drawn)) == 16_000
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # a prefork worker: its first id must not be one the parent will make
+        os.write(write, unique_id().encode())
+        os._exit(0)
+    os.close(write)
+    theirs = os.read(read, 100).decode()
+    os.close(read)
+    os.waitpid(child, 0)
+    ours = unique_id()
+    assert theirs[:16] != ours[:16] and theirs not in drawn

@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -45,6 +46,18 @@ def check_key(key: Any) -> str:
     if not key.isprintable() or _SPACE.search(key):
         raise LedgerError(f"a ledger key has no spaces and no control characters: {key!r}")
     return key
+
+
+@lru_cache(maxsize=4096)
+def _matches(key: str, pattern: str) -> bool:
+    """Whether a cap's ``pattern`` covers ``key`` (every request asks, for each cap and key)."""
+    return fnmatchcase(key, pattern)
+
+
+@lru_cache(maxsize=4096)
+def _checked(key: str) -> str:
+    """:func:`check_key`, remembered for the keys that passed (every request checks its keys)."""
+    return check_key(key)
 
 
 def _amount(value: Any, what: str) -> float:
@@ -113,7 +126,7 @@ class Ledger:
             Check(key, cap.window, now[cap.window], cap.usd, cap.tokens)
             for cap in (*self.caps, *caps)
             for key in keys
-            if fnmatchcase(key, cap.key)
+            if _matches(key, cap.key)
         ]
 
     def reserve(
@@ -123,7 +136,8 @@ class Ledger:
         ledger's and ``caps``) would then be passed; raises :class:`~agentkit.errors.
         SpendCapError` naming the cap otherwise (nothing is held). Settle the reservation
         when the request ends."""
-        unique = tuple(dict.fromkeys(check_key(key) for key in keys))
+        unique = tuple(dict.fromkeys(_checked(key) if isinstance(key, str) else check_key(key)
+                                     for key in keys))  # fmt: skip
         if not unique:
             raise LedgerError("a reservation needs at least one key")
         at = self.clock()

@@ -242,7 +242,12 @@ class MemoryLedgerStore:
                 if held is not None:
                     held.drop(reservation.id)
                 for period in reservation.periods:
-                    row = self._spent.setdefault(period, {}).setdefault(key, [0.0, 0, 0])
+                    rows = self._spent.get(period)
+                    if rows is None:
+                        rows = self._spent[period] = {}
+                    row = rows.get(key)
+                    if row is None:
+                        row = rows[key] = [0.0, 0, 0]
                     row[0] += usd
                     row[1] += tokens
                     row[2] += 1

@@ -305,6 +305,22 @@ class CompactionEndEvent(_Event):
     type: Literal["compaction_end"] = "compaction_end"
 
 
+@_event
+class SpendEvent(_Event):
+    """A model request of the run was counted in a spend ledger
+    (:class:`~agentkit.ledger.SpendPolicy`), after it ended: what it cost (``usd`` at the
+    catalog's prices, ``tokens`` of every kind) under each of ``keys``. ``settled`` is
+    ``False`` when the ledger could not record it (its reservation counts until it expires).
+    A sub-agent's requests are its own run's events (the parent's listeners see them inside
+    ``tool_execution_update``)."""
+
+    keys: tuple[str, ...]
+    usd: float
+    tokens: int
+    settled: bool = True
+    type: Literal["spend"] = "spend"
+
+
 AgentEvent = (
     AgentStartEvent
     | AgentEndEvent
@@ -318,6 +334,7 @@ AgentEvent = (
     | ToolExecutionEndEvent
     | CompactionStartEvent
     | CompactionEndEvent
+    | SpendEvent
 )
 """Any event of an agent run."""
 

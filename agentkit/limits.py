@@ -51,13 +51,13 @@ import dataclasses
 import math
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._ids import unique_id
 from ._quota_store import (
     IN_FLIGHT_LEASE,
     MAX_RETRY_AFTER,
@@ -277,7 +277,8 @@ class RateLimiter:
         self.output_tokens = output_tokens
         self.max_wait = max_wait
         self.long_wait = long_wait
-        # Guards _lines (one per bucket, made on first use) and the _listeners tuple's rebinding.
+        # Guards making a line in _lines (one per bucket, made on first use; found without it)
+        # and the _listeners tuple's rebinding.
         self._lock = threading.Lock()
         self._lines: dict[str, _Line] = {}
         self._listeners: tuple[WaitListener, ...] = ()
@@ -320,6 +321,9 @@ class RateLimiter:
         return view
 
     def _line(self, bucket: str) -> _Line:
+        line = self._lines.get(bucket)  # a line, once made, stays: found without the lock
+        if line is not None:
+            return line
         with self._lock:
             line = self._lines.get(bucket)
             if line is None:
@@ -345,7 +349,9 @@ class RateLimiter:
         bucket, quota = self.bucket(model)
         line = self._line(bucket)
         estimate = max(int(tokens), 0)
-        permit = Permit(self, bucket, quota, uuid.uuid4().hex, estimate, estimate)
+        permit = Permit(self, bucket, quota, unique_id(), estimate, estimate)
+        if (signal is None or not signal.aborted) and self._at_once(line, permit):
+            return permit
         waiter = _Waiter(self._patience(max_pause))
         with line.lock:
             line.waiters.append(waiter)
@@ -384,6 +390,18 @@ class RateLimiter:
                     line.waiters[0].wake.set()
             if unlink is not None:
                 unlink()
+
+    def _at_once(self, line: _Line, permit: Permit) -> bool:
+        """Admit ``permit`` without joining the line when nobody waits in it and the bucket's
+        last answer was room: a fleet whose quota does not bind pays one backend call per
+        request, not a queue and a thread hand-off (which cost a thousand threads released
+        together more than their requests). Refused, the request joins the line as any other;
+        the refusal is the line's, so later arrivals queue behind it."""
+        # Read without the line's lock: a thread that joins the line as this one looks arrives
+        # at the same moment, and either order is arrival order.
+        if line.waiters or line.refusal is not None:
+            return False
+        return self._ask(line, permit) is None
 
     def _patience(self, max_pause: float | None) -> _Patience:
         quota, quota_why = math.inf, ""
@@ -425,8 +443,9 @@ class RateLimiter:
             permit.bucket, permit.quota, permit.permit_id, permit.tokens
         )
         if refusal is None:
-            with line.lock:
-                line.refusal = None
+            if line.refusal is not None:  # none to clear, most of the time: no lock taken
+                with line.lock:
+                    line.refusal = None
             return None
         seconds = clamp_retry_after(refusal.seconds) or 0.0
         paused = refusal.paused

@@ -33,16 +33,23 @@ def add_ledger_command(commands: Any) -> None:
     ledger.add_argument("--json", action="store_true", help="one JSON object per key")
 
 
+def shared_store(url: str | None, option: str) -> str:
+    """The URL of the ledger store another process may read (``url``, else $AGENTKIT_LEDGER);
+    :class:`LedgerError` when there is none, or it names this process's memory."""
+    url = url or os.environ.get("AGENTKIT_LEDGER", "")
+    if not url:
+        raise LedgerError(f"no ledger store: give {option} URL or set AGENTKIT_LEDGER")
+    if url.startswith("memory://"):
+        raise LedgerError("a memory:// ledger lives in its own process: give its store's URL")
+    return url
+
+
 def run_ledger_command(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     """Carry out ``agentkit ledger``; return the exit status."""
     from ..ledger import Ledger
 
-    url = args.store or os.environ.get("AGENTKIT_LEDGER", "")
     try:
-        if not url:
-            raise LedgerError("no ledger store: give --store URL or set AGENTKIT_LEDGER")
-        if url.startswith("memory://"):
-            raise LedgerError("a memory:// ledger lives in its own process: give its store's URL")
+        url = shared_store(args.store, "--store")
         if args.period is not None and not _PERIOD.fullmatch(args.period):
             raise LedgerError(
                 f"--period is a month (2026-12), a day (2026-12-03), an hour (2026-12-03T07) "

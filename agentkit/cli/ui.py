@@ -13,16 +13,19 @@ import importlib
 import io as _io
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._extras import needs_extra
 from ..agent import Agent
-from ..errors import CliError
+from ..errors import CliError, LedgerError
 from ..loop import StreamFn
 from ..sessions import Session, open_store
 from ..types import Model
 from .console import Console
 from .sessions import STORE_HELP
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
 
 
 def add_ui_command(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -47,6 +50,11 @@ def add_ui_command(commands: Any, common: argparse.ArgumentParser) -> None:
     ui.add_argument("--redis", metavar="URL", help="follow and steer runs on Celery workers")
     ui.add_argument("--reports", metavar="DIR",
                     help="show the evaluation reports in DIR (what agentkit eval --save writes)")  # fmt: skip
+    ui.add_argument(
+        "--ledger", metavar="URL",
+        help="a spend ledger's store (redis:// or postgresql://) to show by key and window on "
+        "/spend (default: $AGENTKIT_LEDGER)",
+    )  # fmt: skip
 
 
 def factory_from_spec(spec: str) -> Any:
@@ -64,6 +72,20 @@ def factory_from_spec(spec: str) -> Any:
     return factory
 
 
+def open_ledger(url: str | None) -> Ledger | None:
+    """The spend ledger ``--ledger`` (else $AGENTKIT_LEDGER) names, or ``None`` for none;
+    :class:`CliError` for a URL no other process can share or no store serves."""
+    if not (url or os.environ.get("AGENTKIT_LEDGER")):
+        return None
+    from ..ledger import Ledger
+    from .ledger import shared_store
+
+    try:
+        return Ledger(shared_store(url, "--ledger"))
+    except LedgerError as exc:
+        raise CliError(str(exc)) from None
+
+
 def run_ui_command(
     args: argparse.Namespace, io: Console, stream_fn: StreamFn | None, model: Model | None
 ) -> int:
@@ -73,6 +95,7 @@ def run_ui_command(
     except ImportError as exc:
         raise CliError(f"{needs_extra('the page', 'ui')} ({exc})") from None
     reports = _reports_folder(args.reports)
+    ledger = open_ledger(args.ledger)
     store = open_store(args.store)
     if args.agent:
         build = factory_from_spec(args.agent)
@@ -80,9 +103,11 @@ def run_ui_command(
         build = _own_agent(args, io, stream_fn, model)
     try:
         server = UiServer(store, port=args.port, build_agent=build, redis_url=args.redis,
-                          reports=reports)  # fmt: skip
+                          reports=reports, ledger=ledger)  # fmt: skip
     except OSError as exc:
         store.close()
+        if ledger is not None:
+            ledger.close()
         raise CliError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}") from None
     io.out(f"agentkit ui: sessions in {store.url}")
     if reports is not None:
@@ -96,6 +121,8 @@ def run_ui_command(
     finally:
         server.stop()
         store.close()
+        if ledger is not None:
+            ledger.close()
     io.err("agentkit ui: stopped")
     return 0
 

@@ -31,12 +31,19 @@ named, how long it lasted, whether a 429's pause held it, and how it ended.
 Metrics: the GenAI client histograms ``gen_ai.client.token.usage`` (per request, one point per
 token type) and ``gen_ai.client.operation.duration`` (per request and per run), on the meter
 provider given (the global one by default, which costs nothing until one is configured).
+
+Spend: a run's span carries what it cost (``agentkit.spend.cost`` in USD at catalog prices and
+``agentkit.spend.tokens``, its sub-agents' included), and, with a spend ledger
+(:class:`~agentkit.ledger.SpendPolicy`), the keys it spent under; the counters
+``agentkit.spend.cost`` and ``agentkit.spend.tokens`` add each counted request under each of its
+ledger keys (attribute ``agentkit.spend.key``), a sub-agent's under its parent's keys, once.
 Importing this module imports no OpenTelemetry code; ``enable_tracing`` does.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 import uuid
@@ -79,15 +86,22 @@ def _usage(message: Any) -> tuple[int, int, int, int]:
     return usage.input + cached + written, usage.output, cached, written
 
 
+def _dollars(value: float) -> float:
+    """A cost as telemetry shows it: one a catalog's bad price made NaN or negative is 0 (a
+    counter only grows, and a backend cannot sum NaN)."""
+    return value if math.isfinite(value) and value > 0 else 0.0
+
+
 def _http_status(text: str | None) -> str | None:
     match = _HTTP_STATUS.search(text or "")
     return match.group(1) if match else None
 
 
 class _Metrics:
-    """The GenAI client histograms one traced agent records into."""
+    """The instruments one traced agent (and its sub-agents) records into: the GenAI client
+    histograms and the spend counters, with which ledger keys the counters count."""
 
-    def __init__(self, meter: Any) -> None:
+    def __init__(self, meter: Any, spend_keys: Callable[[str], bool] | None = None) -> None:
         self.tokens = _histogram(
             meter,
             "gen_ai.client.token.usage",
@@ -102,6 +116,24 @@ class _Metrics:
             "GenAI operation duration",
             DURATION_BUCKETS,
         )
+        self.spend_cost = meter.create_counter(
+            "agentkit.spend.cost", unit="{USD}", description="Spend counted in a spend ledger"
+        )
+        self.spend_tokens = meter.create_counter(
+            "agentkit.spend.tokens", unit="{token}", description="Tokens counted in a spend ledger"
+        )
+        self.spend_keys = spend_keys
+
+    def count_spend(self, event: Any) -> None:
+        """Add a :class:`~agentkit.events.SpendEvent`'s request under each of its keys (those
+        ``spend_keys`` lets through): one series per key, as many as the caller's keys."""
+        usd = _dollars(event.usd)
+        tokens = max(0, event.tokens)
+        for key in event.keys:
+            if self.spend_keys is None or self.spend_keys(key):
+                attributes = {"agentkit.spend.key": key}
+                self.spend_cost.add(usd, attributes)
+                self.spend_tokens.add(tokens, attributes)
 
 
 def _histogram(meter: Any, name: str, unit: str, description: str, buckets: list[Any]) -> Any:
@@ -144,6 +176,7 @@ class _Tracer:
         self._tools: dict[str, Any] = {}  # tool_call_id -> execute_tool span
         self._compaction: Any = None  # the compaction span under way
         self._tokens = [0, 0, 0, 0]  # the run's input, output, cache-read and -write tokens
+        self._spend_keys: set[str] = set()  # the ledger keys the run's requests spent under
         self._children: Any = None  # the token of the run's sub-agent setup
 
     def __call__(self, event: Any) -> None:
@@ -179,6 +212,10 @@ class _Tracer:
             self._start_compaction(event)
         elif kind == "compaction_end":
             self._end_compaction(event)
+        elif kind == "spend":
+            self._spend_keys.update(event.keys)
+            if self._metrics is not None:
+                self._metrics.count_spend(event)
         elif kind == "agent_end":
             self._end_run(event.messages)
 
@@ -215,6 +252,7 @@ class _Tracer:
         )
         self._run_started = time.monotonic()
         self._tokens = [0, 0, 0, 0]
+        self._spend_keys = set()
         limiter = self._agent.rate_limiter
         if limiter is not None:  # one listener for every traced agent: it adds to the span
             limiter.subscribe(_quota_wait_event)  # current where the request waits
@@ -452,6 +490,17 @@ class _Tracer:
             return error_type, f"run failed: {error_type}"
         return None
 
+    def _spend(self, run: Any, usage: Any) -> None:
+        """What the run cost, on its span: its usage's (the :class:`~agentkit.RunResult`'s,
+        which counts its sub-agents' and its side requests'), and the ledger keys it spent
+        under."""
+        if usage is not None:
+            run.set_attribute("agentkit.spend.cost", _dollars(usage.cost.total))
+            tokens = usage.input + usage.output + usage.cache_read + usage.cache_write
+            run.set_attribute("agentkit.spend.tokens", max(tokens, usage.total_tokens))
+        if self._spend_keys:
+            run.set_attribute("agentkit.spend.keys", sorted(self._spend_keys))
+
     def _end_run(self, messages: list[Any]) -> None:
         self._finish_chat()
         for span in self._tools.values():  # calls that never reported an end
@@ -464,6 +513,7 @@ class _Tracer:
         run.set_attribute("gen_ai.usage.output_tokens", self._tokens[1])
         run.set_attribute("gen_ai.usage.cache_read.input_tokens", self._tokens[2])
         run.set_attribute("gen_ai.usage.cache_creation.input_tokens", self._tokens[3])
+        self._spend(run, getattr(messages, "usage", None))
         outcome = self._run_outcome(messages)
         if getattr(messages, "stop_reason", None) == "guardrail":
             run.set_attribute("agentkit.guardrail.name", getattr(messages, "budget", None) or "")
@@ -514,6 +564,7 @@ def enable_tracing(
     meter_provider: Any = None,
     capture_content: bool = False,
     agent_name: str | None = None,
+    spend_keys: Callable[[str], bool] | None = None,
 ) -> Callable[[], None]:
     """Emit OpenTelemetry spans and GenAI metrics for ``agent``'s runs; return a function that
     turns them off.
@@ -522,8 +573,10 @@ def enable_tracing(
     defaults to the agent's ``name``. Sub-agents its tools run (:mod:`agentkit.subagents`) are
     traced alike, under the call's ``execute_tool`` span.
     ``capture_content=True`` records prompts, responses, tool arguments and results on the spans
-    (off by default: they may be private). Raises ``ImportError`` naming the extra when
-    OpenTelemetry is not installed.
+    (off by default: they may be private). ``spend_keys`` says which ledger keys the spend
+    counters count (default: all): each key is a series, so leave out keys without bound (one
+    per user, say) when the metrics backend limits series. Raises ``ImportError`` naming the
+    extra when OpenTelemetry is not installed.
     """
     try:
         from opentelemetry import metrics, trace
@@ -534,7 +587,7 @@ def enable_tracing(
     tracer = trace.get_tracer("agentkit", tracer_provider=tracer_provider)
     meter = metrics.get_meter("agentkit", meter_provider=meter_provider)
     name = agent_name or agent.name
-    listener = _Tracer(agent, tracer, capture_content, name, _Metrics(meter))
+    listener = _Tracer(agent, tracer, capture_content, name, _Metrics(meter, spend_keys))
     return agent.subscribe(listener)
 
 

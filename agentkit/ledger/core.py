@@ -5,14 +5,16 @@ The store contract and the in-memory store are :mod:`agentkit.ledger.store`'s. S
 from __future__ import annotations
 
 import math
+import re
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .._ids import unique_id
 from ..errors import LedgerError, SpendCapError
 from .store import (
     WINDOWS,
@@ -32,15 +34,30 @@ DEFAULT_HOLD = 600.0
 MAX_KEY = 200
 """The longest key, in characters."""
 
+_SPACE = re.compile(r"\s")
+"""Any whitespace (what ``str.isspace`` calls so), found in C: every request checks its keys."""
+
 
 def check_key(key: Any) -> str:
     """``key`` if it can name spend: a non-empty string of printable characters without spaces
     (``tenant:acme``, ``user:acme/42``), at most :data:`MAX_KEY` long; else :class:`LedgerError`."""
     if not isinstance(key, str) or not key or len(key) > MAX_KEY:
         raise LedgerError(f"a ledger key is a string of 1 to {MAX_KEY} characters, not {key!r}")
-    if not key.isprintable() or any(c.isspace() for c in key):
+    if not key.isprintable() or _SPACE.search(key):
         raise LedgerError(f"a ledger key has no spaces and no control characters: {key!r}")
     return key
+
+
+@lru_cache(maxsize=4096)
+def _matches(key: str, pattern: str) -> bool:
+    """Whether a cap's ``pattern`` covers ``key`` (every request asks, for each cap and key)."""
+    return fnmatchcase(key, pattern)
+
+
+@lru_cache(maxsize=4096)
+def _checked(key: str) -> str:
+    """:func:`check_key`, remembered for the keys that passed (every request checks its keys)."""
+    return check_key(key)
 
 
 def _amount(value: Any, what: str) -> float:
@@ -109,7 +126,7 @@ class Ledger:
             Check(key, cap.window, now[cap.window], cap.usd, cap.tokens)
             for cap in (*self.caps, *caps)
             for key in keys
-            if fnmatchcase(key, cap.key)
+            if _matches(key, cap.key)
         ]
 
     def reserve(
@@ -119,12 +136,13 @@ class Ledger:
         ledger's and ``caps``) would then be passed; raises :class:`~agentkit.errors.
         SpendCapError` naming the cap otherwise (nothing is held). Settle the reservation
         when the request ends."""
-        unique = tuple(dict.fromkeys(check_key(key) for key in keys))
+        unique = tuple(dict.fromkeys(_checked(key) if isinstance(key, str) else check_key(key)
+                                     for key in keys))  # fmt: skip
         if not unique:
             raise LedgerError("a reservation needs at least one key")
         at = self.clock()
         reservation = Reservation(
-            uuid.uuid4().hex,
+            unique_id(),
             unique,
             tuple(periods(at).values()),
             _amount(usd, "a reservation's usd"),

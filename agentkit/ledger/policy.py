@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..compaction import estimate_tokens
 from ..errors import EndRun, LedgerError, SpendCapError
+from ..events import SpendEvent
 from ..policy import ModelRequest, RequestHandler, RunPolicy, RunScope
 from ..subagents import add_child_setup, remove_child_setup
 from ..types import AssistantMessage, Model, Usage
@@ -129,9 +130,15 @@ class _SpendRun(RunPolicy):
             message = call_next(request)
             return message
         finally:
-            self._settle(reservation, message)
+            settled = self._settle(reservation, message)
+            if message is not None:  # the listeners learn what it cost (tracing counts it)
+                run.emit(SpendEvent(tuple(keys), *settled))
 
-    def _settle(self, reservation: Reservation, message: AssistantMessage | None) -> None:
+    def _settle(
+        self, reservation: Reservation, message: AssistantMessage | None
+    ) -> tuple[float, int, bool]:
+        """Settle ``reservation`` with what ``message`` cost (nothing when no answer came);
+        return that cost and whether the ledger recorded it."""
         usd, tokens = settled_cost(message.usage) if message is not None else (0.0, 0)
         try:
             self.policy.ledger.settle(reservation, usd, tokens)
@@ -143,6 +150,8 @@ class _SpendRun(RunPolicy):
                 "expires): %s",
                 exc,
             )
+            return usd, tokens, False
+        return usd, tokens, True
 
     def end(self, run: RunScope, result: RunResult) -> None:
         if self._children is not None:

@@ -7,11 +7,13 @@ ledger (:mod:`agentkit.ledger.core`, which opens the store a URL names) on them.
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any, Literal, Protocol
 
 Window = Literal["hour", "day", "month", "total"]
@@ -26,13 +28,20 @@ def periods(at: float) -> dict[Window, str]:
     """The period of each window that the ``time.time()`` instant ``at`` falls in, named as the
     stores and ``agentkit ledger`` name them: ``2026-12-03T07`` (an hour), ``2026-12-03`` (a
     day), ``2026-12`` (a month), ``total``."""
-    when = datetime.fromtimestamp(at, timezone.utc)
-    return {
-        "hour": when.strftime("%Y-%m-%dT%H"),
-        "day": when.strftime("%Y-%m-%d"),
-        "month": when.strftime("%Y-%m"),
-        "total": "total",
-    }
+    return dict(_periods_of_hour(int(at // 3600)))
+
+
+@lru_cache(maxsize=4)
+def _periods_of_hour(hour: int) -> tuple[tuple[Window, str], ...]:
+    """:func:`periods` of every instant of the UTC hour ``hour`` (hours since the epoch): every
+    window changes on the hour, and every request asks, so the last hours' are remembered."""
+    when = datetime.fromtimestamp(hour * 3600, timezone.utc)
+    return (
+        ("hour", when.strftime("%Y-%m-%dT%H")),
+        ("day", when.strftime("%Y-%m-%d")),
+        ("month", when.strftime("%Y-%m")),
+        ("total", "total"),
+    )
 
 
 def window_of(period: str) -> Window:
@@ -124,6 +133,33 @@ def crosses(check: Check, usd: float, tokens: int, reservation: Reservation) -> 
 # --- the in-process store ---------------------------------------------------------------------
 
 
+class _Held:
+    """One key's live reservations (id -> usd, tokens) and their sums, kept as they change so
+    that a check costs the same with a thousand requests in flight as with one."""
+
+    __slots__ = ("reservations", "usd", "tokens")
+
+    def __init__(self) -> None:
+        self.reservations: dict[str, tuple[float, int]] = {}
+        self.usd = 0.0
+        self.tokens = 0
+
+    def add(self, reservation_id: str, usd: float, tokens: int) -> None:
+        self.reservations[reservation_id] = (usd, tokens)
+        self.usd += usd
+        self.tokens += tokens
+
+    def drop(self, reservation_id: str) -> None:
+        held = self.reservations.pop(reservation_id, None)
+        if held is None:
+            return
+        if self.reservations:
+            self.usd -= held[0]
+            self.tokens -= held[1]
+        else:  # none left: exactly nothing held (no rounding left over from the sums)
+            self.usd, self.tokens = 0.0, 0
+
+
 class MemoryLedgerStore:
     """The counts in this process's memory: shared by every agent of the process, gone with it."""
 
@@ -133,26 +169,49 @@ class MemoryLedgerStore:
         self._lock = threading.Lock()
         # period -> key -> [usd, tokens, requests]
         self._spent: dict[str, dict[str, list[Any]]] = {}
-        # key -> reservation id -> (usd, tokens, when it expires)
-        self._held: dict[str, dict[str, tuple[float, int, float]]] = {}
+        # key -> what its live reservations hold
+        self._held: dict[str, _Held] = {}
+        # (when it expires, reservation id, its keys), soonest first; settled ones stay until
+        # their time comes (or the heap is rebuilt) and are skipped then
+        self._expiry: list[tuple[float, str, tuple[str, ...]]] = []
+        # reservation id -> when it expires, for those not settled yet
+        self._live: dict[str, float] = {}
         # reservation id -> when it settled, oldest first
         self._settled: dict[str, float] = {}
 
-    def _holding(self, key: str, now: float) -> tuple[float, int]:
-        """What ``key``'s live reservations hold (expired ones are dropped)."""
+    def _expire(self, now: float) -> None:
+        """Drop the reservations whose hold has ended."""
+        expiry = self._expiry
+        while expiry and expiry[0][0] <= now:
+            ends, reservation_id, keys = heapq.heappop(expiry)
+            if self._live.get(reservation_id) != ends:
+                continue  # settled already
+            del self._live[reservation_id]
+            for key in keys:
+                held = self._held.get(key)
+                if held is not None:
+                    held.drop(reservation_id)
+
+    def _forget_settled(self) -> None:
+        """Rebuild the expiry heap without the settled reservations once they are most of it:
+        memory stays in proportion to the requests in flight, at an amortised constant cost."""
+        if len(self._expiry) > 2 * len(self._live) + 64:
+            live = self._live
+            self._expiry = [entry for entry in self._expiry if live.get(entry[1]) == entry[0]]
+            heapq.heapify(self._expiry)
+
+    def _holding(self, key: str) -> tuple[float, int]:
+        """What ``key``'s live reservations hold (after :meth:`_expire`)."""
         held = self._held.get(key)
-        if not held:
-            return 0.0, 0
-        for gone in [i for i, (_, _, ends) in held.items() if ends <= now]:
-            del held[gone]
-        return sum(h[0] for h in held.values()), sum(h[1] for h in held.values())
+        return (held.usd, held.tokens) if held is not None else (0.0, 0)
 
     def reserve(
         self, reservation: Reservation, checks: Sequence[Check], hold: float
     ) -> Crossing | None:
         with self._lock:
             now = self.clock()
-            holding = {key: self._holding(key, now) for key in reservation.keys}
+            self._expire(now)
+            holding = {key: self._holding(key) for key in reservation.keys}
             for check in checks:
                 row = self._spent.get(check.period, {}).get(check.key, (0.0, 0))
                 usd = row[0] + holding[check.key][0]
@@ -160,8 +219,12 @@ class MemoryLedgerStore:
                 if crosses(check, usd, tokens, reservation):
                     return Crossing(check, usd, tokens)
             for key in reservation.keys:
-                entry = (reservation.usd, reservation.tokens, now + hold)
-                self._held.setdefault(key, {})[reservation.id] = entry
+                held = self._held.get(key)
+                if held is None:
+                    held = self._held[key] = _Held()
+                held.add(reservation.id, reservation.usd, reservation.tokens)
+            heapq.heappush(self._expiry, (now + hold, reservation.id, reservation.keys))
+            self._live[reservation.id] = now + hold
             return None
 
     def settle(self, reservation: Reservation, usd: float, tokens: int) -> bool:
@@ -172,10 +235,19 @@ class MemoryLedgerStore:
             if reservation.id in self._settled:
                 return False
             self._settled[reservation.id] = now
+            self._live.pop(reservation.id, None)
+            self._forget_settled()
             for key in reservation.keys:
-                self._held.get(key, {}).pop(reservation.id, None)
+                held = self._held.get(key)
+                if held is not None:
+                    held.drop(reservation.id)
                 for period in reservation.periods:
-                    row = self._spent.setdefault(period, {}).setdefault(key, [0.0, 0, 0])
+                    rows = self._spent.get(period)
+                    if rows is None:
+                        rows = self._spent[period] = {}
+                    row = rows.get(key)
+                    if row is None:
+                        row = rows[key] = [0.0, 0, 0]
                     row[0] += usd
                     row[1] += tokens
                     row[2] += 1
@@ -183,16 +255,17 @@ class MemoryLedgerStore:
 
     def spend(self, period: str, prefix: str | None = None) -> list[Spend]:
         with self._lock:
-            now = self.clock()
+            self._expire(self.clock())
             rows = dict(self._spent.get(period, {}))
-            keys = sorted({*rows, *(k for k in self._held if self._holding(k, now) != (0.0, 0))})
+            holding = (k for k, held in self._held.items() if held.usd or held.tokens)
+            keys = sorted({*rows, *holding})
             window = window_of(period)
             found = []
             for key in keys:
                 if prefix is not None and not key.startswith(prefix):
                     continue
                 usd, tokens, requests = rows.get(key, (0.0, 0, 0))
-                held = self._holding(key, now)
+                held = self._holding(key)
                 found.append(Spend(key, window, period, usd, tokens, requests, *held))
             return found
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from flask import Flask, Response, abort, jsonify, redirect, render_template, request
@@ -28,8 +28,12 @@ from ..sse_response import sse_response
 from .evals import ReportShelf, evals_blueprint
 from .live import BuildAgent, LiveRuns
 from .security import COOKIE, SAFE_METHODS, Guard
+from .spend import ledger_pages, session_spend
 from .timeline import run_state, seconds, summary, timeline
 from .view import Entry, Totals, transcript, when
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
 
 MAX_LISTED = 500
 """Sessions the list shows at most (the most recently changed first)."""
@@ -42,12 +46,14 @@ def create_app(
     build_agent: BuildAgent | None = None,
     redis_url: str | None = None,
     reports: str | os.PathLike[str] | None = None,
+    ledger: Ledger | None = None,
 ) -> Flask:
     """The page's WSGI application over ``store``, guarded by ``guard``.
 
     ``build_agent(session)`` makes the agent the chat box prompts (none: the page only reads);
     ``redis_url`` lets it follow and steer runs on Celery workers by their run id; ``reports``
-    is the folder of evaluation reports it shows (:mod:`agentkit.ui.evals`).
+    is the folder of evaluation reports it shows (:mod:`agentkit.ui.evals`); ``ledger`` adds
+    the ``/spend`` page, the spend ledger's totals by key and window.
     """
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = 1 << 20
@@ -55,6 +61,8 @@ def create_app(
     app.extensions["agentkit_live"] = live
     leases = _Leases(redis_url) if redis_url is not None else None
     app.register_blueprint(evals_blueprint(ReportShelf(reports) if reports is not None else None))
+    if ledger is not None:
+        app.register_blueprint(ledger_pages(ledger))
 
     @app.before_request
     def check() -> Any:
@@ -109,18 +117,21 @@ def create_app(
         infos = sorted(store.list(), key=lambda i: i.updated_ms, reverse=True)
         if query:
             infos = [i for i in infos if query.lower() in i.name.lower()]
-        latest: dict[str, RunInfo] = {}
+        runs: dict[str, list[RunInfo]] = {}  # newest first
         for run in live.runs(limit=5 * MAX_LISTED):
-            latest.setdefault(run.session, run)
+            runs.setdefault(run.session, []).append(run)
         rows = []
         for info in infos[:MAX_LISTED]:
+            logged = runs.get(info.name, [])
             try:
-                _, totals = transcript(Session(info.name, store).load())
+                messages = Session(info.name, store).load()
+                _, totals = transcript(messages)
                 problem = None
             except (SessionError, ValueError) as exc:
-                totals, problem = Totals(messages=info.messages), str(exc)
+                messages, totals, problem = [], Totals(messages=info.messages), str(exc)
             rows.append({"info": info, "totals": totals, "when": when(info.updated_ms),
-                         "problem": problem, "run": latest.get(info.name)})  # fmt: skip
+                         "problem": problem, "run": logged[0] if logged else None,
+                         "spend": session_spend(messages, logged)})  # fmt: skip
         return render_template(
             "sessions.html", rows=rows, query=query, more=max(0, len(infos) - MAX_LISTED)
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
@@ -17,6 +17,9 @@ from .app import create_app
 from .live import BuildAgent, LiveRuns
 from .security import Guard
 
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+
 HOST = "127.0.0.1"
 """The page listens on loopback only: it can approve tool calls."""
 
@@ -24,8 +27,9 @@ HOST = "127.0.0.1"
 class UiServer:
     """The page over ``store``, listening on ``127.0.0.1:port`` (0: a free port).
 
-    ``build_agent``, ``redis_url`` and ``reports`` are as for :func:`agentkit.ui.app.create_app`. The
-    secret is made per launch; :attr:`url` is the address to open (it carries the secret).
+    ``build_agent``, ``redis_url``, ``reports`` and ``ledger`` are as for
+    :func:`agentkit.ui.app.create_app`. The secret is made per launch; :attr:`url` is the
+    address to open (it carries the secret).
     """
 
     def __init__(
@@ -36,6 +40,7 @@ class UiServer:
         build_agent: BuildAgent | None = None,
         redis_url: str | None = None,
         reports: str | os.PathLike[str] | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.store = store
         # Bind first, so the guard knows the port a port of 0 became.
@@ -46,7 +51,7 @@ class UiServer:
         self._httpd.daemon_threads = True  # type: ignore[attr-defined]
         self.guard = Guard(port=self._httpd.server_port)
         self.app = create_app(store, self.guard, build_agent=build_agent, redis_url=redis_url,
-                              reports=reports)  # fmt: skip
+                              reports=reports, ledger=ledger)  # fmt: skip
         self._httpd.app = self.app
         self._thread: threading.Thread | None = None
 

@@ -34,7 +34,7 @@ EVENT_CLASSES = [
 
 
 def test_every_event_class_is_a_slotted_dataclass_with_a_literal_type() -> None:
-    assert len(EVENT_CLASSES) == 24  # 22, and the two compaction events
+    assert len(EVENT_CLASSES) == 25  # 22, the two compaction events and the spend event
     for cls in EVENT_CLASSES:
         assert dataclasses.is_dataclass(cls), cls
         names = [f.name for f in dataclasses.fields(cls)]

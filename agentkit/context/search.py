@@ -77,6 +77,10 @@ DEFAULT_LIMIT = 5
 """How many tools one search loads at most."""
 LINE_CHARS = 100
 """A catalog line's description is cut to this many characters."""
+MIN_LINE_CHARS = 20
+"""A description cut shorter than this is left out (the catalog lists the name alone)."""
+DEFAULT_CATALOG_SHARE = 0.25
+"""The share of the model's window the catalog may take before its descriptions are cut."""
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 """A name the catalog can list: one that cannot be read as anything but a name."""
 CHARS_PER_TOKEN = 4
@@ -164,9 +168,20 @@ class Catalog:
         self.tools = listed
         self.index = Bm25Index([tool_document(t) for t in listed.values()])
 
-    def text(self, search_tool: str) -> str:
-        """The catalog section: the instructions, then one line per tool."""
-        lines = "\n".join(f"- {name}: {one_line(t.description)}" for name, t in self.tools.items())
+    def text(self, search_tool: str, budget: int | None = None) -> str:
+        """The catalog section: the instructions, then one line per tool, its description cut
+        so that the section keeps within ``budget`` characters where it can (names only, at
+        worst: a name is never cut)."""
+        width = LINE_CHARS
+        if budget is not None and self.tools:
+            names = sum(len(name) + 5 for name in self.tools) + len(CATALOG_TEXT)
+            width = min(LINE_CHARS, (budget - names) // len(self.tools))
+        if width < MIN_LINE_CHARS:
+            lines = "\n".join(f"- {name}" for name in self.tools)
+        else:
+            lines = "\n".join(
+                f"- {name}: {one_line(t.description, width)}" for name, t in self.tools.items()
+            )
         return CATALOG_TEXT.format(search=search_tool, lines=lines)
 
     def search(self, query: str, limit: int) -> list[str]:
@@ -188,11 +203,11 @@ class Catalog:
         return found
 
 
-def one_line(text: str) -> str:
+def one_line(text: str, width: int = LINE_CHARS) -> str:
     """``text`` as one catalog line: whitespace (newlines included) folded to single spaces and
-    cut to :data:`LINE_CHARS`, so no description can start a line of its own."""
+    cut to ``width`` characters, so no description can start a line of its own."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= LINE_CHARS else flat[: LINE_CHARS - 1].rstrip() + "…"
+    return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
 
 
 # --- what the transcript says ------------------------------------------------------------------
@@ -248,7 +263,12 @@ class ToolSearch(RunPolicy):
     only). ``keep``: names always declared in full. ``limit``: tools one search loads at most.
     ``native``: use the API's own deferred loading where agentkit knows one (Anthropic
     Messages); ``False`` ranks and declares locally on every API. ``search_tool``: the search
-    tool's name."""
+    tool's name. ``catalog_share``: the share of the window the catalog may take before its
+    descriptions are cut (to names alone, at worst). ``preload``: load this many tools at the
+    start of each run, the best matches of the user's latest message (a small model given the
+    right tool at once need not search; 0: none). ``first_call``: when the preload loaded
+    something, the run's first request must call a tool (``tool_choice="required"``): a small
+    model asked a task its catalog answers otherwise writes the call as prose now and then."""
 
     name = "tool_search"
 
@@ -261,17 +281,26 @@ class ToolSearch(RunPolicy):
         limit: int = DEFAULT_LIMIT,
         native: bool = True,
         search_tool: str = SEARCH_TOOL,
+        catalog_share: float = DEFAULT_CATALOG_SHARE,
+        preload: int = 0,
+        first_call: bool = False,
     ) -> None:
         if max_tools < 0:
             raise ValueError(f"max_tools must be 0 or more, got {max_tools}")
         if max_share is not None and not 0 < max_share <= 1:
             raise ValueError(f"max_share must be above 0 and at most 1, got {max_share}")
+        if not 0 < catalog_share <= 1:
+            raise ValueError(f"catalog_share must be above 0 and at most 1, got {catalog_share}")
+        if preload < 0:
+            raise ValueError(f"preload must be 0 or more, got {preload}")
         if limit < 1:
             raise ValueError(f"limit must be 1 or more, got {limit}")
         if not TOOL_NAME.match(search_tool):
             raise ValueError(f"search_tool must be a plain tool name, got {search_tool!r}")
         self.max_tools, self.max_share, self.keep = max_tools, max_share, frozenset(keep)
         self.limit, self.native, self.search_tool = limit, native, search_tool
+        self.catalog_share, self.preload, self.first_call = catalog_share, preload, first_call
+        self.preloaded = False  # this run's preload loaded something: its first request calls
         self.catalog: Catalog | None = None  # set for a run that defers
         self.pending: list[str] = []  # names to load before the next request
 
@@ -287,13 +316,31 @@ class ToolSearch(RunPolicy):
             return
         deferred = [to_tool_declaration(t) for t in tools if t.name not in self.keep]
         self.catalog = Catalog(deferred)
-        text = self.catalog.text(self.search_tool)
+        window = run.model.context_window
+        budget = int(self.catalog_share * window * CHARS_PER_TOKEN) if window > 0 else None
+        text = self.catalog.text(self.search_tool, budget)
         current = get_current_system_message(run.context.messages)
         if current is None or (current.sections or {}).get(CATALOG_SECTION) != text:
             run.append([SystemMessage(sections={CATALOG_SECTION: text})])
+        self._preload(run, self.catalog)
         if all(t.name != self.search_tool for t in run.context.tools):
             # the loop declares the change before the first request, as any change of tools
             run.context.tools = [*run.context.tools, self._search_agent_tool(self.catalog)]
+
+    def _preload(self, run: RunScope, catalog: Catalog) -> None:
+        """Load the best matches of the latest user message (``preload`` of them)."""
+        prompt = next((m for m in reversed(run.context.messages) if role_of(m) == "user"), None)
+        if not self.preload or prompt is None:
+            return
+        content = _field(prompt, "content")
+        text = content if isinstance(content, str) else " ".join(
+            str(_field(block, "text") or "") for block in content or []
+        )
+        loaded = loaded_names(run.context.messages)
+        names = [n for n in catalog.search(text, self.preload) if n not in loaded]
+        if names:
+            run.append([SystemMessage(tools_added=[catalog.tools[n] for n in names])])
+            self.preloaded = self.first_call
 
     def _defers(self, tools: Sequence[AgentTool], run: RunScope) -> bool:
         """Whether this run's tools are too many (or too large) to declare in full."""
@@ -342,6 +389,10 @@ class ToolSearch(RunPolicy):
         catalog = self.catalog
         if catalog is None or request.purpose != "turn":
             return call_next(request)
+        if self.preloaded and request.options.tool_choice is None:
+            self.preloaded = False  # the first request only
+            options = request.options.model_copy(update={"tool_choice": "required"})
+            request = dataclasses.replace(request, options=options)
         messages = request.context.messages
         loaded = loaded_names(messages)
         if self.native and request.model.api == ANTHROPIC_API:

@@ -236,3 +236,57 @@ def test_tokens_and_loaded_names() -> None:
         SystemMessage(tools_removed=[{"name": "a"}]),
     ]
     assert loaded_names(messages) == {"b"}
+
+
+def test_a_catalog_over_its_share_of_the_window_cuts_descriptions_then_lists_names() -> None:
+    tools = [t.declaration() for t in catalog_tools(200)]
+    catalog = Catalog(tools)
+    full = catalog.text("search_tools")
+    assert "- weather_get_forecast: Get a forecast in weather." in full
+    cut = catalog.text("search_tools", budget=len(full) - 300)
+    assert len(cut) <= len(full) - 300 and "- weather_get_forecast: " in cut and "…" in cut
+    names = catalog.text("search_tools", budget=1000)
+    assert "\n- weather_get_forecast\n" in names and names.count("\n- ") == 200
+    # the embedded model's window: 4,096 tokens, a quarter for the catalog
+    model = ScriptedModel(["ok"])
+    small = model.model.model_copy(update={"context_window": 4096})
+    Agent(model=small, stream_fn=model, tools=catalog_tools(200), policies=[ToolSearch()]).prompt("hi")
+    assert ": " not in catalog_of(model.requests[0]).split("\n- ", 1)[1]  # names alone
+
+
+def test_preload_loads_the_best_matches_of_the_task_and_first_call_requires_a_call() -> None:
+    model = ScriptedModel([reply(tool_call("weather_get_forecast", {"id": "oslo"})), "Rain."])
+    agent = Agent(model=model.model, stream_fn=model, tools=catalog_tools(200),
+                  policies=[ToolSearch(preload=2, first_call=True)])  # fmt: skip
+    agent.prompt("What is the weather forecast for Oslo?")
+    first, second = model.requests
+    assert "weather_get_forecast" in declared(first) and len(declared(first)) == 3
+    assert first.options.tool_choice == "required" and second.options.tool_choice is None
+    assert not agent.state.messages[-2].is_error  # the preloaded tool ran at once
+
+
+def test_preload_that_matches_nothing_requires_nothing() -> None:
+    model = ScriptedModel(["Hello."])
+    agent = Agent(model=model.model, stream_fn=model, tools=catalog_tools(40),
+                  policies=[ToolSearch(preload=3, first_call=True)])  # fmt: skip
+    agent.prompt("zzz qqq")
+    assert declared(model.requests[0]) == ["search_tools"]
+    assert model.requests[0].options.tool_choice is None
+
+
+def test_defer_tools_edge_cases() -> None:
+    from agentkit.providers.anthropic import defer_tools
+
+    payload = {"tools": [{"name": "a"}, {"name": "b"}], "messages": []}
+    # the API needs a tool that is not deferred: all deferred would be none
+    assert defer_tools(payload, None, deferred={"a", "b"}, references={}) == payload  # type: ignore[arg-type]
+    assert "defer_loading" not in payload["tools"][0]
+    error = {"type": "tool_result", "tool_use_id": "c1", "is_error": True,
+             "content": [{"type": "text", "text": "boom"}]}  # fmt: skip
+    other = {"type": "tool_result", "tool_use_id": "c2", "content": [{"type": "text", "text": "x"}]}
+    payload = {"tools": [{"name": "a"}, {"name": "s"}],
+               "messages": [{"role": "user", "content": [error, other]}]}  # fmt: skip
+    defer_tools(payload, None, deferred={"a"}, references={"c1": ["a"], "c2": ["not_deferred"]})  # type: ignore[arg-type]
+    assert payload["tools"][0]["defer_loading"] is True and "defer_loading" not in payload["tools"][1]
+    assert error["content"] == [{"type": "text", "text": "boom"}]  # an error keeps its text
+    assert other["content"] == [{"type": "text", "text": "x"}]  # no deferred tool named

@@ -305,12 +305,19 @@ class ToolSearch(RunPolicy):
         self.pending: list[str] = []  # names to load before the next request
 
     def for_run(self, run: RunScope) -> ToolSearch:
-        return copy.copy(self)  # per run: the catalog and the pending loads
+        mine = copy.copy(self)  # per run: the catalog and the pending loads, fresh
+        mine.catalog, mine.pending, mine.preloaded = None, [], False
+        return mine
 
     # --- start: decide, give the catalog and the search tool ---
 
     def start(self, run: RunScope) -> None:
-        tools = [t for t in run.context.tools if t.name != self.search_tool]
+        tools = run.context.tools
+        if any(t.name == self.search_tool for t in tools):
+            raise ValueError(
+                f"tool search: the agent has a tool named {self.search_tool!r} of its own; give "
+                f"the search tool another name (ToolSearch(search_tool=...))"
+            )
         if not self._defers(tools, run):
             self._drop_catalog(run)
             return
@@ -323,9 +330,8 @@ class ToolSearch(RunPolicy):
         if current is None or (current.sections or {}).get(CATALOG_SECTION) != text:
             run.append([SystemMessage(sections={CATALOG_SECTION: text})])
         self._preload(run, self.catalog)
-        if all(t.name != self.search_tool for t in run.context.tools):
-            # the loop declares the change before the first request, as any change of tools
-            run.context.tools = [*run.context.tools, self._search_agent_tool(self.catalog)]
+        # the loop declares the change before the first request, as any change of tools
+        run.context.tools = [*run.context.tools, self._search_agent_tool(self.catalog)]
 
     def _preload(self, run: RunScope, catalog: Catalog) -> None:
         """Load the best matches of the latest user message (``preload`` of them)."""
@@ -433,7 +439,7 @@ class ToolSearch(RunPolicy):
             )
             for call in early
         }
-        self.pending += [c.name for c in early if c.name not in self.pending]
+        self.pending = [*self.pending, *(c.name for c in early if c.name not in self.pending)]
         calls = batch.calls
         batch.calls = [c for c in calls if c.id not in refused]
         outcome = call_next(batch) if batch.calls else BatchOutcome([])
@@ -444,7 +450,7 @@ class ToolSearch(RunPolicy):
 
     def _note_loads(self, results: Sequence[ToolResultMessage]) -> None:
         for names in search_loads(results, self.search_tool).values():
-            self.pending += [n for n in names if n not in self.pending]
+            self.pending = [*self.pending, *(n for n in names if n not in self.pending)]
 
     def before_turn(self, run: RunScope, pending: list[Any]) -> None:
         """Declare what the last batch loaded: a tool-change message, as the spec has them."""

@@ -290,3 +290,29 @@ def test_defer_tools_edge_cases() -> None:
     assert payload["tools"][0]["defer_loading"] is True and "defer_loading" not in payload["tools"][1]
     assert error["content"] == [{"type": "text", "text": "boom"}]  # an error keeps its text
     assert other["content"] == [{"type": "text", "text": "x"}]  # no deferred tool named
+
+
+def test_one_policy_serves_many_runs_each_with_its_own_state() -> None:
+    shared = ToolSearch()
+    first = ScriptedModel([reply(tool_call("search_tools", {"query": "dns record"})), "a"])
+    second = ScriptedModel(["b"])
+    one = Agent(model=first.model, stream_fn=first, tools=catalog_tools(40), policies=[shared])
+    two = Agent(model=second.model, stream_fn=second, tools=catalog_tools(40), policies=[shared])
+    one.prompt("dns?")
+    two.prompt("hello")
+    assert declared(second.requests[0]) == ["search_tools"]  # nothing of the other run's loads
+    assert shared.pending == [] and shared.catalog is None
+
+
+def test_a_tool_of_the_agent_named_like_the_search_tool_is_a_clear_error() -> None:
+    model = ScriptedModel(["never asked"])
+    tools = [*catalog_tools(40), make_tool("search_tools")]
+    agent = Agent(model=model.model, stream_fn=model, tools=tools, policies=[ToolSearch()])
+    agent.prompt("hi")
+    last = agent.state.messages[-1]
+    assert last.stop_reason == "error" and "search_tool=" in (last.error_message or "")
+    assert model.requests == []
+    renamed = Agent(model=model.model, stream_fn=model, tools=tools,
+                    policies=[ToolSearch(search_tool="find_tools")])  # fmt: skip
+    renamed.prompt("hi")
+    assert "find_tools" in declared(model.requests[0]) and "search_tools" not in declared(model.requests[0])

@@ -60,19 +60,23 @@ def tool_use(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, An
     return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
 
 
+def run_agent(server: ReplayServer, api: str, tools: list[Any], policy: ToolSearch, *replies: bytes) -> Agent:
+    """An agent on ``api`` at the replay server, prompted once, after ``replies`` are queued."""
+    server.enqueue(*(Reply(body=body) for body in replies))
+    agent = Agent(model=make_model(api, server.url), tools=tools, policies=[policy],
+                  get_api_key=lambda provider: API_KEY)  # fmt: skip
+    agent.prompt("Which tool?")
+    return agent
+
+
 def test_anthropic_defers_natively_and_loads_by_reference(server: ReplayServer) -> None:
     calls: list[dict[str, Any]] = []
-    server.enqueue(
-        Reply(body=anthropic_sse(tool_use("toolu_1", "search_tools", {"query": "weather forecast"}),
-                                 stop="tool_use")),
-        Reply(body=anthropic_sse(tool_use("toolu_2", "weather_get_forecast", {"id": "paris"}),
-                                 stop="tool_use")),
-        Reply(body=anthropic_sse({"type": "text", "text": "Sunny."})),
+    agent = run_agent(
+        server, "anthropic-messages", catalog_tools(30, calls), ToolSearch(),
+        anthropic_sse(tool_use("toolu_1", "search_tools", {"query": "weather forecast"}), stop="tool_use"),
+        anthropic_sse(tool_use("toolu_2", "weather_get_forecast", {"id": "paris"}), stop="tool_use"),
+        anthropic_sse({"type": "text", "text": "Sunny."}),
     )  # fmt: skip
-    model = make_model("anthropic-messages", server.url)
-    agent = Agent(model=model, tools=catalog_tools(30, calls), policies=[ToolSearch()],
-                  get_api_key=lambda provider: API_KEY)  # fmt: skip
-    agent.prompt("Forecast for Paris?")
     assert agent.state.messages[-1].text == "Sunny."
     assert calls == [{"tool": "weather_get_forecast", "id": "paris"}]
     first, second, third = (r.json for r in server.requests)
@@ -94,15 +98,11 @@ def test_anthropic_defers_natively_and_loads_by_reference(server: ReplayServer) 
 
 
 def test_anthropic_with_native_off_declares_locally(server: ReplayServer) -> None:
-    server.enqueue(
-        Reply(body=anthropic_sse(tool_use("toolu_1", "search_tools", {"query": "git commit"}),
-                                 stop="tool_use")),
-        Reply(body=anthropic_sse({"type": "text", "text": "ok"})),
+    run_agent(
+        server, "anthropic-messages", catalog_tools(30), ToolSearch(native=False),
+        anthropic_sse(tool_use("toolu_1", "search_tools", {"query": "git commit"}), stop="tool_use"),
+        anthropic_sse({"type": "text", "text": "ok"}),
     )  # fmt: skip
-    model = make_model("anthropic-messages", server.url)
-    agent = Agent(model=model, tools=catalog_tools(30), policies=[ToolSearch(native=False)],
-                  get_api_key=lambda provider: API_KEY)  # fmt: skip
-    agent.prompt("commits?")
     first, second = (r.json for r in server.requests)
     assert [t["name"] for t in first["tools"]] == ["search_tools"]
     assert "git_list_commit" in [t["name"] for t in second["tools"]]
@@ -112,15 +112,12 @@ def test_anthropic_with_native_off_declares_locally(server: ReplayServer) -> Non
 
 def test_chat_completions_declares_the_search_tool_then_what_it_loaded(server: ReplayServer) -> None:
     calls: list[dict[str, Any]] = []
-    server.enqueue(
-        Reply(body=chat_sse(call_delta("c1", "search_tools", {"query": "crm contact"}), finish="tool_calls")),
-        Reply(body=chat_sse(call_delta("c2", "crm_get_contact", {"id": "7"}), finish="tool_calls")),
-        Reply(body=chat_sse({"content": "Ada"})),
+    agent = run_agent(
+        server, "openai-completions", catalog_tools(200, calls), ToolSearch(),
+        chat_sse(call_delta("c1", "search_tools", {"query": "crm contact"}), finish="tool_calls"),
+        chat_sse(call_delta("c2", "crm_get_contact", {"id": "7"}), finish="tool_calls"),
+        chat_sse({"content": "Ada"}),
     )  # fmt: skip
-    model = make_model("openai-completions", server.url)
-    agent = Agent(model=model, tools=catalog_tools(200, calls), policies=[ToolSearch()],
-                  get_api_key=lambda provider: API_KEY)  # fmt: skip
-    agent.prompt("who is contact 7?")
     assert agent.state.messages[-1].text == "Ada"
     first, second, third = (r.json for r in server.requests)
     assert [t["function"]["name"] for t in first["tools"]] == ["search_tools"]

@@ -227,18 +227,19 @@ def _field(message: Any, name: str) -> Any:
     return message.get(name) if isinstance(message, dict) else getattr(message, name, None)
 
 
-def loaded_names(messages: Sequence[Any]) -> set[str]:
-    """The tools declared to the model since the catalog was first given: those loaded by a
-    search, a refused call or a tool-set change (``tools_removed``, then ``tools_added``, message
-    by message, as the spec replays them)."""
+def loaded_names(messages: Sequence[Any]) -> list[str]:
+    """The tools declared to the model since the catalog was first given, in the order they
+    were first declared: those loaded by a search, a refused call or a tool-set change
+    (``tools_removed``, then ``tools_added``, message by message, as the spec replays them)."""
     start = _catalog_start(messages)
     if start is None:
-        return set()
-    loaded: set[str] = set()
+        return []
+    loaded: dict[str, None] = {}
     for message in system_messages(messages[start + 1 :]):
-        loaded -= {ref.name for ref in message.tools_removed or []}
-        loaded |= {decl.name for decl in message.tools_added or []}
-    return loaded
+        for ref in message.tools_removed or []:
+            loaded.pop(ref.name, None)
+        loaded.update(dict.fromkeys(decl.name for decl in message.tools_added or []))
+    return list(loaded)
 
 
 def search_loads(messages: Sequence[Any], search_tool: str) -> dict[str, list[str]]:
@@ -399,23 +400,26 @@ class ToolSearch(RunPolicy):
             self.preloaded = False  # the first request only
             options = request.options.model_copy(update={"tool_choice": "required"})
             request = dataclasses.replace(request, options=options)
-        messages = request.context.messages
-        loaded = loaded_names(messages)
+        loaded = loaded_names(request.context.messages)
         if self.native and request.model.api == ANTHROPIC_API:
-            references = search_loads(messages, self.search_tool)
-            referenced = {name for names in references.values() for name in names}
-            # loaded another way (a refused call): declared in full, not by reference
-            deferred = set(catalog.tools) - (loaded - referenced)
-            step = partial(defer_tools, deferred=deferred, references=references)
-            options = request.options.model_copy(update={
-                "on_payload": on_payload_before(request.options, step),
-                "headers": with_beta(request.options.headers, TOOL_SEARCH_BETA),
-            })  # fmt: skip
-            return call_next(dataclasses.replace(request, options=options))
-        hidden = set(catalog.tools) - loaded
-        tools = [t for t in get_current_tools(messages) if t.name not in hidden]
-        context = request.context.model_copy(update={"tools": tools})
-        return call_next(dataclasses.replace(request, context=context))
+            return call_next(self._deferred_natively(request, catalog, loaded))
+        return call_next(_declared_locally(request, catalog, loaded))
+
+    def _deferred_natively(
+        self, request: ModelRequest, catalog: Catalog, loaded: list[str]
+    ) -> ModelRequest:
+        """``request`` with every tool declared, the deferred ones for the API to load when a
+        search's result references them (Anthropic's ``defer_loading``)."""
+        references = search_loads(request.context.messages, self.search_tool)
+        referenced = {name for names in references.values() for name in names}
+        # loaded another way (a refused call, a preload): declared in full, not by reference
+        deferred = set(catalog.tools) - (set(loaded) - referenced)
+        step = partial(defer_tools, deferred=deferred, references=references)
+        options = request.options.model_copy(update={
+            "on_payload": on_payload_before(request.options, step),
+            "headers": with_beta(request.options.headers, TOOL_SEARCH_BETA),
+        })  # fmt: skip
+        return dataclasses.replace(request, options=options)
 
     # --- the batch: deferred tools called too early; what a search loaded ---
 
@@ -425,7 +429,7 @@ class ToolSearch(RunPolicy):
         catalog = self.catalog
         if catalog is None:
             return call_next(batch)
-        loaded = loaded_names(run.context.messages) | set(self.pending)
+        loaded = {*loaded_names(run.context.messages), *self.pending}
         early = [c for c in batch.calls if c.name in catalog.tools and c.name not in loaded]
         if not early:
             outcome = call_next(batch)
@@ -461,6 +465,17 @@ class ToolSearch(RunPolicy):
         added = [catalog.tools[name] for name in names if name in catalog.tools]
         if added:
             run.append([SystemMessage(tools_added=added)])
+
+
+def _declared_locally(request: ModelRequest, catalog: Catalog, loaded: list[str]) -> ModelRequest:
+    """``request`` declaring the tools outside the catalog, then the loaded ones in the order
+    they were loaded (a load adds to the end of the declarations, which keeps the cached prefix
+    before it)."""
+    declared = {t.name: t for t in get_current_tools(request.context.messages)}
+    tools = [t for name, t in declared.items() if name not in catalog.tools]
+    tools += [declared[n] for n in loaded if n in catalog.tools and n in declared]
+    context = request.context.model_copy(update={"tools": tools})
+    return dataclasses.replace(request, context=context)
 
 
 def _run_search(

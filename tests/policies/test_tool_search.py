@@ -146,8 +146,10 @@ def test_a_thousand_tools() -> None:
     agent.prompt("archive the invoice")
     assert catalog_of(model.requests[0]).count("\n- ") == 1000
     loaded = model.requests[1]
-    assert "search_tools" in declared(loaded) and len(declared(loaded)) == 4
     assert "billing_archive_invoice" in declared(loaded)
+    # the loaded tools come after the others, in the order loaded: the prefix before them holds
+    search = [m for m in agent.state.messages if m.role == "tool_result"][0]
+    assert declared(loaded) == ["search_tools", *search.details["loaded"]]
 
 
 def test_a_name_that_is_a_prompt_injection_stays_one_line_of_the_catalog() -> None:
@@ -229,13 +231,13 @@ def test_bad_settings_fail_where_given() -> None:
 
 def test_tokens_and_loaded_names() -> None:
     assert tokens("getWeatherNow") == tokens("get_weather_now") == ["get", "weather", "now"]
-    assert loaded_names([SystemMessage(tools_added=[Tool(name="a")])]) == set()  # no catalog yet
+    assert loaded_names([SystemMessage(tools_added=[Tool(name="a")])]) == []  # no catalog yet
     messages = [
         SystemMessage(sections={CATALOG_SECTION: "..."}),
         SystemMessage(tools_added=[Tool(name="a"), Tool(name="b")]),
         SystemMessage(tools_removed=[{"name": "a"}]),
     ]
-    assert loaded_names(messages) == {"b"}
+    assert loaded_names(messages) == ["b"]
 
 
 def test_a_catalog_over_its_share_of_the_window_cuts_descriptions_then_lists_names() -> None:

@@ -128,3 +128,20 @@ def test_chat_completions_declares_the_search_tool_then_what_it_loaded(server: R
     system = first["messages"][0]["content"]
     assert system.count("\n- ") == 200 and "properties" not in system
     assert len(json.dumps(first)) < len(json.dumps([t.declaration().model_dump() for t in catalog_tools(200)]))
+
+
+def test_anthropic_a_deferred_tool_called_unloaded_is_refused_then_declared_in_full(server: ReplayServer) -> None:
+    calls: list[dict[str, Any]] = []
+    run_agent(
+        server, "anthropic-messages", catalog_tools(30, calls), ToolSearch(),
+        anthropic_sse(tool_use("toolu_1", "crm_get_contact", {"id": "7"}), stop="tool_use"),
+        anthropic_sse(tool_use("toolu_2", "crm_get_contact", {"id": "7"}), stop="tool_use"),
+        anthropic_sse({"type": "text", "text": "Ada."}),
+    )  # fmt: skip
+    first, second, _ = (r.json for r in server.requests)
+    refused = second["messages"][-1]["content"][0]
+    assert refused["is_error"] is True and "was not loaded" in refused["content"][0]["text"]
+    tool = {t["name"]: t for t in second["tools"]}["crm_get_contact"]
+    assert "defer_loading" not in tool  # loaded by the refusal: declared in full, not by reference
+    assert {t["name"]: t for t in first["tools"]}["crm_get_contact"]["defer_loading"] is True
+    assert calls == [{"tool": "crm_get_contact", "id": "7"}]

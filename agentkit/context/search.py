@@ -314,14 +314,14 @@ class ToolSearch(RunPolicy):
 
     def start(self, run: RunScope) -> None:
         tools = run.context.tools
+        if not self._defers(tools, run):
+            self._drop_catalog(run)
+            return
         if any(t.name == self.search_tool for t in tools):
             raise ValueError(
                 f"tool search: the agent has a tool named {self.search_tool!r} of its own; give "
                 f"the search tool another name (ToolSearch(search_tool=...))"
             )
-        if not self._defers(tools, run):
-            self._drop_catalog(run)
-            return
         deferred = [to_tool_declaration(t) for t in tools if t.name not in self.keep]
         self.catalog = Catalog(deferred)
         window = run.model.context_window

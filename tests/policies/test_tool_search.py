@@ -318,3 +318,21 @@ def test_a_tool_of_the_agent_named_like_the_search_tool_is_a_clear_error() -> No
                     policies=[ToolSearch(search_tool="find_tools")])  # fmt: skip
     renamed.prompt("hi")
     assert "find_tools" in declared(model.requests[0]) and "search_tools" not in declared(model.requests[0])
+
+
+def test_a_tool_named_like_the_search_tool_is_fine_below_the_threshold() -> None:
+    model = ScriptedModel(["ok"])
+    agent = Agent(model=model.model, stream_fn=model, tools=[make_tool("search_tools")],
+                  policies=[ToolSearch()])  # fmt: skip
+    agent.prompt("hi")
+    assert declared(model.requests[0]) == ["search_tools"] and agent.state.messages[-1].text == "ok"
+
+
+def test_a_conversation_whose_tools_fall_below_the_threshold_drops_the_catalog() -> None:
+    model = ScriptedModel(["one", "two"])
+    agent = Agent(model=model.model, stream_fn=model, tools=catalog_tools(30), policies=[ToolSearch()])
+    agent.prompt("hi")
+    agent.state.tools = catalog_tools(3)
+    agent.prompt("again")
+    assert catalog_of(model.requests[0]) and not catalog_of(model.requests[1])
+    assert len(declared(model.requests[1])) == 3

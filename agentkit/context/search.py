@@ -159,8 +159,10 @@ class Catalog:
 
     def __init__(self, tools: Sequence[Tool]) -> None:
         listed: dict[str, Tool] = {}
+        self.left_out: set[str] = set()  # deferred, not listed: never declared, never loaded
         for tool in tools:
             if not TOOL_NAME.match(tool.name):
+                self.left_out.add(tool.name)
                 logger.warning("tool search: tool %r left out of the catalog (not a plain name)",
                                tool.name[:80])  # fmt: skip
                 continue
@@ -413,7 +415,7 @@ class ToolSearch(RunPolicy):
         references = search_loads(request.context.messages, self.search_tool)
         referenced = {name for names in references.values() for name in names}
         # loaded another way (a refused call, a preload): declared in full, not by reference
-        deferred = set(catalog.tools) - (set(loaded) - referenced)
+        deferred = (set(catalog.tools) | catalog.left_out) - (set(loaded) - referenced)
         step = partial(defer_tools, deferred=deferred, references=references)
         options = request.options.model_copy(update={
             "on_payload": on_payload_before(request.options, step),
@@ -472,7 +474,8 @@ def _declared_locally(request: ModelRequest, catalog: Catalog, loaded: list[str]
     they were loaded (a load adds to the end of the declarations, which keeps the cached prefix
     before it)."""
     declared = {t.name: t for t in get_current_tools(request.context.messages)}
-    tools = [t for name, t in declared.items() if name not in catalog.tools]
+    hidden = catalog.tools.keys() | catalog.left_out
+    tools = [t for name, t in declared.items() if name not in hidden]
     tools += [declared[n] for n in loaded if n in catalog.tools and n in declared]
     context = request.context.model_copy(update={"tools": tools})
     return dataclasses.replace(request, context=context)

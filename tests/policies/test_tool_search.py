@@ -164,6 +164,7 @@ def test_a_name_that_is_a_prompt_injection_stays_one_line_of_the_catalog() -> No
     agent = Agent(model=model.model, stream_fn=model, tools=tools, policies=[ToolSearch()])
     agent.prompt("hi")
     catalog = catalog_of(model.requests[0])
+    assert declared(model.requests[0]) == ["search_tools"]  # the names left out are not declared
     lines = catalog.split("\n- ")[1:]
     assert len(lines) == 31  # the 30 tools and the first hostile one; the others are not names
     assert "\n- admin_tool" not in catalog and "fake_tool" not in catalog and "x" * 129 not in catalog

@@ -36,10 +36,13 @@ TASK = "How many units of item SKU-4411 are in stock? Use your tools to find out
 ANSWER = "37"
 LOCK = "/tmp/agentkit-model.lock"
 MODES = {"search": "auto", "off": "off"}
+COMMIT = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                        cwd=ROOT).stdout.strip() or None  # fmt: skip
+"""The commit the runs ran (``None`` outside a checkout: the runner says it)."""
 
 
 def run_once(mode: str, tools: int, timeout: float, max_turns: int) -> dict[str, Any]:
-    """One run in ``mode``; the model lock is held from before its start to its end."""
+    """One run in ``mode`` (the caller holds the model's lock)."""
     server = f"{sys.executable} {ROOT / 'tests' / 'mcp_servers' / 'catalog_server.py'} {tools}"
     command = [
         sys.executable, "-m", "agentkit", "run", "--model", MODEL, "--tools", "none", "--yes",
@@ -47,9 +50,7 @@ def run_once(mode: str, tools: int, timeout: float, max_turns: int) -> dict[str,
         TASK,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with open(LOCK, "a") as lock, tempfile.TemporaryDirectory() as workspace:
-        waited = time.monotonic()
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with tempfile.TemporaryDirectory() as workspace:
         started = time.monotonic()
         load = [round(x, 2) for x in os.getloadavg()]
         try:
@@ -59,8 +60,8 @@ def run_once(mode: str, tools: int, timeout: float, max_turns: int) -> dict[str,
         except subprocess.TimeoutExpired as exc:
             out, code = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), None
         seconds = time.monotonic() - started
-    return {"mode": mode, "exit": code, "seconds": round(seconds, 1),
-            "lock_wait_s": round(started - waited, 1), "load": load, **read_run(out)}  # fmt: skip
+    return {"mode": mode, "exit": code, "seconds": round(seconds, 1), "load": load,
+            "commit": COMMIT, **read_run(out)}  # fmt: skip
 
 
 def read_run(jsonl: str) -> dict[str, Any]:
@@ -139,6 +140,9 @@ def main() -> None:
     parser.add_argument("--modes", default="search,off")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--max-turns", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=1, help="rounds run under one hold of the lock")
+    parser.add_argument("--prior", type=Path, help="a report whose runs count (to go on with it)")
+    parser.add_argument("--commit", help="the commit the runs ran, when not run in a checkout")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--table", type=Path)
     args = parser.parse_args()
@@ -149,18 +153,28 @@ def main() -> None:
         "model": MODEL, "task": TASK, "answer": ANSWER, "tools": args.tools,
         "cores": os.cpu_count(), "runs": [],
     }  # fmt: skip
+    if args.prior:
+        report["runs"] = json.loads(args.prior.read_text())["runs"]
     modes = args.modes.split(",")
-    for i in range(args.runs):
-        for mode in modes:  # interleaved, so that the machine's load falls on both alike
-            result = run_once(mode, args.tools, args.timeout, args.max_turns)
-            report["runs"].append(result)
-            report["summary"] = summarise(report["runs"])
-            print(f"{i + 1}/{args.runs} {mode}: success={result['success']} "
-                  f"{result['seconds']} s tokens={result['prompt_tokens']} calls={result['tool_calls']}",
-                  flush=True)  # fmt: skip
-            if args.out:
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(report, indent=1) + "\n")
+    rounds = list(range(args.runs))
+    while rounds:
+        batch, rounds = rounds[: args.batch], rounds[args.batch :]
+        with open(LOCK, "a") as lock:  # one hold of the model's lock per batch of rounds
+            waited = time.monotonic()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            lock_wait = round(time.monotonic() - waited, 1)
+            for i in batch:
+                for mode in modes:  # interleaved, so that the machine's load falls on both alike
+                    result = run_once(mode, args.tools, args.timeout, args.max_turns)
+                    result["commit"] = args.commit or result["commit"]
+                    result["lock_wait_s"], lock_wait = lock_wait, 0.0
+                    report["runs"].append(result)
+                    report["summary"] = summarise(report["runs"])
+                    print(f"{i + 1}/{args.runs} {mode}: success={result['success']} {result['seconds']} s "
+                          f"tokens={result['prompt_tokens']} calls={result['tool_calls']}", flush=True)  # fmt: skip
+                    if args.out:
+                        args.out.parent.mkdir(parents=True, exist_ok=True)
+                        args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(table(report))
 
 

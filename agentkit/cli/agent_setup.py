@@ -147,6 +147,18 @@ def _harness(setting: str, embedded: bool, workspace: Path) -> list[RunPolicy]:
     return harness_policies(workspace, names)
 
 
+def _tool_search(setting: str, tools: list[AgentTool], small: bool) -> list[RunPolicy]:
+    """The tool search ``--tool-search`` asks for; the workspace tools stay declared in full,
+    and a small model is given the three best matches of its task at once."""
+    from ..context.search import DEFAULT_MAX_SHARE, ToolSearch
+
+    if setting == "off":
+        return []
+    share = None if setting == "auto" else DEFAULT_MAX_SHARE
+    keep = [t.name for t in tools]
+    return [ToolSearch(max_share=share, keep=keep, preload=3 if small else 0, first_call=small)]
+
+
 def build_agent(
     args: argparse.Namespace, io: Console, stream_fn: StreamFn | None, model: Model | None
 ) -> Agent:
@@ -179,7 +191,10 @@ def build_agent(
         ),
         budgets=Budgets(max_turns=args.max_turns or DEFAULT_MAX_TURNS),
         session=session_for(args),
-        policies=_harness(getattr(args, "harness", "auto"), embedded, workspace),
+        policies=[
+            *_harness(getattr(args, "harness", "auto"), embedded, workspace),
+            *_tool_search(getattr(args, "tool_search", "auto"), tools, small),
+        ],
     )
     agent.subscribe(Progress(io, args.json))
     agent.subscribe(JsonPrinter(io) if args.json else TextPrinter(io))

@@ -78,6 +78,13 @@ def common_options() -> argparse.ArgumentParser:
         "(checklist,completion,repeats,verify,hints,tables)",
     )
     common.add_argument(
+        "--tool-search",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="show many tools as a catalog and a search tool (docs/tool-search.md): 'auto' "
+        "(default) above 20 tools, 'on' also when the tools take a quarter of the window, 'off'",
+    )
+    common.add_argument(
         "--ctx-size",
         type=positive_int,
         default=None,

@@ -45,6 +45,8 @@ ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 STRUCTURED_OUTPUTS_BETA = "structured-outputs-2025-11-13"
 """The ``anthropic-beta`` value that enables ``output_format``."""
+TOOL_SEARCH_BETA = "advanced-tool-use-2025-11-20"
+"""The ``anthropic-beta`` value of deferred tools (``defer_loading``, ``tool_reference``)."""
 
 DEFAULT_THINKING_BUDGETS: dict[str, int] = {
     "minimal": 1024,
@@ -212,10 +214,41 @@ def _ask_for_output(
             "type": "json_schema",
             "schema": closed_schema(schema.json_schema),
         }
-        present = headers.get("anthropic-beta")
-        beta = STRUCTURED_OUTPUTS_BETA
-        headers["anthropic-beta"] = f"{present},{beta}" if present else beta
+        headers = with_beta(headers, STRUCTURED_OUTPUTS_BETA)
     return headers
+
+
+def with_beta(headers: dict[str, str] | None, beta: str) -> dict[str, str]:
+    """A copy of ``headers`` whose ``anthropic-beta`` names ``beta`` too."""
+    joined = dict(headers or {})
+    present = joined.get("anthropic-beta")
+    if present and beta in present.split(","):
+        return joined
+    joined["anthropic-beta"] = f"{present},{beta}" if present else beta
+    return joined
+
+
+def defer_tools(
+    payload: dict[str, Any], model: Model, *, deferred: set[str], references: dict[str, list[str]]
+) -> dict[str, Any]:
+    """Deferred tool loading, as Messages spells it (an ``on_payload`` step): each tool named in
+    ``deferred`` is sent with ``defer_loading``, and the result of each tool call in
+    ``references`` (by call id) becomes ``tool_reference`` blocks naming the tools it loads,
+    which the API expands into their declarations. A result that names no deferred tool keeps
+    its text. The API needs one tool that is not deferred: when every tool would be, none is."""
+    tools = payload.get("tools") or []
+    if all(tool.get("name") in deferred for tool in tools):
+        return payload
+    for tool in tools:
+        if tool.get("name") in deferred:
+            tool["defer_loading"] = True
+    by_id = {normalize_tool_call_id(k): [n for n in v if n in deferred] for k, v in references.items()}
+    for message in payload.get("messages") or []:
+        for block in message.get("content") or []:
+            names = by_id.get(block.get("tool_use_id")) if block.get("type") == "tool_result" else None
+            if names and not block.get("is_error"):
+                block["content"] = [{"type": "tool_reference", "tool_name": n} for n in names]
+    return payload
 
 
 def wire_tool_choice(choice: ToolChoice) -> Any:

@@ -26,6 +26,7 @@ transcript holds kept outputs; list it among the agent's tools to keep the decla
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import secrets
 import threading
@@ -35,10 +36,28 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._serialize import clean_text
-from ..policy import BatchHandler, BatchOutcome, CallHandler, RunPolicy, RunScope, ToolBatchRun
-from ..policy import ToolCallRun
+from ..policy import (
+    BatchHandler,
+    BatchOutcome,
+    CallHandler,
+    ModelRequest,
+    RequestHandler,
+    RunPolicy,
+    RunScope,
+    ToolBatchRun,
+    ToolCallRun,
+)
 from ..tools import error_result
-from ..types import AgentTool, AgentToolResult, Model, TextContent, as_model, now_ms, role_of
+from ..types import (
+    AgentTool,
+    AgentToolResult,
+    AssistantMessage,
+    Model,
+    TextContent,
+    as_model,
+    now_ms,
+    role_of,
+)
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -51,10 +70,11 @@ __all__ = [
 OUTPUT_ROLE = "tool_output"
 """The role of a :class:`ToolOutputRecord` in a transcript."""
 
-CHARS_PER_TOKEN = 3
-"""Characters per token when a cap is given in tokens or derived from a window. Fewer than
-the 4 of English prose: what overflows is mostly logs, code and data, whose numbers, symbols
-and identifiers cost a token every 2 to 3 characters (Qwen2.5's tokenizer on a log: about 3)."""
+CHARS_PER_TOKEN = 2
+"""Characters per token when a cap is given in tokens or derived from a window. Half the 4 of
+English prose: what overflows is mostly logs, code and data, whose numbers, symbols and
+identifiers cost far more (Qwen2.5's tokenizer spends a token on each digit: about 1.7
+characters a token on the benchmark's log, measured)."""
 
 DEFAULT_SHARE = 0.25
 """The share of the window one result may take by default: the embedded model's 4,096-token
@@ -129,16 +149,18 @@ def _line_start(text: str, at: int, highest: int) -> int:
 
 
 def preview(text: str, cap: int, output_id: str, tool_name: str) -> tuple[str, int]:
-    """What the model reads of ``text`` when it is longer than ``cap`` characters: a notice,
-    the head and the tail; with how many characters of ``text`` it shows."""
+    """What the model reads of ``text`` when it is longer than ``cap`` characters: a line
+    saying it was cut, the head, the tail, then how to read the rest (last, where a small
+    model looks first); with how many characters of ``text`` it shows."""
     lines = text.count("\n") + 1
+    header = f"[Output cut: {len(text):,} characters, {lines:,} lines; how to read it all is below.]"
     notice = (
-        f"[Output cut to fit the context window: {len(text):,} characters, {lines:,} lines; "
-        f"shown: the first and last lines. The whole output is kept as {output_id!r}. Read "
-        f'more with {tool_name}(id="{output_id}", search="some words") for the lines that '
-        f'contain them, or {tool_name}(id="{output_id}", start_line=N, end_line=M) for a range.]'
+        f"[The output above was cut to fit the context window. The whole output is kept as "
+        f'"{output_id}". To find what you need in it, call {tool_name} with id "{output_id}" '
+        f"and search set to a word or number to look for (you get each line that contains "
+        f"it), or with start_line and end_line for a range of lines.]"
     )
-    room = max(cap - len(notice) - 80, 0)
+    room = max(cap - len(header) - len(notice) - 80, 0)
     head_end = _line_end(text, room * 3 // 5, room * 3 // 10)
     tail_start = len(text) - (room - head_end)
     tail_start = _line_start(text, tail_start, tail_start + (room - head_end) // 2)
@@ -148,7 +170,7 @@ def preview(text: str, cap: int, output_id: str, tool_name: str) -> tuple[str, i
     where = f"lines {first:,} to {last:,}" if last > first else f"in line {first:,}"
     gap = f"\n[... {tail_start - head_end:,} characters cut, {where} ...]\n"
     shown = len(head) + len(tail)
-    return f"{notice}\n{head}{gap}{tail}", shown
+    return f"{header}\n{head}{gap}{tail}\n{notice}", shown
 
 
 # --- reading a kept output ------------------------------------------------------------------
@@ -276,6 +298,8 @@ class ToolOutputLimit(RunPolicy):
 
     ``max_chars`` or ``max_tokens`` set the cap (one of them, above zero); without either it
     is ``share`` of the model's window. ``tool_name`` names the retrieval tool.
+    ``read_after_cut``: the request after a cut asks the model to call the retrieval tool
+    (a small model otherwise answers from the preview; on for the embedded model).
     """
 
     name = "tool-output-limit"
@@ -287,6 +311,7 @@ class ToolOutputLimit(RunPolicy):
         max_tokens: int | None = None,
         share: float = DEFAULT_SHARE,
         tool_name: str = "read_output",
+        read_after_cut: bool = False,
     ) -> None:
         if max_chars is not None and max_tokens is not None:
             raise ValueError("give max_chars or max_tokens, not both")
@@ -297,6 +322,7 @@ class ToolOutputLimit(RunPolicy):
         if share > 1:
             raise ValueError(f"share must be at most 1 (the whole window), got {share!r}")
         self.max_chars, self.max_tokens, self.share = max_chars, max_tokens, float(share)
+        self.read_after_cut = read_after_cut
         self.tool = AgentTool(
             name=tool_name,
             description=(
@@ -312,6 +338,7 @@ class ToolOutputLimit(RunPolicy):
         self._kept: dict[str, _Kept] = {}
         self._new: list[ToolOutputRecord] = []
         self._lock = threading.Lock()  # guards _kept and _new: calls of a batch run at once
+        self._ask = False  # the next request asks for a read (loop thread only)
 
     def cap(self, model: Model | None) -> int:
         """The cap in characters for results sent to ``model``."""
@@ -319,7 +346,7 @@ class ToolOutputLimit(RunPolicy):
 
     def for_run(self, run: RunScope) -> RunPolicy:
         mine = copy.copy(self)
-        mine._kept, mine._new, mine._lock = {}, [], threading.Lock()
+        mine._kept, mine._new, mine._lock, mine._ask = {}, [], threading.Lock(), False
         return mine
 
     def start(self, run: RunScope) -> None:
@@ -342,6 +369,20 @@ class ToolOutputLimit(RunPolicy):
             if new:
                 run.append(new)
                 self._offer(run)
+                self._ask = self.read_after_cut
+
+    def wrap_request(
+        self, run: RunScope, request: ModelRequest, call_next: RequestHandler
+    ) -> AssistantMessage:
+        """With ``read_after_cut``: the request after a batch that cut a result asks for a
+        call of the retrieval tool (once; not when the request already says what it wants)."""
+        if self._ask and request.purpose == "turn":
+            self._ask = False
+            if request.options.tool_choice is None:
+                choice = {"name": self.tool.name}
+                options = request.options.model_copy(update={"tool_choice": choice})
+                request = dataclasses.replace(request, options=options)
+        return call_next(request)
 
     def wrap_tool_call(
         self, run: RunScope, call: ToolCallRun, call_next: CallHandler

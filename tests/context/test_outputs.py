@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,13 @@ def agent_for(server: ReplayServer, output: str, **options: Any) -> Agent:
     )  # fmt: skip
 
 
+def kept_id(preview: str) -> str:
+    """The id a preview says its output is kept as."""
+    found = re.search(r'kept as "(out-[0-9a-f]{8})"', preview)
+    assert found is not None, preview[-400:]
+    return found.group(1)
+
+
 def tool_names(server: ReplayServer, index: int) -> list[str]:
     """The tools a recorded request declared."""
     return [d["function"]["name"] for d in request_body(server, index)["tools"]]
@@ -88,8 +96,7 @@ def test_a_50_mb_result_is_previewed_kept_whole_and_searched(server: ReplayServe
 
     def answer(event: Any) -> None:
         if event.type == "tool_execution_end" and event.tool_name == "read_log":
-            kept = event.result.content[0].text
-            output_id = kept.split("kept as '")[1].split("'")[0]
+            output_id = kept_id(event.result.content[0].text)
             server.enqueue(calls(("c2", "read_output", {"id": output_id, "search": "order 48213"})))
             server.enqueue(says("Line 412345: code Z7Q."))
 
@@ -99,8 +106,9 @@ def test_a_50_mb_result_is_previewed_kept_whole_and_searched(server: ReplayServe
     cut, found = tool_results(result.messages)
     preview_text = cut.content[0].text
     cap = ToolOutputLimit().cap(agent.state.model)
-    assert len(preview_text) <= cap and preview_text.startswith("[Output cut")
+    assert len(preview_text) <= cap and preview_text.startswith("[Output cut: ")
     assert "800,000 lines" in preview_text and NEEDLE not in preview_text
+    assert preview_text.endswith("for a range of lines.]")  # how to read on: last, seen first
     assert found.content[0].text.splitlines()[1] == f"412345: {NEEDLE}"
     # What the model was sent: the preview and the found line, never the 50 MB.
     assert all(len(r.body) < 40_000 for r in server.requests)
@@ -169,9 +177,9 @@ def test_a_huge_cap_cuts_nothing_and_a_tiny_one_keeps_room_for_the_notice(
     assert whole.content[0].text == output
     tiny = ToolOutputLimit(max_chars=1)
     assert tiny.cap(None) == 400
-    assert ToolOutputLimit(max_tokens=1000).cap(None) == 3000
+    assert ToolOutputLimit(max_tokens=1000).cap(None) == 2000
     model = make_model("openai-completions", server.url, context_window=4096)
-    assert ToolOutputLimit().cap(model) == 1024 * 3
+    assert ToolOutputLimit().cap(model) == 1024 * 2
 
 
 def test_reads_of_unknown_ids_and_out_of_bounds_ranges_say_what_is_there(
@@ -195,8 +203,7 @@ def test_reads_of_unknown_ids_and_out_of_bounds_ranges_say_what_is_there(
 
     def answer(event: Any) -> None:
         if event.type == "tool_execution_end" and event.tool_name == "read_log":
-            text = event.result.content[0].text
-            output_id = text.split("kept as '")[1].split("'")[0]
+            output_id = kept_id(event.result.content[0].text)
             ids.append(output_id)
             batch = [(f"r{i}", "read_output", {k: output_id if v == "ID" else v
                       for k, v in args.items()}) for i, args in enumerate(reads)]  # fmt: skip
@@ -216,7 +223,7 @@ def test_reads_of_unknown_ids_and_out_of_bounds_ranges_say_what_is_there(
     assert said[5] == (True, "end_byte 50 must be above start_byte 50")
     assert said[6] == (True, "search must be some text to look for")
     assert not said[7][0] and said[7][1].endswith("[lines 2999-3000 of 3000]")
-    assert not said[8][0] and len(said[8][1]) < 3_200 and "[bytes 0-3072 of" in said[8][1]
+    assert not said[8][0] and len(said[8][1]) < 2_200 and "[bytes 0-2048 of" in said[8][1]
     assert not said[9][0] and said[9][1].startswith("No line of out-")
 
 
@@ -279,3 +286,21 @@ def test_the_record_follows_the_batch_in_the_session(tmp_path: Path, server: Rep
     stored = [role_of(m) for m in Session("order", store).load()]
     assert stored == ["system", "user", "assistant", "tool_result", "tool_result", OUTPUT_ROLE, OUTPUT_ROLE,
                       "system", "assistant"]  # fmt: skip
+
+
+def test_read_after_cut_asks_the_next_request_for_a_read_once(server: ReplayServer) -> None:
+    agent = agent_for(server, log_text(5_000, needle_at=9),
+                      policy=ToolOutputLimit(read_after_cut=True))  # fmt: skip
+
+    def answer(event: Any) -> None:
+        if event.type == "tool_execution_end" and event.tool_name == "read_log":
+            output_id = kept_id(event.result.content[0].text)
+            server.enqueue(calls(("c2", "read_output", {"id": output_id, "search": "48213"})))
+            server.enqueue(says("code Z7Q"))
+
+    agent.subscribe(answer)
+    server.enqueue(calls(("c1", "read_log", {})))
+    assert agent.prompt("go").stop_reason == "stop"
+    choices = [request_body(server, i).get("tool_choice") for i in range(3)]
+    wanted = {"type": "function", "function": {"name": "read_output"}}
+    assert choices == [None, wanted, None]

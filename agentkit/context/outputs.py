@@ -153,7 +153,9 @@ def preview(text: str, cap: int, output_id: str, tool_name: str) -> tuple[str, i
     saying it was cut, the head, the tail, then how to read the rest (last, where a small
     model looks first); with how many characters of ``text`` it shows."""
     lines = text.count("\n") + 1
-    header = f"[Output cut: {len(text):,} characters, {lines:,} lines; how to read it all is below.]"
+    header = (
+        f"[Output cut: {len(text):,} characters, {lines:,} lines; how to read it all is below.]"
+    )
     notice = (
         f"[The output above was cut to fit the context window. The whole output is kept as "
         f'"{output_id}". To find what you need in it, call {tool_name} with id "{output_id}" '

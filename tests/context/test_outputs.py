@@ -129,7 +129,9 @@ def test_a_result_within_the_cap_is_left_as_it_is(server: ReplayServer) -> None:
     assert tool_names(server, 1) == ["read_log"]
 
 
-def test_undecodable_bytes_are_kept_readable_and_stored(tmp_path: Path, server: ReplayServer) -> None:
+def test_undecodable_bytes_are_kept_readable_and_stored(
+    tmp_path: Path, server: ReplayServer
+) -> None:
     raw = bytes(range(256)) * 400 + b"\nthe line after the bytes\n" + b"\xff\xfe\x00" * 5000
     output = raw.decode("utf-8", "surrogateescape")  # lone surrogates, NULs, controls
     session = Session("bytes", str(tmp_path / "s.db"))

@@ -9,16 +9,17 @@ import math
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentkit import Agent, tool
+from agentkit import Agent, current_run_context, tool
 from agentkit.context import OUTPUT_ROLE, ToolOutputLimit, output_records
 from agentkit.sessions import Session
 from agentkit.transcript import COMPACTION_ROLE
-from agentkit.types import ToolResultMessage, role_of
+from agentkit.types import AgentToolResult, ImageContent, TextContent, ToolResultMessage, role_of
 from tests.providers.replay_server import (
     API_KEY,
     ReplayServer,
@@ -306,3 +307,65 @@ def test_read_after_cut_asks_the_next_request_for_a_read_once(server: ReplayServ
     choices = [request_body(server, i).get("tool_choice") for i in range(3)]
     wanted = {"type": "function", "function": {"name": "read_output"}}
     assert choices == [None, wanted, None]
+
+
+def test_an_error_result_is_cut_too_and_its_images_and_error_stay(server: ReplayServer) -> None:
+    @tool
+    def crash() -> AgentToolResult:
+        """Fail loudly."""
+        image = ImageContent(data="aGk=", mime_type="image/png")
+        trace = "Traceback (most recent call last):\n" + "  frame\n" * 10_000
+        return AgentToolResult(content=[TextContent(text=trace), image], is_error=True)
+
+    agent = Agent(
+        model=make_model("openai-completions", server.url, context_window=4096),
+        tools=[crash], policies=[ToolOutputLimit()], api_key=API_KEY, retry_base_delay_ms=1,
+        max_retries=0, timeout=(5, 5),
+    )  # fmt: skip
+    server.enqueue(calls(("c1", "crash", {})), says("it failed"))
+    result = agent.prompt("go")
+    (failed,) = tool_results(result.messages)
+    assert failed.is_error and failed.content[0].text.startswith("[Output cut: ")
+    assert [b.type for b in failed.content] == ["text", "image"]
+    (record,) = output_records(agent.state.messages)
+    assert record.text.count("frame") == 10_000
+
+
+def test_a_batch_aborted_after_a_cut_still_keeps_the_output(
+    tmp_path: Path, server: ReplayServer
+) -> None:
+    store = str(tmp_path / "s.db")
+    released = threading.Event()
+
+    @tool
+    def wait_for_abort() -> str:
+        """Wait until the run is aborted."""
+        signal = current_run_context().signal
+        signal.wait(30)
+        released.set()
+        return "stopped"
+
+    output = log_text(20_000, needle_at=3)
+
+    @tool
+    def read_log() -> str:
+        """Read the service's log."""
+        return output
+
+    agent = Agent(
+        model=make_model("openai-completions", server.url, context_window=4096),
+        tools=[read_log, wait_for_abort], policies=[ToolOutputLimit()],
+        session=Session("aborted", store), api_key=API_KEY, retry_base_delay_ms=1,
+        max_retries=0, timeout=(5, 5),
+    )  # fmt: skip
+
+    def abort_once_cut(event: Any) -> None:
+        if event.type == "tool_execution_end" and event.tool_name == "read_log":
+            agent.abort()
+
+    agent.subscribe(abort_once_cut)
+    server.enqueue(calls(("c1", "read_log", {}), ("c2", "wait_for_abort", {})))
+    result = agent.prompt("go")
+    assert result.stop_reason == "aborted" and released.is_set()
+    (record,) = output_records(Session("aborted", store).load())
+    assert record.text == output and record.tool_call_id == "c1"

@@ -394,8 +394,10 @@ class ToolOutputLimit(RunPolicy):
         if call.tool.name == self.tool.name:
             return self._read(call, cap)
         result = call_next(call)
+        if isinstance(result, dict):  # what the loop would validate it as: no way round the cap
+            result = AgentToolResult.model_validate(result)
         if not isinstance(result, AgentToolResult):
-            return result  # a dict (validated later): let it pass as it is
+            return result  # not a result: the loop makes it an error
         texts = [b.text for b in result.content if isinstance(b, TextContent)]
         text = "\n".join(texts)
         if len(text) <= cap:

@@ -369,3 +369,22 @@ def test_a_batch_aborted_after_a_cut_still_keeps_the_output(
     assert result.stop_reason == "aborted" and released.is_set()
     (record,) = output_records(Session("aborted", store).load())
     assert record.text == output and record.tool_call_id == "c1"
+
+
+def test_a_tool_that_returns_a_dict_is_cut_as_well(server: ReplayServer) -> None:
+    from agentkit.types import AgentTool
+
+    output = log_text(20_000, needle_at=5)
+    dict_tool = AgentTool(
+        name="read_log", description="Read the log.", parameters={"type": "object"},
+        execute=lambda *_: {"content": [{"type": "text", "text": output}]},
+    )  # fmt: skip
+    agent = Agent(
+        model=make_model("openai-completions", server.url, context_window=4096),
+        tools=[dict_tool], policies=[ToolOutputLimit()], api_key=API_KEY,
+        retry_base_delay_ms=1, max_retries=0, timeout=(5, 5),
+    )  # fmt: skip
+    server.enqueue(calls(("c1", "read_log", {})), says("ok"))
+    (cut,) = tool_results(agent.prompt("go").messages)
+    assert cut.content[0].text.startswith("[Output cut: ") and len(cut.content[0].text) <= 2_048
+    assert output_records(agent.state.messages)[0].text == output

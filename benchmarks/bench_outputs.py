@@ -10,7 +10,7 @@ The agent is the one ``agentkit run`` builds for the embedded model: its small-m
 prompt, the constrained tool calls and the text-call reading, argument repair, a turn budget
 of 8; the model's server is the kept one (``agentkit server``). Each run writes its outcome,
 stop reason, error, requests, the input tokens each request reported, the tools called and its
-time; the machine's load is written beside each run. Each run holds
+time; the machine's load is written beside each run. Each batch of runs (``--batch``) holds
 ``/tmp/agentkit-model.lock`` (``flock``) so two never share the model.
 
 Run from the repository root::
@@ -110,18 +110,16 @@ def build(limit: bool, log: str) -> Agent:
 
 
 LOCK = "/tmp/agentkit-model.lock"
-"""Held for each run (one run of the model at a time, machine-wide), not for the whole set."""
+"""Held for each batch of runs (one run of the model at a time, machine-wide)."""
 
 
 def one_run(limit: bool, log: str) -> dict[str, Any]:
-    """One run of the task, holding the model's lock; what it did."""
-    with open(LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        agent = build(limit, log)
-        started = time.monotonic()
-        load = os.getloadavg()[0]
-        result = agent.prompt(QUESTION)
-        seconds = time.monotonic() - started
+    """One run of the task (the caller holds the model's lock); what it did."""
+    agent = build(limit, log)
+    started = time.monotonic()
+    load = os.getloadavg()[0]
+    result = agent.prompt(QUESTION)
+    seconds = time.monotonic() - started
     refused = re.search(r"request \((\d+) tokens\) exceeds", result.error_message or "")
     replies = [m for m in result.messages if isinstance(m, AssistantMessage)]
     calls = [f"{c.name}({json.dumps(c.arguments)})" for m in replies for c in m.content
@@ -176,6 +174,16 @@ def main() -> None:
     parser.add_argument("--limit", choices=["on", "off"], default="on")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--out", help="write the runs and their summary to this JSON file")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="runs made under one hold of the model's lock (default 1)",
+    )
+    parser.add_argument(
+        "--prior",
+        help="the printed lines of an earlier, interrupted set: its runs count among --runs",
+    )
     parser.add_argument("--table", nargs="+", help="print the summaries of these JSON files")
     args = parser.parse_args()
     if args.table:
@@ -183,10 +191,18 @@ def main() -> None:
         return
     log = log_text()
     runs = []
-    for index in range(args.runs):
-        run = one_run(args.limit == "on", log)
-        runs.append(run)
-        print(json.dumps({"run": index + 1, **run}), flush=True)
+    if args.prior:
+        for line in Path(args.prior).read_text().splitlines():
+            if line.startswith('{"run"'):
+                runs.append({k: v for k, v in json.loads(line).items() if k != "run"})
+                print(line, flush=True)
+    while len(runs) < args.runs:
+        with open(LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            for _ in range(min(args.batch, args.runs - len(runs))):
+                run = one_run(args.limit == "on", log)
+                runs.append(run)
+                print(json.dumps({"run": len(runs), **run}), flush=True)
     report = {
         "model": f"local:{MODEL}",
         "limit": args.limit,

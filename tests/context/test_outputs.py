@@ -388,3 +388,23 @@ def test_a_tool_that_returns_a_dict_is_cut_as_well(server: ReplayServer) -> None
     (cut,) = tool_results(agent.prompt("go").messages)
     assert cut.content[0].text.startswith("[Output cut: ") and len(cut.content[0].text) <= 2_048
     assert output_records(agent.state.messages)[0].text == output
+
+
+def test_the_run_log_says_what_was_kept_without_its_text(
+    tmp_path: Path, server: ReplayServer
+) -> None:
+    from agentkit.sessions import open_store
+
+    store = open_store(str(tmp_path / "s.db"))
+    output = log_text(100_000, needle_at=5)  # about 5 MB
+    agent = agent_for(server, output, session=Session("logged", store))
+    server.enqueue(calls(("c1", "read_log", {})), says("ok"))
+    run = agent.start("go")
+    run.wait(30)
+    agent.close()
+    entries = store.run_log().read(run.id, 0, 10_000)
+    logged = [json.loads(text) for _, text in entries]
+    kept = [e for e in logged if (e.get("message") or {}).get("role") == OUTPUT_ROLE]
+    assert [e["type"] for e in kept] == ["message_start", "message_end"]
+    assert kept[0]["message"]["chars"] == len(output) and "text" not in kept[0]["message"]
+    assert sum(len(text) for _, text in entries) < 100_000

@@ -160,13 +160,24 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(paths: list[str]) -> None:
+    """A Markdown table of the summaries in ``paths`` (what docs/context.md shows)."""
+    print(
+        "| limit | right | how the runs ended | input tokens a request (median, max) "
+        "| requests a run (median) | time a run (median) |"
+    )
+    print("|---|---|---|---|---|---|")
     for path in paths:
         data = json.loads(Path(path).read_text())
         s = data["summary"]
-        print(f"{Path(path).name}: limit {data['limit']}: {s['ok']}/{s['runs']} right, "
-              f"stops {s['stop_reasons']}, tokens/request median "
-              f"{s['input_tokens_per_request_median']} (max {s['input_tokens_per_request_max']}), "
-              f"{s['requests_median']} requests, {s['seconds_median']} s")  # fmt: skip
+        stops = ", ".join(f"{n} {reason}" for reason, n in s["stop_reasons"].items())
+        refused = [
+            r["refused_request_tokens"] for r in data["runs"] if r.get("refused_request_tokens")
+        ]
+        tokens = f"{s['input_tokens_per_request_median']}, {s['input_tokens_per_request_max']}"
+        if refused:
+            tokens += f" (refused: {max(refused):,})"
+        print(f"| {data['limit']} | {s['ok']}/{s['runs']} | {stops} | {tokens} "
+              f"| {s['requests_median']} | {s['seconds_median']} s |")  # fmt: skip
 
 
 def main() -> None:

@@ -165,8 +165,10 @@ def transcript(messages: list[Any]) -> tuple[list[Entry], Totals]:
                 continue  # shown with its call
             entry.blocks = content_text(message.content)
             entry.error = "failed" if message.is_error else None
-        elif role == "tool_output" and _cut(message, calls):
-            continue  # a kept output, shown on its call (not its megabytes of text)
+        elif role == "tool_output":  # a kept output: its megabytes of text are not shown
+            if _cut(message, calls):
+                continue  # shown on its call
+            entry.blocks = [Block("text", "A tool output kept whole (its call is not here).")]
         elif role in LLM_ROLES:
             entry.blocks = [b for b in content_text(getattr(message, "content", ""))
                             if b.kind != "text" or b.text]  # fmt: skip

@@ -32,3 +32,15 @@ def test_a_cut_result_says_how_much_was_cut_and_the_page_stays_small(
     assert f"cut: {len(whole) - 2_000:,} of {len(whole):,} characters" in html
     assert len(response.content) < 200_000
     assert "role-tool_output" not in html and "<script>window.pwned" not in html
+
+
+def test_a_kept_output_without_its_call_is_a_line_not_its_text(page_server: UiServer) -> None:
+    whole = "x" * 3_000_000
+    Session("orphan", page_server.store).append(
+        UserMessage(content="hi"),
+        ToolOutputRecord(id="out-0badf00d", tool_call_id="gone", tool_name="read_log",
+                         text=whole, chars=len(whole), shown=2_000),
+    )  # fmt: skip
+    response = _signed_in(page_server).get(_base(page_server) + "/s/orphan", timeout=WAIT)
+    assert "A tool output kept whole (its call is not here)." in response.text
+    assert len(response.content) < 200_000

@@ -214,6 +214,15 @@ def main() -> None:
                 run = one_run(args.limit == "on", log)
                 runs.append(run)
                 print(json.dumps({"run": len(runs), **run}), flush=True)
+                write_report(args, log, runs)  # a set cut short keeps what it measured
+    write_report(args, log, runs)
+    print(json.dumps(summary(runs)), file=sys.stderr)
+
+
+def write_report(args: argparse.Namespace, log: str, runs: list[dict[str, Any]]) -> None:
+    """The runs so far and their summary, to ``--out`` (when given)."""
+    if not args.out:
+        return
     report = {
         "model": f"local:{MODEL}",
         "limit": args.limit,
@@ -223,10 +232,8 @@ def main() -> None:
         "summary": summary(runs),
         "runs": runs,
     }
-    print(json.dumps(report["summary"]), file=sys.stderr)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":

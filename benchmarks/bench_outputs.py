@@ -8,7 +8,7 @@ default cap of a quarter of the window) the model reads a preview and the ``read
 
 The agent is the one ``agentkit run`` builds for the embedded model: its small-model system
 prompt, the constrained tool calls and the text-call reading, argument repair, a turn budget
-of 8; the model's server is the kept one (``agentkit server``). Each run writes its outcome,
+of 8, 256 output tokens a reply; the model's server is the kept one (``agentkit server``). Each run writes its outcome,
 stop reason, error, requests, the input tokens each request reported, the tools called and its
 time; the machine's load is written beside each run. Each batch of runs (``--batch``) holds
 ``/tmp/agentkit-model.lock`` (``flock``) so two never share the model.
@@ -42,6 +42,9 @@ from agentkit.policy import ModelRequest, RequestHandler, RunPolicy, RunScope
 from agentkit.types import AssistantMessage, ToolCall
 
 MODEL = "qwen2.5-coder-1.5b"
+MAX_TOKENS = 256
+"""The output budget of each reply (a call or a sentence; the server's own is 2,048): on a busy
+machine one reply that rambles would otherwise take half an hour."""
 QUESTION = "What error code did order 48213 fail with? The service log is in the read_log tool."
 CODE = "Z7Q"
 NEEDLE = "2026-12-03T10:17:42Z ERROR payments order 48213 failed: card declined (code Z7Q)"
@@ -105,6 +108,7 @@ def build(limit: bool, log: str) -> Agent:
         stream_fn=_stream_fn_for(None, True, True, Path.cwd()),
         after_tool_call=stop_repeated_failures(),
         budgets=Budgets(max_turns=8),
+        max_tokens=MAX_TOKENS,
         policies=[ReadFirst(), *([ToolOutputLimit(read_after_cut=True)] if limit else [])],
     )
 
@@ -229,6 +233,7 @@ def write_report(args: argparse.Namespace, log: str, runs: list[dict[str, Any]])
         "log_chars": len(log),
         "log_lines": log.count("\n") + 1,
         "question": QUESTION,
+        "max_tokens": MAX_TOKENS,
         "summary": summary(runs),
         "runs": runs,
     }

@@ -163,6 +163,13 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _n(value: Any) -> str:
+    """A figure as the table shows it: whole numbers without ``.0``, thousands separated."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:,}" if isinstance(value, (int, float)) else str(value)
+
+
 def table(paths: list[str]) -> None:
     """A Markdown table of the summaries in ``paths`` (what docs/context.md shows)."""
     print(
@@ -177,11 +184,13 @@ def table(paths: list[str]) -> None:
         refused = [
             r["refused_request_tokens"] for r in data["runs"] if r.get("refused_request_tokens")
         ]
-        tokens = f"{s['input_tokens_per_request_median']}, {s['input_tokens_per_request_max']}"
+        tokens = (
+            f"{_n(s['input_tokens_per_request_median'])}, {_n(s['input_tokens_per_request_max'])}"
+        )
         if refused:
             tokens += f" (refused: {max(refused):,})"
         print(f"| {data['limit']} | {s['ok']}/{s['runs']} | {stops} | {tokens} "
-              f"| {s['requests_median']} | {s['seconds_median']} s |")  # fmt: skip
+              f"| {_n(s['requests_median'])} | {s['seconds_median']} s |")  # fmt: skip
 
 
 def main() -> None:

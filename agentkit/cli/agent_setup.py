@@ -204,8 +204,6 @@ def build_agent(
         policies=[
             *_harness(getattr(args, "harness", "auto"), embedded, workspace),
             *_tool_search(getattr(args, "tool_search", "auto"), tools, small),
-
-
             *_output_limit(small),
         ],
     )

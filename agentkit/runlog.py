@@ -117,6 +117,8 @@ def log_record(event: Any) -> dict[str, Any]:
     elif kind == "message_start" and getattr(event.message, "role", None) in ("assistant",
                                                                                 "tool_result"):
         record = {"type": kind, "message": _message_head(event.message)}
+    elif kind in ("message_start", "message_end") and _is_kept_output(event.message):
+        record = {"type": kind, "message": _kept_output_head(event.message)}
     elif kind == "turn_end":
         message = event.message
         record = {"type": kind, "stop_reason": getattr(message, "stop_reason", None),
@@ -127,6 +129,23 @@ def log_record(event: Any) -> dict[str, Any]:
         record = event_data(event)
     record["t"] = int(time.time() * 1000)
     return record
+
+
+KEPT_OUTPUT_ROLE = "tool_output"
+"""The role of a tool result's whole text that :mod:`agentkit.context` keeps (megabytes, at
+times): the session holds it; a run log, which follows the run, says only what it is."""
+
+
+def _is_kept_output(message: Any) -> bool:
+    role = message.get("role") if isinstance(message, dict) else getattr(message, "role", None)
+    return role == KEPT_OUTPUT_ROLE
+
+
+def _kept_output_head(message: Any) -> dict[str, Any]:
+    """A kept output without its text."""
+    get = message.get if isinstance(message, dict) else lambda name: getattr(message, name, None)
+    names = ("role", "id", "tool_call_id", "tool_name", "chars", "shown")
+    return {name: get(name) for name in names}
 
 
 def _message_head(message: Any) -> dict[str, Any]:

@@ -159,6 +159,16 @@ def _tool_search(setting: str, tools: list[AgentTool], small: bool) -> list[RunP
     return [ToolSearch(max_share=share, keep=keep, preload=3 if small else 0, first_call=small)]
 
 
+def _output_limit(small: bool) -> list[RunPolicy]:
+    """For a small model: a result above a quarter of its window is kept whole and previewed,
+    and the model is asked to read it (``docs/context.md``, measured there)."""
+    if not small:
+        return []
+    from ..context import ToolOutputLimit
+
+    return [ToolOutputLimit(read_after_cut=True)]
+
+
 def build_agent(
     args: argparse.Namespace, io: Console, stream_fn: StreamFn | None, model: Model | None
 ) -> Agent:
@@ -194,6 +204,7 @@ def build_agent(
         policies=[
             *_harness(getattr(args, "harness", "auto"), embedded, workspace),
             *_tool_search(getattr(args, "tool_search", "auto"), tools, small),
+            *_output_limit(small),
         ],
     )
     agent.subscribe(Progress(io, args.json))

@@ -41,6 +41,8 @@ class CallView:
     is_error: bool = False
     duration_ms: float | None = None
     details: str | None = None
+    cut: str | None = None
+    """``cut: N of M`` when the result was cut to a preview (its whole text kept apart)."""
 
     @property
     def folded_arguments(self) -> Folded | None:
@@ -163,6 +165,10 @@ def transcript(messages: list[Any]) -> tuple[list[Entry], Totals]:
                 continue  # shown with its call
             entry.blocks = content_text(message.content)
             entry.error = "failed" if message.is_error else None
+        elif role == "tool_output":  # a kept output: its megabytes of text are not shown
+            if _cut(message, calls):
+                continue  # shown on its call
+            entry.blocks = [Block("text", "A tool output kept whole (its call is not here).")]
         elif role in LLM_ROLES:
             entry.blocks = [b for b in content_text(getattr(message, "content", ""))
                             if b.kind != "text" or b.text]  # fmt: skip
@@ -174,6 +180,17 @@ def transcript(messages: list[Any]) -> tuple[list[Entry], Totals]:
             _record(message, role, entry, totals)
         entries.append(entry)
     return entries, totals
+
+
+def _cut(record: Any, calls: dict[str, CallView]) -> bool:
+    """Mark the call whose result a kept output (``agentkit.context``) cut; whether it did."""
+    data = record if isinstance(record, dict) else to_jsonable(record)
+    call = calls.get(str(data.get("tool_call_id")))
+    chars, shown = data.get("chars"), data.get("shown")
+    if call is None or not isinstance(chars, int) or not isinstance(shown, int):
+        return False
+    call.cut = f"cut: {chars - shown:,} of {chars:,} characters"
+    return True
 
 
 def _assistant(message: AssistantMessage, entry: Entry, calls: dict[str, CallView],

@@ -1,0 +1,254 @@
+"""A 1 MB tool result on the embedded model, with and without the tool-output limit.
+
+The task: a ``read_log`` tool returns a whole service log (about 1 MB, 14,000 lines; a stand-in
+for an MCP tool that does not page) and the question is about one line of it ("What error
+code did order 48213 fail with?"). The answer is right when it names the code of that line.
+Without the limit the result goes to the model whole; with it (``ToolOutputLimit()``, the
+default cap of a quarter of the window) the model reads a preview and the ``read_output`` tool.
+
+The agent is the one ``agentkit run`` builds for the embedded model: its small-model system
+prompt, the constrained tool calls and the text-call reading, argument repair, a turn budget
+of 8, 256 output tokens a reply; the model's server is the kept one (``agentkit server``). Each run writes its outcome,
+stop reason, error, requests, the input tokens each request reported, the tools called and its
+time; the machine's load is written beside each run. Each batch of runs (``--batch``) holds
+``/tmp/agentkit-model.lock`` (``flock``) so two never share the model.
+
+Run from the repository root::
+
+    python benchmarks/bench_outputs.py --limit on --runs 10 --out benchmarks/results/context/on.json
+    python benchmarks/bench_outputs.py --limit off --runs 10 --out benchmarks/results/context/off.json
+    python benchmarks/bench_outputs.py --table benchmarks/results/context/*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fcntl
+import json
+import os
+import random
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentkit import Agent, tool
+from agentkit.budgets import Budgets
+from agentkit.context import ToolOutputLimit
+from agentkit.policy import ModelRequest, RequestHandler, RunPolicy, RunScope
+from agentkit.types import AssistantMessage, ToolCall
+
+MODEL = "qwen2.5-coder-1.5b"
+MAX_TOKENS = 256
+"""The output budget of each reply (a call or a sentence; the server's own is 2,048): on a busy
+machine one reply that rambles would otherwise take half an hour."""
+QUESTION = "What error code did order 48213 fail with? The service log is in the read_log tool."
+CODE = "Z7Q"
+NEEDLE = "2026-12-03T10:17:42Z ERROR payments order 48213 failed: card declined (code Z7Q)"
+
+
+def log_text(size: int = 1_000_000, seed: int = 7) -> str:
+    """A service log of about ``size`` characters with :data:`NEEDLE` two thirds of the way in;
+    no other line names order 48213 or the code."""
+    rng = random.Random(seed)
+    levels = ["INFO"] * 12 + ["DEBUG"] * 6 + ["WARN"]
+    services = ["api", "worker", "payments", "search", "auth", "mailer"]
+    lines: list[str] = []
+    used = 0
+    while used < size:
+        n = len(lines)
+        order = rng.randrange(10_000, 99_999)
+        if order == 48213:
+            continue
+        line = (
+            f"2026-12-03T{9 + n // 3600 % 10:02d}:{n // 60 % 60:02d}:{n % 60:02d}Z "
+            f"{rng.choice(levels)} {rng.choice(services)} order {order} "
+            f"handled in {rng.randrange(1, 900)} ms (req {rng.getrandbits(32):08x})"
+        )
+        lines.append(line)
+        used += len(line) + 1
+    lines[len(lines) * 2 // 3] = NEEDLE
+    return "\n".join(lines)
+
+
+class ReadFirst(RunPolicy):
+    """Asks the run's first request for a tool call (``tool_choice="required"``), as the CLI's
+    look-first step does for a task that names a workspace file: without it the 1.5B model
+    often describes the call instead of making it. Both arms get it."""
+
+    def wrap_request(
+        self, run: RunScope, request: ModelRequest, call_next: RequestHandler
+    ) -> AssistantMessage:
+        if request.purpose == "turn" and run.result.usage.requests == 0:
+            options = request.options.model_copy(update={"tool_choice": "required"})
+            request = dataclasses.replace(request, options=options)
+        return call_next(request)
+
+
+def build(limit: bool, log: str) -> Agent:
+    """The agent ``agentkit run`` builds for the embedded model, with the log tool."""
+    from agentkit.cli.agent_setup import SMALL_MODEL_SYSTEM_PROMPT, _stream_fn_for
+    from agentkit.cli.model_choice import local_model_file
+    from agentkit.local.kept import kept_server
+    from agentkit.local.repair import stop_repeated_failures, with_argument_repair
+
+    @tool
+    def read_log() -> str:
+        """Read the service's log file (all of it)."""
+        return log
+
+    server = kept_server(model_path=local_model_file(MODEL))
+    return Agent(
+        model=server.model,
+        system_prompt=SMALL_MODEL_SYSTEM_PROMPT,
+        tools=[with_argument_repair(read_log)],
+        stream_fn=_stream_fn_for(None, True, True, Path.cwd()),
+        after_tool_call=stop_repeated_failures(),
+        budgets=Budgets(max_turns=8),
+        max_tokens=MAX_TOKENS,
+        policies=[ReadFirst(), *([ToolOutputLimit(read_after_cut=True)] if limit else [])],
+    )
+
+
+LOCK = "/tmp/agentkit-model.lock"
+"""Held for each batch of runs (one run of the model at a time, machine-wide)."""
+
+
+def one_run(limit: bool, log: str) -> dict[str, Any]:
+    """One run of the task (the caller holds the model's lock); what it did."""
+    agent = build(limit, log)
+    started = time.monotonic()
+    load = os.getloadavg()[0]
+    result = agent.prompt(QUESTION)
+    seconds = time.monotonic() - started
+    refused = re.search(r"request \((\d+) tokens\) exceeds", result.error_message or "")
+    replies = [m for m in result.messages if isinstance(m, AssistantMessage)]
+    calls = [f"{c.name}({json.dumps(c.arguments)})" for m in replies for c in m.content
+             if isinstance(c, ToolCall)]  # fmt: skip
+    answer = result.text or ""
+    return {
+        "limit": limit,
+        "ok": CODE in answer and result.stop_reason == "stop",
+        "stop_reason": result.stop_reason,
+        "error": (result.error_message or "")[:300] or None,
+        "answer": answer[:300],
+        "requests": result.usage.requests,
+        "input_tokens": [m.usage.input + m.usage.cache_read for m in replies],
+        "output_tokens": [m.usage.output for m in replies],
+        "refused_request_tokens": int(refused.group(1)) if refused else None,
+        "calls": calls,
+        "seconds": round(seconds, 2),
+        "load": round(load, 2),
+    }
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Success rate, tokens per request and time over ``runs``."""
+    tokens = [t for r in runs for t in r["input_tokens"] if t]
+    seconds = [r["seconds"] for r in runs]
+    stops: dict[str, int] = {}
+    for r in runs:
+        stops[r["stop_reason"]] = stops.get(r["stop_reason"], 0) + 1
+    return {
+        "runs": len(runs),
+        "ok": sum(r["ok"] for r in runs),
+        "stop_reasons": stops,
+        "requests_median": statistics.median(r["requests"] for r in runs) if runs else 0,
+        "input_tokens_per_request_median": statistics.median(tokens) if tokens else None,
+        "input_tokens_per_request_max": max(tokens) if tokens else None,
+        "seconds_median": round(statistics.median(seconds), 1) if seconds else None,
+    }
+
+
+def _n(value: Any) -> str:
+    """A figure as the table shows it: whole numbers without ``.0``, thousands separated."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:,}" if isinstance(value, (int, float)) else str(value)
+
+
+def table(paths: list[str]) -> None:
+    """A Markdown table of the summaries in ``paths`` (what docs/context.md shows)."""
+    print(
+        "| limit | right | how the runs ended | input tokens a request (median, max) "
+        "| requests a run (median) | time a run (median) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        s = data["summary"]
+        stops = ", ".join(f"{n} {reason}" for reason, n in s["stop_reasons"].items())
+        refused = [
+            r["refused_request_tokens"] for r in data["runs"] if r.get("refused_request_tokens")
+        ]
+        tokens = (
+            f"{_n(s['input_tokens_per_request_median'])}, {_n(s['input_tokens_per_request_max'])}"
+        )
+        if refused:
+            tokens += f" (refused: {max(refused):,})"
+        print(f"| {data['limit']} | {s['ok']}/{s['runs']} | {stops} | {tokens} "
+              f"| {_n(s['requests_median'])} | {s['seconds_median']} s |")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--limit", choices=["on", "off"], default="on")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--out", help="write the runs and their summary to this JSON file")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="runs made under one hold of the model's lock (default 1)",
+    )
+    parser.add_argument(
+        "--prior",
+        help="the printed lines of an earlier, interrupted set: its runs count among --runs",
+    )
+    parser.add_argument("--table", nargs="+", help="print the summaries of these JSON files")
+    args = parser.parse_args()
+    if args.table:
+        table(args.table)
+        return
+    log = log_text()
+    runs = []
+    if args.prior:
+        for line in Path(args.prior).read_text().splitlines():
+            if line.startswith('{"run"'):
+                runs.append({k: v for k, v in json.loads(line).items() if k != "run"})
+                print(line, flush=True)
+    while len(runs) < args.runs:
+        with open(LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            for _ in range(min(args.batch, args.runs - len(runs))):
+                run = one_run(args.limit == "on", log)
+                runs.append(run)
+                print(json.dumps({"run": len(runs), **run}), flush=True)
+                write_report(args, log, runs)  # a set cut short keeps what it measured
+    write_report(args, log, runs)
+    print(json.dumps(summary(runs)), file=sys.stderr)
+
+
+def write_report(args: argparse.Namespace, log: str, runs: list[dict[str, Any]]) -> None:
+    """The runs so far and their summary, to ``--out`` (when given)."""
+    if not args.out:
+        return
+    report = {
+        "model": f"local:{MODEL}",
+        "limit": args.limit,
+        "log_chars": len(log),
+        "log_lines": log.count("\n") + 1,
+        "question": QUESTION,
+        "max_tokens": MAX_TOKENS,
+        "summary": summary(runs),
+        "runs": runs,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

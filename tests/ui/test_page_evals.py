@@ -24,6 +24,7 @@ from agentkit.evals import CaseResult, Dataset, EqualsExpected, Evaluation, Repo
 from agentkit.sessions import SqliteStore
 from agentkit.ui import UiServer
 from tests.evals.support import SYSTEM, colder_weather, desk, record_sessions
+from tests.support import foreground_sigint
 
 from ..support import WAIT
 from .browser import expect, needs_browser, not_pwned, open_page, shot
@@ -345,7 +346,8 @@ def test_the_command_serves_the_reports_of_its_folder(tmp_path: Path, folder: Pa
     command = [sys.executable, "-c", main, "ui", "--store", str(tmp_path / "page.db"),
                "--agent", "tests.ui.factory:build", "--reports", str(folder)]  # fmt: skip
     process = subprocess.Popen(
-        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=foreground_sigint,  # Ctrl-C reaches it even under `pytest &`
     )
     try:
         assert process.stdout is not None

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from agentkit.sessions import Session, SqliteStore
+from tests.support import foreground_sigint
 
 from ..support import WAIT
 
@@ -29,7 +30,8 @@ def test_the_command_serves_the_page_and_stops_on_ctrl_c(tmp_path: Path) -> None
     command = [sys.executable, "-c", main, "ui", "--store", str(store),
                "--agent", "tests.ui.factory:build"]  # fmt: skip
     process = subprocess.Popen(
-        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=foreground_sigint,  # Ctrl-C reaches it even under `pytest &`
     )
     try:
         assert process.stdout is not None

@@ -31,6 +31,7 @@ from .steps import (
     Step,
     TaskState,
     ToolNames,
+    call_argument,
     how_to,
     text_of,
     tool_for,
@@ -479,8 +480,7 @@ NEARBY_ENTRIES = 30
 
 
 def _argument(call: ToolCallRun, name: str) -> str | None:
-    args = call.args if isinstance(call.args, dict) else call.tool_call.arguments
-    value = args.get(name) if isinstance(args, dict) else getattr(call.args, name, None)
+    value = call_argument(call, name)
     return value if isinstance(value, str) and value else None
 
 

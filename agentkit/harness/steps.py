@@ -457,6 +457,14 @@ def text_of(message: Any) -> str:
     return " ".join(b.text for b in content or [] if isinstance(b, TextContent))
 
 
+def call_argument(call: Any, name: str) -> Any:
+    """The argument ``name`` of a tool call under way (``ToolCallRun``): from its validated
+    arguments (a dict or a model), else from the call as the model wrote it; ``None`` if
+    absent."""
+    args = call.args if isinstance(call.args, dict) else call.tool_call.arguments
+    return args.get(name) if isinstance(args, dict) else getattr(call.args, name, None)
+
+
 def tool_names(run: RunScope) -> set[str]:
     """The names of the run's tools."""
     return {t.name for t in run.context.tools}

@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 
 from ..policy import CallHandler, RunPolicy, RunScope, ToolCallRun
 from ..types import AgentToolResult, TextContent
-from .steps import WORKSPACE_TOOLS, ToolNames
+from .steps import WORKSPACE_TOOLS, ToolNames, call_argument
 
 TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
 """The file kinds read as tables, with their delimiter."""
@@ -47,12 +47,11 @@ class TableFacts(RunPolicy):
         result = call_next(call)
         if call.tool.name != self.names.read or result.is_error:
             return result
-        args = call.args if isinstance(call.args, dict) else call.tool_call.arguments
-        path = args.get("path") if isinstance(args, dict) else None
+        path = call_argument(call, "path")
         if not isinstance(path, str):
             return result
         delimiter = TABLE_SUFFIXES.get(PurePosixPath(path).suffix.lower())
-        offset = args.get("offset") if isinstance(args, dict) else None
+        offset = call_argument(call, "offset")
         if delimiter is None or (isinstance(offset, int) and offset > 1):
             return result
         facts = column_facts(result.text, delimiter)

@@ -6,16 +6,15 @@ loop over a scripted model, with the real workspace tools in a temporary folder.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from agentkit import Agent, TextContent, UserMessage
-from agentkit.harness import CompletionCheck, Step, TableFacts, harness_policies, task_steps
+from agentkit import UserMessage
+from agentkit.harness import CompletionCheck, Step, TableFacts, task_steps
 from agentkit.harness.edits import suggested_edit
 from agentkit.harness.tables import column_facts
 from agentkit.testing import ScriptedModel, reply, tool_call
-from agentkit.workspace import workspace_tools
+from tests.policies.test_harness import agent_for, texts
 
 
 @pytest.fixture
@@ -31,22 +30,6 @@ def ws(tmp_path: Path) -> Path:
         "item,qty,price\napples,12,0.5\npears,5,0.8\nplums,30,0.2\nfigs,3,2.0\n"
     )
     return tmp_path
-
-
-def agent_for(ws: Path, model: ScriptedModel, *policies: Any) -> Agent:
-    return Agent(
-        model=model.model,
-        stream_fn=model,
-        tools=workspace_tools(ws, sandbox=False),
-        policies=list(policies) or harness_policies(ws),
-    )
-
-
-def texts(message: Any) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "\n".join(b.text for b in content if isinstance(b, TextContent))
 
 
 def test_a_described_call_is_sent_back_asking_for_that_tool(ws: Path) -> None:

@@ -244,6 +244,32 @@ def loaded_names(messages: Sequence[Any]) -> list[str]:
     return list(loaded)
 
 
+def undeclared_loads(messages: Sequence[Any], catalog: Catalog, search_tool: str) -> list[str]:
+    """The tools the transcript says were loaded (by a search's result, or by a call of a
+    catalog tool made before it was loaded, which was refused) and no tool-change message
+    declared yet: what the next request must be given. Read from the transcript alone, so a
+    run that ended right after such a batch (a budget, an abort, a kill) leaves them to the next
+    run of the conversation."""
+    start = _catalog_start(messages)
+    if start is None:
+        return []
+    declared: set[str] = set()
+    wanted: dict[str, None] = {}
+    for message in messages[start + 1 :]:
+        if isinstance(message, ToolResultMessage):
+            if message.tool_name == search_tool:
+                names = message.details.get("loaded") if isinstance(message.details, dict) else None
+                if not message.is_error and isinstance(names, list):
+                    wanted.update(dict.fromkeys(str(n) for n in names))
+            elif message.is_error and message.tool_name not in declared:
+                wanted[message.tool_name] = None  # called before it was loaded: refused
+        elif role_of(message) == "system":
+            for ref in _field(message, "tools_removed") or []:
+                declared.discard(ref.name)
+            declared.update(decl.name for decl in _field(message, "tools_added") or [])
+    return [name for name in wanted if name in catalog.tools and name not in declared]
+
+
 def search_loads(messages: Sequence[Any], search_tool: str) -> dict[str, list[str]]:
     """The tools each successful search loaded, by its tool call's id."""
     loads: dict[str, list[str]] = {}
@@ -305,11 +331,10 @@ class ToolSearch(RunPolicy):
         self.catalog_share, self.preload, self.first_call = catalog_share, preload, first_call
         self.preloaded = False  # this run's preload loaded something: its first request calls
         self.catalog: Catalog | None = None  # set for a run that defers
-        self.pending: list[str] = []  # names to load before the next request
 
     def for_run(self, run: RunScope) -> ToolSearch:
-        mine = copy.copy(self)  # per run: the catalog and the pending loads, fresh
-        mine.catalog, mine.pending, mine.preloaded = None, [], False
+        mine = copy.copy(self)  # per run: the catalog and the preload, fresh
+        mine.catalog, mine.preloaded = None, False
         return mine
 
     # --- start: decide, give the catalog and the search tool ---
@@ -332,6 +357,7 @@ class ToolSearch(RunPolicy):
         current = get_current_system_message(run.context.messages)
         if current is None or (current.sections or {}).get(CATALOG_SECTION) != text:
             run.append([SystemMessage(sections={CATALOG_SECTION: text})])
+        self._declare_loads(run)  # loaded by the conversation's last run, not yet declared
         self._preload(run, self.catalog)
         # the loop declares the change before the first request, as any change of tools
         run.context.tools = [*run.context.tools, self._search_agent_tool(self.catalog)]
@@ -431,12 +457,10 @@ class ToolSearch(RunPolicy):
         catalog = self.catalog
         if catalog is None:
             return call_next(batch)
-        loaded = {*loaded_names(run.context.messages), *self.pending}
+        loaded = set(loaded_names(run.context.messages))
         early = [c for c in batch.calls if c.name in catalog.tools and c.name not in loaded]
         if not early:
-            outcome = call_next(batch)
-            self._note_loads(outcome.messages)
-            return outcome
+            return call_next(batch)
         refused = {
             call.id: run.refuse_call(
                 call,
@@ -445,28 +469,25 @@ class ToolSearch(RunPolicy):
             )
             for call in early
         }
-        self.pending = [*self.pending, *(c.name for c in early if c.name not in self.pending)]
         calls = batch.calls
         batch.calls = [c for c in calls if c.id not in refused]
         outcome = call_next(batch) if batch.calls else BatchOutcome([])
-        self._note_loads(outcome.messages)
         ran = {m.tool_call_id: m for m in outcome.messages}
         ordered = [refused.get(c.id) or ran.get(c.id) for c in calls]
         return BatchOutcome([m for m in ordered if m is not None], outcome.terminate)
 
-    def _note_loads(self, results: Sequence[ToolResultMessage]) -> None:
-        for names in search_loads(results, self.search_tool).values():
-            self.pending = [*self.pending, *(n for n in names if n not in self.pending)]
-
     def before_turn(self, run: RunScope, pending: list[Any]) -> None:
         """Declare what the last batch loaded: a tool-change message, as the spec has them."""
+        self._declare_loads(run)
+
+    def _declare_loads(self, run: RunScope) -> None:
+        """Append the tool-change message of the loads the transcript has not declared yet."""
         catalog = self.catalog
-        if catalog is None or not self.pending:
+        if catalog is None:
             return
-        names, self.pending = self.pending, []
-        added = [catalog.tools[name] for name in names if name in catalog.tools]
-        if added:
-            run.append([SystemMessage(tools_added=added)])
+        names = undeclared_loads(run.context.messages, catalog, self.search_tool)
+        if names:
+            run.append([SystemMessage(tools_added=[catalog.tools[name] for name in names])])
 
 
 def _declared_locally(request: ModelRequest, catalog: Catalog, loaded: list[str]) -> ModelRequest:

@@ -11,6 +11,7 @@ import pytest
 from agentkit import Agent
 from agentkit.context import Bm25Index, Catalog, ToolSearch
 from agentkit.context.search import CATALOG_SECTION, loaded_names, tokens
+from agentkit.policy import BatchHandler, BatchOutcome, RunPolicy, RunScope, ToolBatchRun
 from agentkit.testing import ScriptedModel, reply, tool_call
 from agentkit.transcript import get_current_system_message, get_current_tools
 from agentkit.types import AgentTool, AgentToolResult, Context, SystemMessage, Tool
@@ -304,7 +305,7 @@ def test_one_policy_serves_many_runs_each_with_its_own_state() -> None:
     one.prompt("dns?")
     two.prompt("hello")
     assert declared(second.requests[0]) == ["search_tools"]  # nothing of the other run's loads
-    assert shared.pending == [] and shared.catalog is None
+    assert shared.catalog is None and not shared.preloaded
 
 
 def test_a_tool_of_the_agent_named_like_the_search_tool_is_a_clear_error() -> None:
@@ -337,3 +338,34 @@ def test_a_conversation_whose_tools_fall_below_the_threshold_drops_the_catalog()
     agent.prompt("again")
     assert catalog_of(model.requests[0]) and not catalog_of(model.requests[1])
     assert len(declared(model.requests[1])) == 3
+
+
+class EndAfterBatch(RunPolicy):
+    """Ends the run right after its first tool batch, as a budget, an abort or a kill would."""
+
+    def wrap_batch(self, run: RunScope, batch: ToolBatchRun, call_next: BatchHandler) -> BatchOutcome:
+        outcome = call_next(batch)
+        run.end("stop")
+        return outcome
+
+
+@pytest.mark.parametrize("first", [
+    tool_call("search_tools", {"query": "git_list_commit"}),  # loaded by a search
+    tool_call("git_list_commit", {"id": "1"}),  # called before it was loaded: refused, loaded
+])  # fmt: skip
+def test_a_load_made_by_a_run_that_ended_right_after_its_batch_is_declared_by_the_next(
+    first: Any,
+) -> None:
+    model = ScriptedModel([reply(first), reply(tool_call("git_list_commit", {"id": "2"})), "done"])
+    agent = Agent(model=model.model, stream_fn=model, tools=catalog_tools(50),
+                  policies=[EndAfterBatch(), ToolSearch()])  # fmt: skip
+    agent.prompt("list the commits")
+    assert len(model.requests) == 1  # the run ended before a second request
+    agent.policies = [ToolSearch()]  # the next run goes on
+    agent.prompt("go on")
+    assert "git_list_commit" in declared(model.requests[1])
+    results = [m for m in agent.state.messages if m.role == "tool_result"]
+    assert not results[-1].is_error  # the loaded tool ran
+    loads = [[t.name for t in m.tools_added] for m in agent.state.messages[1:]
+             if isinstance(m, SystemMessage) and m.tools_added]  # fmt: skip
+    assert sum("git_list_commit" in names for names in loads) == 1  # declared once

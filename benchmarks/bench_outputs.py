@@ -1,16 +1,24 @@
 """A 1 MB tool result on the embedded model, with and without the tool-output limit.
 
-The task: a ``read_log`` tool returns a whole service log (about 1 MB, 14,000 lines; a stand-in
-for an MCP tool that does not page) and the question is about one line of it ("What error
-code did order 48213 fail with?"). The answer is right when it names the code of that line.
-Without the limit the result goes to the model whole; with it (``ToolOutputLimit()``, the
+The task: a ``read_log`` tool returns a whole service log (about 1 MB, 12,871 lines; an MCP
+tool that does not page, ``tests/mcp_servers/log_server.py``) and the question is about one
+line of it ("What error code did order 48213 fail with?"). The answer is right when it names
+the code of that line. Without the limit the result goes to the model whole; with it (the
 default cap of a quarter of the window) the model reads a preview and the ``read_output`` tool.
 
-The agent is the one ``agentkit run`` builds for the embedded model: its small-model system
-prompt, the constrained tool calls and the text-call reading, argument repair, a turn budget
-of 8, 256 output tokens a reply; the model's server is the kept one (``agentkit server``). Each run writes its outcome,
-stop reason, error, requests, the input tokens each request reported, the tools called and its
-time; the machine's load is written beside each run. Each batch of runs (``--batch``) holds
+Two ways to run it (``--via``):
+
+- ``cli`` (the default): each run is what a user runs, ``agentkit run --model
+  local:qwen2.5-coder-1.5b --tools none --yes --json --max-turns 8 --output-limit on|off --mcp
+  "python tests/mcp_servers/log_server.py" QUESTION`` in a subprocess: the command's agent for
+  the embedded model as it is (its system prompt, harness, constrained calls, argument repair).
+- ``api``: the agent is built here in Python, as the command built it before it had a harness
+  (its small-model system prompt, constrained tool calls, argument repair, 8 turns, 256 output
+  tokens a reply, the first request asked for a tool call), with a ``read_log`` tool of its own.
+
+The model's server is the kept one (``agentkit server``). Each run writes its outcome, stop
+reason, error, requests, the input tokens each request reported, the tools called and its time;
+the machine's load is written beside each run. Each batch of runs (``--batch``) holds
 ``/tmp/agentkit-model.lock`` (``flock``) so two never share the model.
 
 Run from the repository root::
@@ -27,10 +35,11 @@ import dataclasses
 import fcntl
 import json
 import os
-import random
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,33 +54,11 @@ MODEL = "qwen2.5-coder-1.5b"
 MAX_TOKENS = 256
 """The output budget of each reply (a call or a sentence; the server's own is 2,048): on a busy
 machine one reply that rambles would otherwise take half an hour."""
-QUESTION = "What error code did order 48213 fail with? The service log is in the read_log tool."
-CODE = "Z7Q"
-NEEDLE = "2026-12-03T10:17:42Z ERROR payments order 48213 failed: card declined (code Z7Q)"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "mcp_servers"))
+from log_server import CODE, QUESTION, log_text  # noqa: E402  (the MCP server's own)
 
-
-def log_text(size: int = 1_000_000, seed: int = 7) -> str:
-    """A service log of about ``size`` characters with :data:`NEEDLE` two thirds of the way in;
-    no other line names order 48213 or the code."""
-    rng = random.Random(seed)
-    levels = ["INFO"] * 12 + ["DEBUG"] * 6 + ["WARN"]
-    services = ["api", "worker", "payments", "search", "auth", "mailer"]
-    lines: list[str] = []
-    used = 0
-    while used < size:
-        n = len(lines)
-        order = rng.randrange(10_000, 99_999)
-        if order == 48213:
-            continue
-        line = (
-            f"2026-12-03T{9 + n // 3600 % 10:02d}:{n // 60 % 60:02d}:{n % 60:02d}Z "
-            f"{rng.choice(levels)} {rng.choice(services)} order {order} "
-            f"handled in {rng.randrange(1, 900)} ms (req {rng.getrandbits(32):08x})"
-        )
-        lines.append(line)
-        used += len(line) + 1
-    lines[len(lines) * 2 // 3] = NEEDLE
-    return "\n".join(lines)
+ROOT = Path(__file__).resolve().parents[1]
+LOG_SERVER = ROOT / "tests" / "mcp_servers" / "log_server.py"
 
 
 class ReadFirst(RunPolicy):
@@ -145,6 +132,61 @@ def one_run(limit: bool, log: str) -> dict[str, Any]:
     }
 
 
+def cli_run(limit: bool, timeout: float) -> dict[str, Any]:
+    """One run as a user makes it (the caller holds the model's lock): ``agentkit run`` on the
+    embedded model, the log served by a real MCP server (``tests/mcp_servers/log_server.py``),
+    ``--output-limit on`` or ``off``; everything else the command's defaults for the embedded
+    model (its harness included)."""
+    server = f"{sys.executable} {LOG_SERVER}"
+    command = [
+        sys.executable, "-m", "agentkit", "run", "--model", f"local:{MODEL}", "--tools", "none",
+        "--yes", "--json", "--max-turns", "8", "--output-limit", "on" if limit else "off",
+        "--mcp", server, QUESTION,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    load = os.getloadavg()[0]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as workspace:
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, cwd=workspace,
+                                  env=env, timeout=timeout)  # fmt: skip
+            out = done.stdout
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+    seconds = time.monotonic() - started
+    messages: list[dict[str, Any]] = []
+    for line in out.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("type") == "agent_end":
+            messages = event.get("messages") or []
+    replies = [m for m in messages if m.get("role") == "assistant"]
+    last = replies[-1] if replies else {}
+    answer = "".join(b.get("text", "") for b in last.get("content") or [] if b.get("type") == "text")
+    error = next((m.get("error_message") for m in reversed(replies) if m.get("error_message")), "")
+    refused = re.search(r"request \((\d+) tokens\) exceeds", error or "")
+    usage = [m.get("usage") or {} for m in replies]
+    calls = [f"{b.get('name')}({json.dumps(b.get('arguments'))})" for m in replies
+             for b in m.get("content") or [] if b.get("type") == "tool_call"]  # fmt: skip
+    return {
+        "limit": limit,
+        "via": "cli",
+        "ok": CODE in answer and last.get("stop_reason") == "stop",
+        "stop_reason": last.get("stop_reason") or ("timeout" if not messages else None),
+        "error": (error or "")[:300] or None,
+        "answer": answer[:300],
+        "requests": len(replies),
+        "input_tokens": [(u.get("input") or 0) + (u.get("cache_read") or 0) for u in usage],
+        "output_tokens": [u.get("output") or 0 for u in usage],
+        "refused_request_tokens": int(refused.group(1)) if refused else None,
+        "calls": calls,
+        "seconds": round(seconds, 2),
+        "load": round(load, 2),
+    }
+
+
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Success rate, tokens per request and time over ``runs``."""
     tokens = [t for r in runs for t in r["input_tokens"] if t]
@@ -173,10 +215,10 @@ def _n(value: Any) -> str:
 def table(paths: list[str]) -> None:
     """A Markdown table of the summaries in ``paths`` (what docs/context.md shows)."""
     print(
-        "| limit | right | how the runs ended | input tokens a request (median, max) "
+        "| agent | limit | right | how the runs ended | input tokens a request (median, max) "
         "| requests a run (median) | time a run (median) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for path in paths:
         data = json.loads(Path(path).read_text())
         s = data["summary"]
@@ -189,7 +231,8 @@ def table(paths: list[str]) -> None:
         )
         if refused:
             tokens += f" (refused: {max(refused):,})"
-        print(f"| {data['limit']} | {s['ok']}/{s['runs']} | {stops} | {tokens} "
+        agent = "agentkit run" if data.get("via") == "cli" else "Python"
+        print(f"| {agent} | {data['limit']} | {s['ok']}/{s['runs']} | {stops} | {tokens} "
               f"| {_n(s['requests_median'])} | {s['seconds_median']} s |")  # fmt: skip
 
 
@@ -197,6 +240,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--limit", choices=["on", "off"], default="on")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument(
+        "--via",
+        choices=["api", "cli"],
+        default="cli",
+        help="'cli' (default): each run is 'agentkit run' over the MCP log server; 'api': the "
+        "agent built here in Python, with a read_log tool of its own",
+    )
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a CLI run may take")
     parser.add_argument("--out", help="write the runs and their summary to this JSON file")
     parser.add_argument(
         "--batch",
@@ -224,7 +275,10 @@ def main() -> None:
         with open(LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             for _ in range(min(args.batch, args.runs - len(runs))):
-                run = one_run(args.limit == "on", log)
+                if args.via == "cli":
+                    run = cli_run(args.limit == "on", args.timeout)
+                else:
+                    run = one_run(args.limit == "on", log)
                 runs.append(run)
                 print(json.dumps({"run": len(runs), **run}), flush=True)
                 write_report(args, log, runs)  # a set cut short keeps what it measured
@@ -239,6 +293,7 @@ def write_report(args: argparse.Namespace, log: str, runs: list[dict[str, Any]])
     report = {
         "model": f"local:{MODEL}",
         "limit": args.limit,
+        "via": args.via,
         "log_chars": len(log),
         "log_lines": log.count("\n") + 1,
         "question": QUESTION,

@@ -159,14 +159,15 @@ def _tool_search(setting: str, tools: list[AgentTool], small: bool) -> list[RunP
     return [ToolSearch(max_share=share, keep=keep, preload=3 if small else 0, first_call=small)]
 
 
-def _output_limit(small: bool) -> list[RunPolicy]:
-    """For a small model: a result above a quarter of its window is kept whole and previewed,
-    and the model is asked to read it (``docs/context.md``, measured there)."""
-    if not small:
+def _output_limit(setting: str, small: bool) -> list[RunPolicy]:
+    """The tool-output limit ``--output-limit`` asks for: by default for a small model, a
+    result above a quarter of its window is kept whole and previewed, and the model is asked
+    to read it (``docs/context.md``, measured there)."""
+    if setting == "off" or (setting == "auto" and not small):
         return []
     from ..context import ToolOutputLimit
 
-    return [ToolOutputLimit(read_after_cut=True)]
+    return [ToolOutputLimit(read_after_cut=small)]
 
 
 def build_agent(
@@ -204,7 +205,7 @@ def build_agent(
         policies=[
             *_harness(getattr(args, "harness", "auto"), embedded, workspace),
             *_tool_search(getattr(args, "tool_search", "auto"), tools, small),
-            *_output_limit(small),
+            *_output_limit(getattr(args, "output_limit", "auto"), small),
         ],
     )
     agent.subscribe(Progress(io, args.json))

@@ -85,6 +85,14 @@ def common_options() -> argparse.ArgumentParser:
         "(default) above 20 tools, 'on' also when the tools take a quarter of the window, 'off'",
     )
     common.add_argument(
+        "--output-limit",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="keep a tool result too large for the window whole and show the model a preview "
+        "and a tool to read the rest (docs/context.md): 'auto' (default) for a model with a "
+        "small window (the embedded one), 'on' for any model, 'off'",
+    )
+    common.add_argument(
         "--ctx-size",
         type=positive_int,
         default=None,

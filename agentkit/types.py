@@ -346,6 +346,11 @@ class OpenAIOptions(_Options):
     """Reasoning effort for reasoning models (sent as the server's quirks say)."""
     reasoning_summary: Literal["auto", "concise", "detailed"] | None = None
     """Responses only: the reasoning summary to ask for (``"auto"`` when effort is set)."""
+    tool_search: str | None = None
+    """Responses only: the name of the tool that is the client-executed tool search. A
+    ``tool_search_call`` in the response becomes a call of it (the tools array and the replay
+    are spelt by an ``on_payload`` step, :func:`~agentkit.providers.openai_responses.
+    search_natively`, which the policy that owns the search sets with it)."""
 
 
 class GoogleOptions(_Options):

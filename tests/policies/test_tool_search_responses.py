@@ -1,0 +1,231 @@
+"""Tool search on OpenAI Responses over real HTTP against the local replay server: the API's
+client-executed ``tool_search`` (every tool declared, the deferred ones with ``defer_loading``;
+the model's search as a ``tool_search_call`` item; its result as a ``tool_search_output`` item
+holding the loaded declarations), ``native=False``, a malformed search call, and a session
+that goes on where another left off.
+
+The search streams are the recorded function-call stream
+(``tests/fixtures/vendor/openai-responses-function-call.sse``) with its ``function_call`` item
+made a ``tool_search_call`` as the API reference spells one (``call_id``, ``execution``, an
+``arguments`` object, ``status``) and its argument events left out: written, not recorded."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentkit import Agent
+from agentkit.context import ToolSearch
+from agentkit.sessions import Session
+from agentkit.types import AssistantMessage, ToolCall, ToolResultMessage
+from tests.policies.guardrails.wire import text_stream, tool_stream
+from tests.policies.test_tool_search import catalog_tools
+from tests.providers.replay_server import API_KEY, ReplayServer, Reply, fixture_bytes, make_model
+
+API = "openai-responses"
+
+
+def search_stream(call_id: str | None, arguments: Any, item_id: str = "tsc_0001") -> bytes:
+    """A Responses stream whose one output item is a client ``tool_search_call`` (``call_id``
+    ``None``: without one; ``arguments`` as the item carries them: an object, or a string)."""
+    body = fixture_bytes("vendor/openai-responses-function-call.sse").decode()
+    item: dict[str, Any] = {"type": "tool_search_call", "id": item_id, "execution": "client",
+                            "arguments": arguments, "status": "completed"}  # fmt: skip
+    if call_id is not None:
+        item["call_id"] = call_id
+    events = []
+    for chunk in body.split("\n\n"):
+        if not chunk.strip() or "function_call_arguments" in chunk:
+            continue
+        name, _, data = chunk.partition("\ndata: ")
+        events.append(f"{name}\ndata: {json.dumps(_as_search(json.loads(data), item))}")
+    return ("\n\n".join(events) + "\n\n").encode()
+
+
+def _as_search(value: Any, item: dict[str, Any]) -> Any:
+    if isinstance(value, dict):
+        if value.get("type") == "function_call":
+            return dict(item)
+        return {k: _as_search(v, item) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_search(v, item) for v in value]
+    return value
+
+
+def agent_on(server: ReplayServer, tools: list[Any], policy: ToolSearch, *replies: bytes,
+             session: Session | None = None) -> Agent:  # fmt: skip
+    """An agent on Responses at the replay server, after ``replies`` are queued."""
+    server.enqueue(*(Reply(body=body) for body in replies))
+    return Agent(model=make_model(API, server.url), tools=tools, policies=[policy],
+                 get_api_key=lambda provider: API_KEY, session=session)  # fmt: skip
+
+
+def test_the_search_is_the_apis_tool_search_and_its_result_the_loaded_declarations(
+    server: ReplayServer,
+) -> None:
+    calls: list[dict[str, Any]] = []
+    agent = agent_on(
+        server, catalog_tools(30, calls), ToolSearch(),
+        search_stream("call_s1", {"query": "weather forecast"}),
+        tool_stream(API, "weather_get_forecast", {"id": "paris"}),
+        text_stream(API, ["Sunny", " in Paris."]),
+    )  # fmt: skip
+    agent.prompt("What is the forecast for Paris?")
+
+    assert agent.state.messages[-1].text == "Sunny in Paris."
+    assert calls == [{"tool": "weather_get_forecast", "id": "paris"}]
+    # in the transcript the search is a call of the search tool, answered by our ranking
+    search = next(m for m in agent.state.messages if isinstance(m, AssistantMessage))
+    [call] = [b for b in search.content if isinstance(b, ToolCall)]
+    assert (call.id, call.name, call.arguments) == ("call_s1|tsc_0001", "search_tools", {"query": "weather forecast"})
+    [result] = [m for m in agent.state.messages if isinstance(m, ToolResultMessage) and m.tool_name == "search_tools"]
+    loaded = result.details["loaded"]
+    assert loaded[0] == "weather_get_forecast" and not result.is_error
+
+    first, second, third = (r.json for r in server.requests)
+    # one tools array, the same in every request: the cached prefix holds
+    assert first["tools"] == second["tools"] == third["tools"]
+    tools = first["tools"]
+    assert len(tools) == 31
+    [search_tool] = [t for t in tools if t["type"] == "tool_search"]
+    assert search_tool["execution"] == "client"
+    assert search_tool["parameters"]["properties"]["query"]["type"] == "string"
+    assert "Load the full declarations" in search_tool["description"]
+    functions = [t for t in tools if t["type"] == "function"]
+    assert "search_tools" not in [t["name"] for t in functions]
+    assert all(t["defer_loading"] is True and t["description"] for t in functions)
+    # the catalog's names and descriptions are the declarations: not in the instructions too
+    assert "weather_get_forecast" not in first.get("instructions", "")
+    assert "weather_get_forecast" in [t["name"] for t in functions]
+    # the search goes back as it came, and its result as the loaded declarations
+    items = second["input"]
+    assert items[-2] == {"type": "tool_search_call", "call_id": "call_s1", "execution": "client",
+                         "arguments": {"query": "weather forecast"}, "status": "completed",
+                         "id": "tsc_0001"}  # fmt: skip
+    output = items[-1]
+    assert {k: v for k, v in output.items() if k != "tools"} == {
+        "type": "tool_search_output", "call_id": "call_s1", "execution": "client", "status": "completed",
+    }  # fmt: skip
+    assert [t["name"] for t in output["tools"]] == loaded
+    declared = {t["name"]: t for t in functions}
+    weather = {k: v for k, v in declared["weather_get_forecast"].items() if k != "defer_loading"}
+    assert output["tools"][0] == weather and weather["parameters"]["properties"]
+    assert not any(item.get("type") == "function_call_output" and item.get("call_id") == "call_s1" for item in items)
+    # the loaded tool's own call and result are the usual function items
+    assert [i["type"] for i in third["input"][-4:]] == [
+        "tool_search_call", "tool_search_output", "function_call", "function_call_output",
+    ]  # fmt: skip
+    assert third["input"][-1]["output"] == "weather_get_forecast done"
+
+
+def test_a_search_that_loads_nothing_goes_back_with_no_tools(server: ReplayServer) -> None:
+    agent = agent_on(
+        server, catalog_tools(30), ToolSearch(),
+        search_stream("call_s1", {"query": "zzzz quantum teleport"}),
+        text_stream(API, ["No such tool."]),
+    )  # fmt: skip
+    agent.prompt("Teleport me.")
+    _, second = (r.json for r in server.requests)
+    output = second["input"][-1]
+    assert output["type"] == "tool_search_output" and output["tools"] == []
+    # the transcript keeps what our search said; the wire item has no field for a text
+    [result] = [m for m in agent.state.messages if isinstance(m, ToolResultMessage)]
+    assert "No tool in the catalog matches" in result.content[0].text
+
+
+def test_arguments_sent_as_a_json_string_are_read_too(server: ReplayServer) -> None:
+    agent = agent_on(
+        server, catalog_tools(30), ToolSearch(),
+        search_stream("call_s1", json.dumps({"query": "git commit"})),
+        text_stream(API, ["ok"]),
+    )  # fmt: skip
+    agent.prompt("Commits?")
+    _, second = (r.json for r in server.requests)
+    assert second["input"][-2]["arguments"] == {"query": "git commit"}
+    assert "git_list_commit" in [t["name"] for t in second["input"][-1]["tools"]]
+
+
+def test_a_tool_loaded_by_a_refused_call_is_declared_in_full(server: ReplayServer) -> None:
+    calls: list[dict[str, Any]] = []
+    agent_on(
+        server, catalog_tools(30, calls), ToolSearch(),
+        tool_stream(API, "crm_get_contact", {"id": "7"}),
+        tool_stream(API, "crm_get_contact", {"id": "7"}),
+        text_stream(API, ["Ada."]),
+    ).prompt("Contact 7?")  # fmt: skip
+    first, second, _ = (r.json for r in server.requests)
+    assert second["input"][-1]["type"] == "function_call_output"
+    assert "was not loaded" in second["input"][-1]["output"]
+    before = {t["name"]: t for t in first["tools"] if t["type"] == "function"}
+    after = {t["name"]: t for t in second["tools"] if t["type"] == "function"}
+    assert before["crm_get_contact"]["defer_loading"] is True
+    assert "defer_loading" not in after["crm_get_contact"]
+    assert calls == [{"tool": "crm_get_contact", "id": "7"}]
+
+
+def test_native_off_declares_locally_on_responses(server: ReplayServer) -> None:
+    agent_on(
+        server, catalog_tools(30), ToolSearch(native=False),
+        tool_stream(API, "search_tools", {"query": "git commit"}),
+        text_stream(API, ["ok"]),
+    ).prompt("Commits?")  # fmt: skip
+    first, second = (r.json for r in server.requests)
+    assert [t["name"] for t in first["tools"]] == ["search_tools"]
+    assert all(t["type"] == "function" and "defer_loading" not in t for t in second["tools"])
+    assert "git_list_commit" in [t["name"] for t in second["tools"]]
+    assert "- git_list_commit" in first["instructions"]  # the catalog, in the instructions
+    assert second["input"][-1]["type"] == "function_call_output"
+    assert not any(i.get("type", "").startswith("tool_search") for i in second["input"])
+
+
+@pytest.mark.parametrize(
+    ("call_id", "arguments", "error"),
+    [
+        (None, {"query": "weather"}, "without a call_id"),
+        ("call_s1", "weather forecast, please", "not a JSON object"),
+        ("call_s1", ["weather"], "not a JSON object"),
+    ],
+)
+def test_a_malformed_search_call_is_a_readable_error_and_the_transcript_stays_whole(
+    server: ReplayServer, call_id: str | None, arguments: Any, error: str
+) -> None:
+    agent = agent_on(server, catalog_tools(30), ToolSearch(), search_stream(call_id, arguments))
+    agent.prompt("Weather?")
+    last = agent.state.messages[-1]
+    assert isinstance(last, AssistantMessage) and last.stop_reason == "error"
+    assert error in (last.error_message or "") and "tool_search_call" in (last.error_message or "")
+    assert not [b for b in last.content if isinstance(b, ToolCall)]  # nothing left unanswered
+    assert len(server.requests) == 1
+    assert API_KEY not in (last.error_message or "")
+    # the conversation goes on: the next request is valid
+    server.enqueue(Reply(body=text_stream(API, ["Fine."])))
+    agent.prompt("Again?")
+    assert agent.state.messages[-1].text == "Fine."
+    assert not any(i.get("type", "").startswith("tool_search") for i in server.requests[-1].json["input"])
+
+
+def test_a_session_reloaded_after_a_search_replays_the_same_items(
+    server: ReplayServer, tmp_path: Path
+) -> None:
+    store = f"sqlite://{tmp_path}/sessions.db"
+    agent_on(
+        server, catalog_tools(30), ToolSearch(),
+        search_stream("call_s1", {"query": "dns record"}),
+        text_stream(API, ["Found it."]),
+        session=Session("ops", store),
+    ).prompt("DNS?")  # fmt: skip
+    agent_on(
+        server, catalog_tools(30), ToolSearch(), text_stream(API, ["Again."]),
+        session=Session("ops", store),
+    ).prompt("And again?")  # fmt: skip
+    _, second, third = (r.json for r in server.requests)
+    assert third["tools"] == second["tools"]
+    assert third["input"][: len(second["input"])] == second["input"]
+    kinds = [i.get("type") for i in third["input"]]
+    assert kinds.count("tool_search_call") == kinds.count("tool_search_output") == 1
+    output = next(i for i in third["input"] if i.get("type") == "tool_search_output")
+    assert output["tools"] and all(re.match(r"dns_", t["name"]) for t in output["tools"][:1])

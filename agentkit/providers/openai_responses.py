@@ -309,7 +309,7 @@ class ResponsesParser:
     def __init__(self, builder: MessageBuilder, search_tool: str | None = None) -> None:
         self.b = builder
         self.search_tool = search_tool  # the tool a client-executed tool_search_call calls
-        self.searches: dict[str, dict[str, Any]] = {}  # item id -> a tool_search_call not done
+        self.searches: list[tuple[Any, dict[str, Any]]] = []  # (output_index, item): not done
         self.label = provider_label(builder.model)
         self.items: dict[str, tuple[str, int]] = {}  # item id -> (kind, content index)
         self.by_output: dict[int, str] = {}  # output_index -> item id
@@ -392,7 +392,7 @@ class ResponsesParser:
             if isinstance(initial, str) and initial:
                 self.b.add_tool_args(index, initial)
         elif item_type == "tool_search_call" and item.get("execution") != "server":
-            self.searches[item_id] = item  # a call once done: nothing of it streams
+            self.searches.append((data.get("output_index"), item))  # nothing of it streams
             return
         else:
             return  # built-in tools (web search...) are not our content
@@ -418,7 +418,7 @@ class ResponsesParser:
         item = data.get("item") or {}
         item_id = item.get("id")
         if item.get("type") == "tool_search_call" and item.get("execution") != "server":
-            self._search_call({**self.searches.pop(str(item_id), {}), **item})
+            self._search_call({**self._added_search(data, item), **item})
             return
         if not isinstance(item_id, str) or item_id not in self.items:
             item_id = self._item_id(data)
@@ -438,6 +438,16 @@ class ResponsesParser:
                 self.b.end_tool_call(index, as_arguments(value), cut_off)
             else:
                 self.b.end_tool_call(index)
+
+    def _added_search(self, data: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+        """The added item of the search call ``item`` ends (by its id, else by its output
+        index, else the first), taken off the pending ones; ``{}`` when there is none."""
+        for found, (index, added) in enumerate(self.searches):
+            if (item.get("id") and added.get("id") == item["id"]) or (
+                not item.get("id") and data.get("output_index") in (index, None)
+            ):
+                return self.searches.pop(found)[1]
+        return {}
 
     def _search_call(self, item: dict[str, Any]) -> None:
         """A client-executed ``tool_search_call`` as a call of the search tool: its id is
@@ -464,9 +474,9 @@ class ResponsesParser:
                 f"{self.label} sent a tool_search_call whose arguments are not a JSON object: "
                 f"{json.dumps(arguments)[:200]}"
             )
-        item_id = str(item.get("id") or f"item_{len(self.items)}")
-        index = self.b.begin_tool_call(f"{call_id}|{item_id}", self.search_tool)
-        self.items[item_id] = ("tool_call", index)
+        item_id = item.get("id")  # written back with the call when it has one
+        tool_call_id = f"{call_id}|{item_id}" if isinstance(item_id, str) and item_id else call_id
+        index = self.b.begin_tool_call(tool_call_id, self.search_tool)
         self.b.end_tool_call(index, arguments)
 
     def _thinking_done(self, index: int, item: dict[str, Any]) -> None:
@@ -528,9 +538,9 @@ class ResponsesParser:
 
     def finish(self) -> None:
         """End the message from the final response status."""
-        for item in list(self.searches.values()):  # a search call whose done never came
+        searches, self.searches = self.searches, []
+        for _, item in searches:  # a search call whose done never came: as it was added
             self._search_call(item)
-        self.searches.clear()
         if self.status is None:
             raise ProviderError(f"{self.label} stream ended before the response was complete")
         reason: StopReason

@@ -347,10 +347,10 @@ class OpenAIOptions(_Options):
     reasoning_summary: Literal["auto", "concise", "detailed"] | None = None
     """Responses only: the reasoning summary to ask for (``"auto"`` when effort is set)."""
     tool_search: str | None = None
-    """Responses only: the name of the tool that is the client-executed tool search. A
-    ``tool_search_call`` in the response becomes a call of it (the tools array and the replay
-    are spelt by an ``on_payload`` step, :func:`~agentkit.providers.openai_responses.
-    search_natively`, which the policy that owns the search sets with it)."""
+    """Responses only: the name of the tool that is the client-executed tool search, so that
+    a ``tool_search_call`` in the response becomes a call of it. The tools array and the
+    replay are spelt by an ``on_payload`` step, set with it by the policy that owns the search
+    (``search_natively`` of :mod:`agentkit.providers.openai_responses`)."""
 
 
 class GoogleOptions(_Options):

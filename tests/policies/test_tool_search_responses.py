@@ -285,3 +285,26 @@ def test_a_tool_whose_name_is_not_plain_is_not_declared_on_responses(server: Rep
     agent_on(server, [*catalog_tools(30), hostile], ToolSearch(), text_stream(API, ["ok"])).prompt("hi")
     names = [t.get("name") for t in server.requests[0].json["tools"]]
     assert len(names) == 31 and hostile.name not in names
+
+
+def test_two_searches_in_one_response_each_get_their_own_output(server: ReplayServer) -> None:
+    chunks = search_stream("call_s1", {"query": "dns record"}).split(b"\n\n")
+    second = [
+        c.replace(b"call_s1", b"call_s2").replace(b"tsc_0001", b"tsc_0002")
+        .replace(b"dns record", b"mail send").replace(b'"output_index": 0', b'"output_index": 1')
+        for c in chunks if b"output_item." in c
+    ]  # fmt: skip
+    added = next(i for i, c in enumerate(chunks) if b"output_item.added" in c)
+    # both added, then the second done before the first
+    chunks[added + 1 : added + 1] = [second[0], second[1]]
+    agent = agent_on(server, catalog_tools(30), ToolSearch(), b"\n\n".join(chunks),
+                     text_stream(API, ["ok"]))  # fmt: skip
+    agent.prompt("DNS and mail?")
+    response = next(m for m in agent.state.messages if isinstance(m, AssistantMessage))
+    searches = [b for b in response.content if isinstance(b, ToolCall)]
+    assert [(c.id, c.arguments["query"]) for c in searches] == [
+        ("call_s2|tsc_0002", "mail send"), ("call_s1|tsc_0001", "dns record"),
+    ]  # fmt: skip
+    items = server.requests[1].json["input"]
+    outputs = {i["call_id"]: [t["name"] for t in i["tools"]] for i in items if i.get("type") == "tool_search_output"}
+    assert outputs["call_s1"][0].startswith("dns_") and outputs["call_s2"][0].startswith("mail_")

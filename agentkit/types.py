@@ -252,6 +252,9 @@ class ModelCompat(BaseModel):
     """Chat Completions and Responses: send ``store: false``."""
     supports_include: bool | None = None
     """Responses: ask for ``reasoning.encrypted_content``."""
+    supports_tool_search: bool | None = None
+    """Responses: the client-executed ``tool_search`` tool (default: OpenAI's ``gpt-5.4`` and
+    later, by the model id; other servers speaking Responses do not know it)."""
     sse: bool | None = None
     """Gemini: ``alt=sse`` (the default) or the streamed JSON array when ``False``."""
     structured_output: Literal["response_format", "json_schema", "tool", "prompted"] | None = None

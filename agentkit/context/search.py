@@ -57,7 +57,7 @@ from ..policy import (
 from ..providers.anthropic import API as ANTHROPIC_API
 from ..providers.anthropic import TOOL_SEARCH_BETA, defer_tools, with_beta
 from ..providers.openai_responses import API as RESPONSES_API
-from ..providers.openai_responses import search_natively
+from ..providers.openai_responses import search_natively, supports_tool_search
 from ..transcript import (
     get_current_system_message,
     get_current_tools,
@@ -447,7 +447,7 @@ class ToolSearch(RunPolicy):
         loaded = loaded_names(request.context.messages)
         if self.native and request.model.api == ANTHROPIC_API:
             return call_next(self._deferred_natively(request, catalog, loaded))
-        if self.native and request.model.api == RESPONSES_API:
+        if self.native and request.model.api == RESPONSES_API and supports_tool_search(request.model):
             return call_next(self._searched_natively(request, catalog, loaded))
         return call_next(_declared_locally(request, catalog, loaded))
 

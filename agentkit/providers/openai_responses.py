@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from typing import Any
@@ -230,6 +231,20 @@ def text_format(schema: OutputSchema) -> dict[str, Any]:
         "schema": closed_schema(schema.json_schema),
         "strict": schema.strict,
     }
+
+
+TOOL_SEARCH_MODELS = re.compile(r"^gpt-(\d+)(?:\.(\d+))?(?![\d.])")
+"""The OpenAI model ids whose version (``gpt-5.4`` and later) offers ``tool_search``."""
+
+
+def supports_tool_search(model: Model) -> bool:
+    """Whether ``model`` takes the client-executed ``tool_search`` tool: its
+    ``compat.supports_tool_search`` when set, else OpenAI's own models from ``gpt-5.4`` on."""
+    own = own_compat(model)
+    if own is not None and own.supports_tool_search is not None:
+        return own.supports_tool_search
+    found = TOOL_SEARCH_MODELS.match(model.id) if model.provider == "openai" else None
+    return found is not None and (int(found[1]), int(found[2] or 0)) >= (5, 4)
 
 
 def search_natively(

@@ -73,11 +73,12 @@ def _as_search(value: Any, item: dict[str, Any]) -> Any:
 
 
 def agent_on(server: ReplayServer, tools: list[Any], policy: ToolSearch, *replies: bytes,
-             session: Session | None = None) -> Agent:  # fmt: skip
-    """An agent on Responses at the replay server, after ``replies`` are queued."""
+             session: Session | None = None, **model: Any) -> Agent:  # fmt: skip
+    """An agent on Responses at the replay server (a model that takes ``tool_search`` unless
+    ``model`` says otherwise), after ``replies`` are queued."""
     server.enqueue(*(Reply(body=body) for body in replies))
-    return Agent(model=make_model(API, server.url), tools=tools, policies=[policy],
-                 get_api_key=lambda provider: API_KEY, session=session)  # fmt: skip
+    return Agent(model=make_model(API, server.url, **{"id": "gpt-5.4", **model}), tools=tools,
+                 policies=[policy], get_api_key=lambda provider: API_KEY, session=session)  # fmt: skip
 
 
 def test_the_search_is_the_apis_tool_search_and_its_result_the_loaded_declarations(
@@ -183,11 +184,20 @@ def test_a_tool_loaded_by_a_refused_call_is_declared_in_full(server: ReplayServe
     assert calls == [{"tool": "crm_get_contact", "id": "7"}]
 
 
-def test_native_off_declares_locally_on_responses(server: ReplayServer) -> None:
+@pytest.mark.parametrize(
+    ("native", "model"),
+    [
+        (False, {}),  # asked for
+        (True, {"id": "gpt-5.1"}),  # a model before tool_search
+        (True, {"provider": "local", "id": "qwen2.5-coder-1.5b"}),  # a local server's Responses
+        (True, {"compat": {"supports_tool_search": False}}),  # told so
+    ],
+)
+def test_the_local_route_on_responses(server: ReplayServer, native: bool, model: dict[str, Any]) -> None:
     agent_on(
-        server, catalog_tools(30), ToolSearch(native=False),
+        server, catalog_tools(30), ToolSearch(native=native),
         tool_stream(API, "search_tools", {"query": "git commit"}),
-        text_stream(API, ["ok"]),
+        text_stream(API, ["ok"]), **model,
     ).prompt("Commits?")  # fmt: skip
     first, second = (r.json for r in server.requests)
     assert [t["name"] for t in first["tools"]] == ["search_tools"]
@@ -257,6 +267,14 @@ def read(server: ReplayServer, body: bytes, search_tool: str | None) -> Assistan
     events, message = collect(stream_openai_responses(make_model(API, server.url), Context(), options))
     check_protocol(events)
     return message
+
+
+def test_a_server_said_to_take_tool_search_gets_it(server: ReplayServer) -> None:
+    agent_on(
+        server, catalog_tools(30), ToolSearch(), text_stream(API, ["ok"]),
+        provider="local", id="my-model", compat={"supports_tool_search": True},
+    ).prompt("hi")  # fmt: skip
+    assert [t for t in server.requests[0].json["tools"] if t["type"] == "tool_search"]
 
 
 def test_a_search_call_without_a_declared_search_or_run_by_the_server(server: ReplayServer) -> None:

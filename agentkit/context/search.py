@@ -307,8 +307,8 @@ class ToolSearch(RunPolicy):
     declarations would take more than this share of the model's window (``None``: count
     only). ``keep``: names always declared in full. ``limit``: tools one search loads at most.
     ``native``: use the API's own deferred loading where agentkit knows one (Anthropic
-    Messages, OpenAI Responses); ``False`` ranks and declares locally on every API. ``search_tool``: the search
-    tool's name. ``catalog_share``: the share of the window the catalog may take before its
+    Messages; OpenAI Responses on a model that takes ``tool_search``); ``False`` ranks and
+    declares locally on every API. ``search_tool``: the search tool's name. ``catalog_share``: the share of the window the catalog may take before its
     descriptions are cut (to names alone, at worst). ``preload``: load this many tools at the
     start of each run, the best matches of the user's latest message (a small model given the
     right tool at once need not search; 0: none). ``first_call``: when the preload loaded
@@ -444,10 +444,10 @@ class ToolSearch(RunPolicy):
             self.preloaded = False  # the first request only
             options = request.options.model_copy(update={"tool_choice": "required"})
             request = dataclasses.replace(request, options=options)
-        loaded = loaded_names(request.context.messages)
-        if self.native and request.model.api == ANTHROPIC_API:
+        loaded, model = loaded_names(request.context.messages), request.model
+        if self.native and model.api == ANTHROPIC_API:
             return call_next(self._deferred_natively(request, catalog, loaded))
-        if self.native and request.model.api == RESPONSES_API and supports_tool_search(request.model):
+        if self.native and model.api == RESPONSES_API and supports_tool_search(model):
             return call_next(self._searched_natively(request, catalog, loaded))
         return call_next(_declared_locally(request, catalog, loaded))
 

@@ -8,7 +8,12 @@ are ``call_id|item_id``; the request splits them again. Events are matched to ou
 Provider-specific options: ``reasoning_effort``, ``reasoning_summary`` (default ``"auto"``).
 ``tool_choice`` is sent as a mode or ``{"type": "function", "name": ...}``; ``output_schema`` as
 ``text.format`` (``json_schema``, strict when the schema allows it). ``model.compat``: ``supports_store`` and ``supports_include`` (both default on
-for vendors, off for local servers).
+for vendors, off for local servers), ``supports_tool_search`` (see :func:`supports_tool_search`).
+
+Tool search: with ``openai.tool_search`` naming a tool, a client-executed ``tool_search_call``
+item becomes a call of that tool (id ``call_id|item_id``); :func:`search_natively`, an
+``on_payload`` step, declares it as the ``tool_search`` tool and sends its calls and results
+back as ``tool_search_call`` and ``tool_search_output`` items.
 """
 
 from __future__ import annotations

@@ -252,6 +252,9 @@ class ModelCompat(BaseModel):
     """Chat Completions and Responses: send ``store: false``."""
     supports_include: bool | None = None
     """Responses: ask for ``reasoning.encrypted_content``."""
+    supports_tool_search: bool | None = None
+    """Responses: the client-executed ``tool_search`` tool (default: OpenAI's ``gpt-5.4`` and
+    later, by the model id; other servers speaking Responses do not know it)."""
     sse: bool | None = None
     """Gemini: ``alt=sse`` (the default) or the streamed JSON array when ``False``."""
     structured_output: Literal["response_format", "json_schema", "tool", "prompted"] | None = None
@@ -346,6 +349,11 @@ class OpenAIOptions(_Options):
     """Reasoning effort for reasoning models (sent as the server's quirks say)."""
     reasoning_summary: Literal["auto", "concise", "detailed"] | None = None
     """Responses only: the reasoning summary to ask for (``"auto"`` when effort is set)."""
+    tool_search: str | None = None
+    """Responses only: the name of the tool that is the client-executed tool search, so that
+    a ``tool_search_call`` in the response becomes a call of it. The tools array and the
+    replay are spelt by an ``on_payload`` step, set with it by the policy that owns the search
+    (``search_natively`` of :mod:`agentkit.providers.openai_responses`)."""
 
 
 class GoogleOptions(_Options):

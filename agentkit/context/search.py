@@ -20,6 +20,13 @@ the model is *told* changes.
   ``defer_loading``, so the declared tools stay one cacheable prefix; a search's result reaches
   the API as ``tool_reference`` blocks, which the API expands into the declarations (the
   provider's :func:`~agentkit.providers.anthropic.defer_tools` writes that).
+- **Native search** (OpenAI Responses): every tool is declared, the deferred ones with
+  ``defer_loading`` (the model sees their names and descriptions, so the catalog section is
+  left out of these requests), and the search tool as the API's client-executed
+  ``tool_search``: the model's search arrives as a ``tool_search_call`` (a call of the search
+  tool in the transcript), the search still runs here, and its result goes back as a
+  ``tool_search_output`` holding the loaded declarations
+  (:func:`~agentkit.providers.openai_responses.search_natively` writes that).
 - **A deferred tool called before it was loaded** is refused (the model never saw its
   parameters) and loaded: the model reads why, and has the declaration on its next request.
 """
@@ -49,11 +56,20 @@ from ..policy import (
 )
 from ..providers.anthropic import API as ANTHROPIC_API
 from ..providers.anthropic import TOOL_SEARCH_BETA, defer_tools, with_beta
-from ..transcript import get_current_system_message, get_current_tools, system_messages
+from ..providers.openai_responses import API as RESPONSES_API
+from ..providers.openai_responses import search_natively, supports_tool_search
+from ..transcript import (
+    get_current_system_message,
+    get_current_tools,
+    render_system_prompt,
+    system_messages,
+)
 from ..types import (
     AgentTool,
     AgentToolResult,
     AssistantMessage,
+    Context,
+    OpenAIOptions,
     SystemMessage,
     TextContent,
     Tool,
@@ -291,8 +307,8 @@ class ToolSearch(RunPolicy):
     declarations would take more than this share of the model's window (``None``: count
     only). ``keep``: names always declared in full. ``limit``: tools one search loads at most.
     ``native``: use the API's own deferred loading where agentkit knows one (Anthropic
-    Messages); ``False`` ranks and declares locally on every API. ``search_tool``: the search
-    tool's name. ``catalog_share``: the share of the window the catalog may take before its
+    Messages; OpenAI Responses on a model that takes ``tool_search``); ``False`` ranks and
+    declares locally on every API. ``search_tool``: the search tool's name. ``catalog_share``: the share of the window the catalog may take before its
     descriptions are cut (to names alone, at worst). ``preload``: load this many tools at the
     start of each run, the best matches of the user's latest message (a small model given the
     right tool at once need not search; 0: none). ``first_call``: when the preload loaded
@@ -428,26 +444,55 @@ class ToolSearch(RunPolicy):
             self.preloaded = False  # the first request only
             options = request.options.model_copy(update={"tool_choice": "required"})
             request = dataclasses.replace(request, options=options)
-        loaded = loaded_names(request.context.messages)
-        if self.native and request.model.api == ANTHROPIC_API:
+        loaded, model = loaded_names(request.context.messages), request.model
+        if self.native and model.api == ANTHROPIC_API:
             return call_next(self._deferred_natively(request, catalog, loaded))
+        if self.native and model.api == RESPONSES_API and supports_tool_search(model):
+            return call_next(self._searched_natively(request, catalog, loaded))
         return call_next(_declared_locally(request, catalog, loaded))
+
+    def _native_loads(
+        self, request: ModelRequest, catalog: Catalog, loaded: list[str]
+    ) -> tuple[set[str], dict[str, list[str]]]:
+        """The tools to declare deferred, and what each search loaded (by its call's id), for
+        an API that loads the declarations itself: every tool is declared (one cacheable
+        prefix), those loaded another way (a refused call, a preload) in full."""
+        loads = search_loads(request.context.messages, self.search_tool)
+        searched = {name for names in loads.values() for name in names}
+        deferred = (set(catalog.tools) | catalog.left_out) - (set(loaded) - searched)
+        return deferred, loads
 
     def _deferred_natively(
         self, request: ModelRequest, catalog: Catalog, loaded: list[str]
     ) -> ModelRequest:
         """``request`` with every tool declared, the deferred ones for the API to load when a
         search's result references them (Anthropic's ``defer_loading``)."""
-        references = search_loads(request.context.messages, self.search_tool)
-        referenced = {name for names in references.values() for name in names}
-        # loaded another way (a refused call, a preload): declared in full, not by reference
-        deferred = (set(catalog.tools) | catalog.left_out) - (set(loaded) - referenced)
+        deferred, references = self._native_loads(request, catalog, loaded)
         step = partial(defer_tools, deferred=deferred, references=references)
         options = request.options.model_copy(update={
             "on_payload": on_payload_before(request.options, step),
             "headers": with_beta(request.options.headers, TOOL_SEARCH_BETA),
         })  # fmt: skip
         return dataclasses.replace(request, options=options)
+
+    def _searched_natively(
+        self, request: ModelRequest, catalog: Catalog, loaded: list[str]
+    ) -> ModelRequest:
+        """``request`` with every tool declared, the deferred ones by name and description,
+        and the search as the API's client-executed ``tool_search`` (OpenAI Responses): the
+        model's searches arrive as ``tool_search_call`` items, their results go back as the
+        loaded declarations. The declarations show the catalog's names and descriptions, so
+        its system-prompt section is left out of this request (the transcript keeps it)."""
+        deferred, loads = self._native_loads(request, catalog, loaded)
+        step = partial(search_natively, search_tool=self.search_tool, deferred=deferred,
+                       hidden=catalog.left_out, loads=loads)  # fmt: skip
+        own = request.options.openai or OpenAIOptions()
+        options = request.options.model_copy(update={
+            "on_payload": on_payload_before(request.options, step),
+            "openai": own.model_copy(update={"tool_search": self.search_tool}),
+        })  # fmt: skip
+        context = _without_catalog(request.context)
+        return dataclasses.replace(request, options=options, context=context)
 
     # --- the batch: deferred tools called too early; what a search loaded ---
 
@@ -488,6 +533,19 @@ class ToolSearch(RunPolicy):
         names = undeclared_loads(run.context.messages, catalog, self.search_tool)
         if names:
             run.append([SystemMessage(tools_added=[catalog.tools[name] for name in names])])
+
+
+def _without_catalog(context: Context) -> Context:
+    """``context`` whose system prompt leaves the catalog section out (a prompt set on the
+    context itself is the caller's: kept as it is)."""
+    current = get_current_system_message(context.messages)
+    if context.system_prompt is not None or current is None:
+        return context
+    sections = dict(current.sections or {})
+    if not sections.pop(CATALOG_SECTION, None):
+        return context
+    prompt = render_system_prompt(current.model_copy(update={"sections": sections or None}))
+    return context.model_copy(update={"system_prompt": prompt})
 
 
 def _declared_locally(request: ModelRequest, catalog: Catalog, loaded: list[str]) -> ModelRequest:

@@ -8,13 +8,21 @@ are ``call_id|item_id``; the request splits them again. Events are matched to ou
 Provider-specific options: ``reasoning_effort``, ``reasoning_summary`` (default ``"auto"``).
 ``tool_choice`` is sent as a mode or ``{"type": "function", "name": ...}``; ``output_schema`` as
 ``text.format`` (``json_schema``, strict when the schema allows it). ``model.compat``: ``supports_store`` and ``supports_include`` (both default on
-for vendors, off for local servers).
+for vendors, off for local servers), ``supports_tool_search`` (see :func:`supports_tool_search`).
+
+Tool search: with ``openai.tool_search`` naming a tool, a client-executed ``tool_search_call``
+item becomes a call of that tool (id ``call_id|item_id``); :func:`search_natively`, an
+``on_payload`` step, declares it as the ``tool_search`` tool and sends its calls and results
+back as ``tool_search_call`` and ``tool_search_output`` items.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Collection, Mapping
+from functools import partial
 from typing import Any
 
 from ..errors import ProviderError
@@ -34,6 +42,7 @@ from ..types import (
     ToolCall,
     ToolChoice,
     ToolResultMessage,
+    as_stream_options,
 )
 from . import overflow
 from .builder import MessageBuilder, set_usage, tokens
@@ -229,14 +238,98 @@ def text_format(schema: OutputSchema) -> dict[str, Any]:
     }
 
 
+TOOL_SEARCH_MODELS = re.compile(r"^gpt-(\d+)(?:\.(\d+))?(?![\d.])")
+"""The OpenAI model ids whose version (``gpt-5.4`` and later) offers ``tool_search``."""
+
+
+def supports_tool_search(model: Model) -> bool:
+    """Whether ``model`` takes the client-executed ``tool_search`` tool: its
+    ``compat.supports_tool_search`` when set, else OpenAI's own models from ``gpt-5.4`` on."""
+    own = own_compat(model)
+    if own is not None and own.supports_tool_search is not None:
+        return own.supports_tool_search
+    found = TOOL_SEARCH_MODELS.match(model.id) if model.provider == "openai" else None
+    return found is not None and (int(found[1]), int(found[2] or 0)) >= (5, 4)
+
+
+def search_natively(
+    payload: dict[str, Any],
+    model: Model,
+    *,
+    search_tool: str,
+    deferred: Collection[str],
+    hidden: Collection[str] = (),
+    loads: Mapping[str, list[str]],
+) -> dict[str, Any]:
+    """Client-executed tool search, as Responses spells it (an ``on_payload`` step).
+
+    The function tool ``search_tool`` is declared as the ``tool_search`` tool (``execution:
+    "client"``, its description and parameters), in its place; each tool named in ``deferred``
+    gets ``defer_loading`` (the model sees its name and description; its schema loads on
+    search); a tool named in ``hidden`` is not declared at all. In the input, each call of
+    ``search_tool`` goes back as the ``tool_search_call`` it came as, and its result as a
+    ``tool_search_output`` holding the full declarations of the tools ``loads`` names for its
+    call (by tool call id): none for a search that loaded nothing, whose text cannot ride along
+    (the item has no field for one). A payload without the search tool is left as it is."""
+    tools = payload.get("tools") or []
+    functions = {t.get("name"): t for t in tools if t.get("type") == "function"}
+    search = functions.get(search_tool)
+    if search is None:
+        return payload
+    declared: list[dict[str, Any]] = []
+    for tool in tools:
+        name = tool.get("name") if tool.get("type") == "function" else None
+        if tool is search:
+            tool = {"type": "tool_search", "execution": "client",
+                    "description": search.get("description") or "",
+                    "parameters": search.get("parameters") or {"type": "object"}}  # fmt: skip
+        elif name in hidden:
+            continue
+        elif name in deferred:
+            tool["defer_loading"] = True
+        declared.append(tool)
+    payload["tools"] = declared
+    by_call = {normalize_tool_call_id(k).partition("|")[0]: v for k, v in loads.items()}
+    payload["input"] = _search_items(payload.get("input") or [], search_tool, by_call, functions)
+    return payload
+
+
+def _search_items(
+    items: list[Any], search_tool: str, loads: Mapping[str, list[str]],
+    declarations: Mapping[str, dict[str, Any]],
+) -> list[Any]:  # fmt: skip
+    """``items`` with the search tool's calls and results as tool search items."""
+    searches: set[str] = set()
+    out: list[Any] = []
+    for item in items:
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind == "function_call" and item.get("name") == search_tool:
+            call_id = item.get("call_id")
+            searches.add(call_id)
+            arguments, _ = parse_json_arguments(item.get("arguments"))
+            item = {"type": "tool_search_call", "call_id": call_id, "execution": "client",
+                    "arguments": as_arguments(arguments), "status": "completed",
+                    **({"id": item["id"]} if item.get("id") else {})}  # fmt: skip
+        elif kind == "function_call_output" and item.get("call_id") in searches:
+            names = loads.get(item["call_id"]) or []
+            loaded = [{k: v for k, v in declarations[n].items() if k != "defer_loading"}
+                      for n in names if n in declarations]  # fmt: skip
+            item = {"type": "tool_search_output", "call_id": item["call_id"],
+                    "execution": "client", "status": "completed", "tools": loaded}  # fmt: skip
+        out.append(item)
+    return out
+
+
 # --- response -----------------------------------------------------------------------------------
 
 
 class ResponsesParser:
     """Assembles a message from Responses stream events."""
 
-    def __init__(self, builder: MessageBuilder) -> None:
+    def __init__(self, builder: MessageBuilder, search_tool: str | None = None) -> None:
         self.b = builder
+        self.search_tool = search_tool  # the tool a client-executed tool_search_call calls
+        self.searches: list[tuple[Any, dict[str, Any]]] = []  # (output_index, item): not done
         self.label = provider_label(builder.model)
         self.items: dict[str, tuple[str, int]] = {}  # item id -> (kind, content index)
         self.by_output: dict[int, str] = {}  # output_index -> item id
@@ -318,6 +411,9 @@ class ResponsesParser:
             initial = item.get("arguments")
             if isinstance(initial, str) and initial:
                 self.b.add_tool_args(index, initial)
+        elif item_type == "tool_search_call" and item.get("execution") != "server":
+            self.searches.append((data.get("output_index"), item))  # nothing of it streams
+            return
         else:
             return  # built-in tools (web search...) are not our content
         self.items[item_id] = (kind, index)
@@ -341,6 +437,9 @@ class ResponsesParser:
     def _item_done(self, data: dict[str, Any], kind: str) -> None:
         item = data.get("item") or {}
         item_id = item.get("id")
+        if item.get("type") == "tool_search_call" and item.get("execution") != "server":
+            self._search_call({**self._added_search(data, item), **item})
+            return
         if not isinstance(item_id, str) or item_id not in self.items:
             item_id = self._item_id(data)
         if item_id is None or item_id not in self.items:
@@ -359,6 +458,46 @@ class ResponsesParser:
                 self.b.end_tool_call(index, as_arguments(value), cut_off)
             else:
                 self.b.end_tool_call(index)
+
+    def _added_search(self, data: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+        """The added item of the search call ``item`` ends (by its id, else by its output
+        index, else the first), taken off the pending ones; ``{}`` when there is none."""
+        for found, (index, added) in enumerate(self.searches):
+            if (item.get("id") and added.get("id") == item["id"]) or (
+                not item.get("id") and data.get("output_index") in (index, None)
+            ):
+                return self.searches.pop(found)[1]
+        return {}
+
+    def _search_call(self, item: dict[str, Any]) -> None:
+        """A client-executed ``tool_search_call`` as a call of the search tool: its id is
+        ``call_id|item_id`` (the call id answers it), its arguments the item's object (or a
+        string holding one)."""
+        if self.search_tool is None:
+            raise ProviderError(
+                f"{self.label} sent a tool_search_call, but this request declared no tool search"
+            )
+        call_id, arguments = item.get("call_id"), item.get("arguments")
+        if not isinstance(call_id, str) or not call_id:
+            raise ProviderError(
+                f"{self.label} sent a tool_search_call without a call_id: it cannot be answered"
+            )
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                pass
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise ProviderError(
+                f"{self.label} sent a tool_search_call whose arguments are not a JSON object: "
+                f"{json.dumps(arguments)[:200]}"
+            )
+        item_id = item.get("id")  # written back with the call when it has one
+        tool_call_id = f"{call_id}|{item_id}" if isinstance(item_id, str) and item_id else call_id
+        index = self.b.begin_tool_call(tool_call_id, self.search_tool)
+        self.b.end_tool_call(index, arguments)
 
     def _thinking_done(self, index: int, item: dict[str, Any]) -> None:
         """End a reasoning block: its summary as the text if none streamed, the whole item as
@@ -419,6 +558,9 @@ class ResponsesParser:
 
     def finish(self) -> None:
         """End the message from the final response status."""
+        searches, self.searches = self.searches, []
+        for _, item in searches:  # a search call whose done never came: as it was added
+            self._search_call(item)
         if self.status is None:
             raise ProviderError(f"{self.label} stream ended before the response was complete")
         reason: StopReason
@@ -467,7 +609,19 @@ def stream_openai_responses(
     options: StreamOptions | dict[str, Any] | None = None,
 ) -> AssistantMessageEventStream:
     """Stream one Responses API answer (returns at once; never raises for failures)."""
+    search_tool = _search_tool(options)
+    if search_tool:  # its calls arrive as tool_search_call items
+        spec = dataclasses.replace(SPEC, parser=partial(ResponsesParser, search_tool=search_tool))
+        return run_stream(spec, model, context, options)
     return run_stream(SPEC, model, context, options)
+
+
+def _search_tool(options: StreamOptions | dict[str, Any] | None) -> str | None:
+    try:
+        own = as_stream_options(options).openai
+    except Exception:  # bad options: run_stream says so
+        return None
+    return own.tool_search if own is not None else None
 
 
 def reasoning_options(

@@ -308,8 +308,9 @@ class ToolSearch(RunPolicy):
     only). ``keep``: names always declared in full. ``limit``: tools one search loads at most.
     ``native``: use the API's own deferred loading where agentkit knows one (Anthropic
     Messages; OpenAI Responses on a model that takes ``tool_search``); ``False`` ranks and
-    declares locally on every API. ``search_tool``: the search tool's name. ``catalog_share``: the share of the window the catalog may take before its
-    descriptions are cut (to names alone, at worst). ``preload``: load this many tools at the
+    declares locally on every API. ``search_tool``: the search tool's name.
+    ``catalog_share``: the share of the window the catalog may take before its descriptions
+    are cut (to names alone, at worst). ``preload``: load this many tools at the
     start of each run, the best matches of the user's latest message (a small model given the
     right tool at once need not search; 0: none). ``first_call``: when the preload loaded
     something, the run's first request must call a tool (``tool_choice="required"``): a small

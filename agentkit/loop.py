@@ -356,6 +356,15 @@ class _Run(RunScope):
         )  # fmt: skip
         return self.send(request)
 
+    def send_aside(self, request: ModelRequest, grace: float | None = None) -> AssistantMessage:
+        wait = self.config.tool_abort_grace if grace is None else grace
+        deadline = self.deadline  # read once: set_signal may change it on the run's thread
+
+        def read(sent: ModelRequest) -> AssistantMessage:
+            return read_quietly(sent, wait, deadline)
+
+        return chain(self.policies, "wrap_side_request", self, read)(request)
+
     def run_tools(self, message: AssistantMessage, calls: list[ToolCall]) -> BatchOutcome:
         results, terminate = _run_tools(self, message, calls)
         return BatchOutcome(results, not terminate)

@@ -277,6 +277,16 @@ class RunScope(ABC):
         one when the request failed."""
 
     @abstractmethod
+    def send_aside(self, request: ModelRequest, grace: float | None = None) -> AssistantMessage:
+        """A request a policy makes off the turn loop, **from any thread** (a guardrail's
+        judge, beside the run's first request): through the policies' ``wrap_side_request``
+        chain (the request's ``purpose`` says what it is for), then read to its end without
+        events, ended at the run's deadline and given up ``grace`` seconds (default: the
+        run's ``tool_abort_grace``) after its signal aborts. Its usage is the caller's to
+        count in the run's, on the run's thread. Returns the final message: an ``error`` or
+        ``aborted`` one when the request failed."""
+
+    @abstractmethod
     def run_tools(self, message: AssistantMessage, calls: list[ToolCall]) -> BatchOutcome:
         """Run ``calls`` of ``message`` as a batch of this run (events, hooks, review, wrap),
         appending their results to the transcript (a resumed batch: ``start`` only)."""
@@ -307,6 +317,11 @@ class RunPolicy:
       request, perhaps again to retry), or return a message of your own; raise :class:`EndRun`
       to end the run without a response. Each call of ``call_next`` is one request, counted in
       the run's usage, its message in the transcript.
+    - ``wrap_side_request(run, request, call_next)``: around each request made with
+      :meth:`RunScope.send_aside` (a guardrail's judge): as ``wrap_request``, but **on the
+      thread that makes it**, perhaps beside the run's own request: touch no run state but
+      what you guard yourself (no events, no transcript; ``run.end`` may be called). Return
+      a message of your own (an ``error`` one) to refuse it unsent.
     - ``review_calls(run, calls)``: a batch's prepared calls (:class:`PreparedCall`), once each
       has passed its preflight; decide each with ``allow``/``deny``/``defer``. Later policies
       see the earlier ones' verdicts and may overrule them. Raising refuses the batch's
@@ -345,6 +360,12 @@ class RunPolicy:
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler
     ) -> AssistantMessage:
         """Around each model request (see the class)."""
+        return call_next(request)
+
+    def wrap_side_request(
+        self, run: RunScope, request: ModelRequest, call_next: RequestHandler
+    ) -> AssistantMessage:
+        """Around a request made aside, on its own thread (see the class)."""
         return call_next(request)
 
     def review_calls(self, run: RunScope, calls: list[PreparedCall]) -> None:
@@ -390,8 +411,8 @@ _OVERRIDES: dict[tuple[type, str], bool] = {}
 def chain(
     policies: Sequence[RunPolicy], hook: str, run: RunScope, innermost: Callable[[Any], Any]
 ) -> Callable[[Any], Any]:
-    """``innermost`` wrapped by each policy's ``hook`` (``wrap_request``, ``wrap_batch`` or
-    ``wrap_tool_call``), the first policy outermost."""
+    """``innermost`` wrapped by each policy's ``hook`` (``wrap_request``, ``wrap_batch``,
+    ``wrap_tool_call`` or ``wrap_side_request``), the first policy outermost."""
     handler = innermost
     for policy in reversed([p for p in policies if overrides(p, hook)]):
         handler = functools.partial(_step, getattr(policy, hook), run, handler)

@@ -554,7 +554,7 @@ class _OneCall(RunScope):
     def _no_run(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("run_tool_call runs one call outside a run: there is no run to act on")
 
-    emit = append = set_signal = view = complete = run_tools = refuse_call = _no_run
+    emit = append = set_signal = view = complete = send_aside = run_tools = refuse_call = _no_run
 
     def end(self, *args: Any, **kwargs: Any) -> None:
         self._no_run()

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from .._request import read_quietly, side_options
+from .._request import side_options
 from ..abort import ABORTED_TEXT, AbortController, AbortSignal
 from ..errors import AbortError, EndRun, GuardrailError, GuardrailTrippedError
 from ..policy import (
@@ -457,11 +457,11 @@ class _GuardrailRun(RunPolicy):
         output_schema: OutputSchema | None = None,
         model: Model | None = None,
     ) -> AssistantMessage:
-        """A judge's request, on the run's request path (``read_quietly``, the path of
-        ``RunScope.complete``), from whichever thread the check runs on: with the run's key
-        and stream function, the check's signal, the run's deadline; its usage is counted in
-        the run's on the run's thread, at the policy's next hook. (It does not pass the
-        policies' ``wrap_request``, which run on the run's thread only.)"""
+        """A judge's request, made aside (``RunScope.send_aside``: the policies'
+        ``wrap_side_request``, a spend ledger's among them) from whichever thread the check
+        runs on: with the run's key and stream function, the check's signal, the run's
+        deadline; its usage is counted in the run's on the run's thread, at the policy's next
+        hook."""
         request, run = self.request, self.run
         if request is None or run is None:
             raise GuardrailError("the run has no request to make a judge's request from")
@@ -474,7 +474,7 @@ class _GuardrailRun(RunPolicy):
             model or request.model, Context(messages=messages), options, request.stream_fn,
             signal, "judge",
         )  # fmt: skip
-        final = read_quietly(judged, JOIN_GRACE, run.deadline)
+        final = run.send_aside(judged, JOIN_GRACE)
         with self._lock:
             self._usage.append(final.usage)
         return final

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextvars
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..compaction import estimate_tokens
@@ -13,6 +14,7 @@ from ..errors import EndRun, LedgerError, SpendCapError
 from ..events import SpendEvent
 from ..policy import ModelRequest, RequestHandler, RunPolicy, RunScope
 from ..subagents import add_child_setup, remove_child_setup
+from ..transcript import failure_message
 from ..types import AssistantMessage, Model, Usage
 from .core import Cap, Ledger, Reservation, check_key
 
@@ -47,6 +49,15 @@ def price(model: Model, input_tokens: int, output_tokens: int) -> float:
     dearest = max(prices.input, prices.cache_write, prices.cache_read)
     total = (input_tokens * dearest + output_tokens * prices.output) / 1_000_000
     return total if math.isfinite(total) and total > 0 else 0.0
+
+
+def refusal_detail(exc: SpendCapError) -> dict[str, Any]:
+    """The ending's ``detail`` of a request a cap refused: the cap, what was spent and asked."""
+    return {
+        "key": exc.key, "window": exc.window, "period": exc.period, "cap_usd": exc.cap_usd,
+        "cap_tokens": exc.cap_tokens, "usd": exc.usd, "tokens": exc.tokens,
+        "asked_usd": exc.asked_usd, "asked_tokens": exc.asked_tokens,
+    }  # fmt: skip
 
 
 def settled_cost(usage: Usage) -> tuple[float, int]:
@@ -98,6 +109,8 @@ class _SpendRun(RunPolicy):
     def __init__(self, policy: SpendPolicy) -> None:
         self.policy = policy
         self._children: contextvars.Token[Any] | None = None
+        self._aside: list[SpendEvent] = []  # spend of requests made aside, to emit
+        self._lock = threading.Lock()  # guards _aside: a judge's thread adds, the run's takes
 
     def start(self, run: RunScope) -> None:
         self._children = add_child_setup(self._adopt)
@@ -109,30 +122,73 @@ class _SpendRun(RunPolicy):
     def wrap_request(
         self, run: RunScope, request: ModelRequest, call_next: RequestHandler
     ) -> AssistantMessage:
-        policy = self.policy
-        keys = list(policy.keys)
-        if policy.by_model:
-            keys.append(f"model:{request.model.provider}:{request.model.id}")
-        usd, tokens = worst_case(request)
+        self._emit_aside(run)
+        keys = self._keys(request)
         try:
-            reservation = policy.ledger.reserve(keys, usd, tokens, caps=policy.caps)
+            reservation = self._reserve(keys, request)
         except SpendCapError as exc:
-            detail = {
-                "key": exc.key, "window": exc.window, "period": exc.period,
-                "cap_usd": exc.cap_usd, "cap_tokens": exc.cap_tokens, "usd": exc.usd,
-                "tokens": exc.tokens, "asked_usd": exc.asked_usd,
-                "asked_tokens": exc.asked_tokens,
-            }  # fmt: skip
+            raise EndRun("budget", f"Spend cap reached: {exc}", budget="spend",
+                         detail=refusal_detail(exc)) from None  # fmt: skip
+        return self._sent(reservation, keys, request, call_next, run.emit)
+
+    def wrap_side_request(
+        self, run: RunScope, request: ModelRequest, call_next: RequestHandler
+    ) -> AssistantMessage:
+        """A request made aside (a guardrail's judge), on its own thread: reserved and settled
+        as the run's own are; one that would pass a cap is not sent, and ends the run as its
+        own would. What it cost reaches the listeners at the run's next request or its end
+        (they hear the run's thread only)."""
+        keys = self._keys(request)
+        try:
+            reservation = self._reserve(keys, request)
+        except SpendCapError as exc:
             text = f"Spend cap reached: {exc}"
-            raise EndRun("budget", text, budget="spend", detail=detail) from None
+            run.end("budget", text, budget="spend", detail=refusal_detail(exc))
+            return failure_message("error", text, request.model)
+        return self._sent(reservation, keys, request, call_next, self._keep)
+
+    def _sent(
+        self,
+        reservation: Reservation,
+        keys: list[str],
+        request: ModelRequest,
+        call_next: RequestHandler,
+        tell: Callable[[SpendEvent], None],
+    ) -> AssistantMessage:
+        """Send ``request``, settle its reservation however it ends, and ``tell`` what it
+        cost when an answer came (the listeners learn it: tracing counts it)."""
         message: AssistantMessage | None = None
         try:
             message = call_next(request)
             return message
         finally:
             settled = self._settle(reservation, message)
-            if message is not None:  # the listeners learn what it cost (tracing counts it)
-                run.emit(SpendEvent(tuple(keys), *settled))
+            if message is not None:
+                tell(SpendEvent(tuple(keys), *settled))
+
+    def _keep(self, event: SpendEvent) -> None:
+        """Keep a request made aside's spend event for the run's thread to emit."""
+        with self._lock:
+            self._aside.append(event)
+
+    def _keys(self, request: ModelRequest) -> list[str]:
+        """The keys ``request`` spends under: the policy's, and its model's with ``by_model``."""
+        keys = list(self.policy.keys)
+        if self.policy.by_model:
+            keys.append(f"model:{request.model.provider}:{request.model.id}")
+        return keys
+
+    def _reserve(self, keys: list[str], request: ModelRequest) -> Reservation:
+        """Hold ``request``'s worst case under ``keys`` (``SpendCapError`` past a cap)."""
+        usd, tokens = worst_case(request)
+        return self.policy.ledger.reserve(keys, usd, tokens, caps=self.policy.caps)
+
+    def _emit_aside(self, run: RunScope) -> None:
+        """Tell the listeners what the requests made aside since cost (on the run's thread)."""
+        with self._lock:
+            events, self._aside = self._aside, []
+        for event in events:
+            run.emit(event)
 
     def _settle(
         self, reservation: Reservation, message: AssistantMessage | None
@@ -154,6 +210,7 @@ class _SpendRun(RunPolicy):
         return usd, tokens, True
 
     def end(self, run: RunScope, result: RunResult) -> None:
+        self._emit_aside(run)
         if self._children is not None:
             remove_child_setup(self._children)
             self._children = None

@@ -40,6 +40,8 @@ def add_eval_command(commands: Any) -> None:
                         help="fail under this share of passed cases (default 1.0: all)")  # fmt: skip
     parser.add_argument("--min-score", type=float, default=None, metavar="SCORE",
                         help="fail under this mean score")  # fmt: skip
+    parser.add_argument("--name", help="the report's name, shown in its tables and pages and "
+                        "in a comparison (default: the dataset's)")  # fmt: skip
     parser.add_argument("--save", metavar="REPORT.json", help="write the report as JSON")
     parser.add_argument("--compare", metavar="BASELINE.json",
                         help="print how this report differs from a saved one")  # fmt: skip
@@ -87,7 +89,7 @@ def run_eval_command(args: argparse.Namespace, io: Console) -> int:
     try:
         report = dataset.run(
             factory, mode=args.mode, concurrency=args.concurrency, judge=judge,
-            progress=make_progress("auto", io.stderr),
+            progress=make_progress("auto", io.stderr), name=args.name,
         )  # fmt: skip
     except EvalInterrupted as interrupted:
         io.out(interrupted.report.table(terminal_width(io.stdout), wants_color(io.stdout)))

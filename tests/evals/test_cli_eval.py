@@ -40,14 +40,16 @@ def test_build_run_save_and_compare(tmp_path: Path, store: str) -> None:
     baseline = tmp_path / "baseline.json"
     code, out, err = agentkit("eval", str(cases), "--agent", f"{APP}:make_agent", "--mode",
                               "replay", "--evaluator", "EqualsExpected", "--evaluator",
-                              '{"ToolCalled": "weather"}', "--save", str(baseline))  # fmt: skip
+                              '{"ToolCalled": "weather"}', "--save", str(baseline),
+                              "--name", "desk v1")  # fmt: skip
     assert code == 0, err
-    assert "cases (replay): 3 cases: 3 passed" in out
+    assert "desk v1 (replay): 3 cases: 3 passed" in out
     assert json.loads(baseline.read_text())["pass_rate"] == 1.0
 
     code, out, err = agentkit("eval", str(cases), "--agent", f"{APP}:make_colder_agent",
                               "--mode", "replay", "--compare", str(baseline))  # fmt: skip
     assert code == 1
+    assert "cases vs desk v1" in out  # unnamed, a report is named after its dataset
     assert "3 diverged" in out and "now returns 'freezing, -20 C'" in out
     assert "3 worse" in out and "pass rate 100% → 0%" in out
     assert "below the threshold: pass rate 0% (needs 100%)" in err

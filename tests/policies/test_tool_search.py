@@ -369,3 +369,26 @@ def test_a_load_made_by_a_run_that_ended_right_after_its_batch_is_declared_by_th
     loads = [[t.name for t in m.tools_added] for m in agent.state.messages[1:]
              if isinstance(m, SystemMessage) and m.tools_added]  # fmt: skip
     assert sum("git_list_commit" in names for names in loads) == 1  # declared once
+
+
+def test_what_was_loaded_stays_loaded_after_a_compaction_drops_the_search() -> None:
+    calls: list[dict[str, Any]] = []
+    model = ScriptedModel([
+        reply(tool_call("search_tools", {"query": "git_list_commit"})), "found",
+        "one", "two", "three",
+        reply(tool_call("git_list_commit", {"id": "9"})), "listed",
+    ])  # fmt: skip
+    agent = Agent(model=model.model, stream_fn=model, tools=catalog_tools(50, calls),
+                  policies=[ToolSearch()], compaction={"strategy": "trim", "keep_tokens": 200,
+                                                       "context_window": 0})  # fmt: skip
+    agent.prompt("find the git tool")
+    for turn in range(3):
+        agent.prompt(f"question {turn} " + "padding " * 300)
+    agent.compact()
+    view = model.requests[-1].messages  # before: the search and its result were in the view
+    assert any(m.role == "tool_result" and m.tool_name == "search_tools" for m in view)
+    result = agent.prompt("list the commits")
+    sent = model.requests[-2]
+    assert not any(m.role == "tool_result" and m.tool_name == "search_tools" for m in sent.messages)
+    assert "git_list_commit" in declared(sent)  # the load outlived the search it came from
+    assert calls == [{"tool": "git_list_commit", "id": "9"}] and result.text == "listed"

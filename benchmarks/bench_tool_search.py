@@ -35,7 +35,23 @@ MODEL = "local:qwen2.5-coder-1.5b"
 TASK = "How many units of item SKU-4411 are in stock? Use your tools to find out."
 ANSWER = "37"
 LOCK = "/tmp/agentkit-model.lock"
-MODES = {"search": "auto", "off": "off"}
+MODES = {"search": "auto", "off": "off", "search-only": "auto"}
+"""``--modes`` names: the command's tool search, none, and ``search-only``: its tool search
+without the preload and the required first call, so that the model must call ``search_tools``
+itself (the command has no option for that: the run patches ``_tool_search``, see
+:data:`SEARCH_ONLY`)."""
+SEARCH_ONLY = """
+import sys
+from agentkit.cli import agent_setup, console_main
+from agentkit.context.search import ToolSearch
+
+def search_only(setting, tools, small):
+    return [ToolSearch(max_share=None, keep=[t.name for t in tools])]
+
+agent_setup._tool_search = search_only
+console_main(sys.argv[1:])
+"""
+"""The ``search-only`` mode's program: the command with a tool search that preloads nothing."""
 COMMIT = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                         cwd=ROOT).stdout.strip() or None  # fmt: skip
 """The commit the runs ran (``None`` outside a checkout: the runner says it)."""
@@ -44,8 +60,9 @@ COMMIT = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=
 def run_once(mode: str, tools: int, timeout: float, max_turns: int) -> dict[str, Any]:
     """One run in ``mode`` (the caller holds the model's lock)."""
     server = f"{sys.executable} {ROOT / 'tests' / 'mcp_servers' / 'catalog_server.py'} {tools}"
+    start = ["-c", SEARCH_ONLY] if mode == "search-only" else ["-m", "agentkit"]
     command = [
-        sys.executable, "-m", "agentkit", "run", "--model", MODEL, "--tools", "none", "--yes",
+        sys.executable, *start, "run", "--model", MODEL, "--tools", "none", "--yes",
         "--json", "--max-turns", str(max_turns), "--tool-search", MODES[mode], "--mcp", server,
         TASK,
     ]  # fmt: skip

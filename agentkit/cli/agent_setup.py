@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ..agent import Agent
 from ..budgets import DEFAULT_MAX_TURNS, Budgets
@@ -13,7 +14,7 @@ from ..errors import AgentError, CliError
 from ..loop import StreamFn
 from ..policy import RunPolicy
 from ..tools import AgentTool
-from ..types import Model
+from ..types import Model, role_of
 from .approval import terminal_approvals
 from .console import Console
 from .model_choice import choose_model
@@ -115,6 +116,38 @@ def _sandbox_warnings(tools: list[AgentTool]) -> dict[str, str]:
     }
 
 
+BUSY_TEXT = "agentkit: the model server is busy with another run; this request waits its turn"
+"""Said once a run when the kept server is serving another process's request (``ServerTurns``)."""
+
+
+def _server_turns(io: Console, agent: Agent) -> None:
+    """With a kept server: say so when it is busy with another process's request as this run
+    sends one (:mod:`agentkit.local.busy`), instead of a silent wait."""
+    directory = getattr(io.local_server, "directory", None)
+    if directory is None:
+        return
+    from ..events import AgentEndEvent, AgentStartEvent, MessageEndEvent
+    from ..local.busy import ServerTurns
+
+    turns = io.server_turns = ServerTurns(directory, lambda: io.err(BUSY_TEXT))
+    inner = agent.stream_fn
+
+    def stream(model: Model, context: Any, options: Any) -> Any:
+        turns.sending()
+        return inner(model, context, options)
+
+    def follow(event: Any) -> None:
+        if isinstance(event, AgentStartEvent):
+            turns.new_run()
+        elif isinstance(event, AgentEndEvent) or (
+            isinstance(event, MessageEndEvent) and role_of(event.message) == "assistant"
+        ):
+            turns.answered()
+
+    agent.stream_fn = stream
+    agent.subscribe(follow)
+
+
 def _stream_fn_for(
     stream_fn: StreamFn | None, embedded: bool, small: bool, workspace: Path
 ) -> StreamFn | None:
@@ -208,6 +241,8 @@ def build_agent(
             *_output_limit(getattr(args, "output_limit", "auto"), small),
         ],
     )
+    if embedded:
+        _server_turns(io, agent)
     agent.subscribe(Progress(io, args.json))
     agent.subscribe(JsonPrinter(io) if args.json else TextPrinter(io))
     if args.mcp_header and not args.mcp_url:

@@ -144,8 +144,15 @@ def main(
         with agent:
             return _run_agent(agent, task, io)
     finally:
-        if io.local_server is not None and io.local_server.kept:
-            io.local_server.stop()  # let go of it: it stays for later runs
+        _let_go_of_server(io)
+
+
+def _let_go_of_server(io: Console) -> None:
+    """Let go of the kept model server (it stays for later runs) and of its request lock."""
+    if io.server_turns is not None:
+        io.server_turns.close()
+    if io.local_server is not None and io.local_server.kept:
+        io.local_server.stop()
 
 
 def _run_agent(agent: Agent, task: str | None, io: Console) -> int:

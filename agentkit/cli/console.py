@@ -56,6 +56,7 @@ class Console:
         self.stdin_used = False
         self.json = False
         self.local_server: Any = None
+        self.server_turns: Any = None  # the kept server's request lock (agentkit.local.busy)
         self.keep_server: bool | None = None  # None: AGENTKIT_KEEP_SERVER decides
         self.prefix: tuple[str, Sequence[AgentTool]] = ("", ())
 

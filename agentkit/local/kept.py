@@ -325,7 +325,9 @@ class KeptServer(LocalModel):
 
     kept = True
 
-    def __init__(self, state: ServerState, lease: int, *, reused: bool) -> None:
+    def __init__(
+        self, state: ServerState, lease: int, *, reused: bool, directory: Path | None = None
+    ) -> None:
         slot_dir = Path(state.slot_dir) if state.slot_dir else None
         model_path = Path(state.spec["model"])
         n_ctx = int(state.spec["n_ctx"])
@@ -334,6 +336,8 @@ class KeptServer(LocalModel):
         )
         self.state = state
         self.reused = reused
+        self.directory = directory
+        """The server's folder (its state and lock files), where it is known."""
 
     @property
     def running(self) -> bool:
@@ -411,7 +415,7 @@ def kept_server(
         state = read_state(directory)
         if state is not None:
             if stale_reason(state, wanted) is None:
-                return KeptServer(state, _take_lease(directory), reused=True)
+                return KeptServer(state, _take_lease(directory), reused=True, directory=directory)
             _terminate(state.pid)
             _remove_state(directory, state.pid)
         if on_start is not None:
@@ -424,7 +428,7 @@ def kept_server(
                 raise LocalModelError(
                     f"The local model server started but wrote no state in {directory}"
                 )
-            return KeptServer(state, _take_lease(directory), reused=False)
+            return KeptServer(state, _take_lease(directory), reused=False, directory=directory)
         except BaseException:
             _kill(process)
             _remove_state(directory, process.pid)

@@ -47,6 +47,7 @@ class _Chat:
         self.run: Run | None = None
         self.prompt_shown = False
         self.ctrl_c_at_prompt = False  # the last thing at the prompt was a Ctrl-C: another leaves
+        self.compact_after = False  # /compact came during a run: compact once it ends
 
     def session(self) -> int:
         """Read and act until the user leaves; the process's exit code."""
@@ -104,6 +105,9 @@ class _Chat:
                 note_unanswered(self.io, result.pending_approvals)
         if self.after_run is not None:
             self.after_run()
+        if self.compact_after and self.run is None:
+            self.compact_after = False
+            _compact(self.agent, self.io)
 
     def _end_of_input(self) -> int:
         """The input ended: answer "no" to any question, let the last task finish, leave."""
@@ -129,10 +133,9 @@ class _Chat:
         if self.io.answer(number, line):
             return None
         if self.run is not None:
-            self._during_run(line)
-            return None
+            return self._during_run(line)
         self.prompt_shown = False
-        if line in ("/exit", "/quit"):
+        if line in EXIT_COMMANDS:
             return "exit"
         line = line.removeprefix(INTERRUPT_PREFIX).strip()
         if line == "/compact":
@@ -141,8 +144,17 @@ class _Chat:
             self._start(line)
         return None
 
-    def _during_run(self, line: str) -> None:
-        """``!text`` interrupts the run with ``text``; any other line steers it."""
+    def _during_run(self, line: str) -> str | None:
+        """``!text`` interrupts the run with ``text``; ``/compact`` compacts once the run ends
+        and ``/exit`` leaves then (a command is never sent to the model); any other line steers
+        the run."""
+        if line in EXIT_COMMANDS:
+            self._end_of_input()  # the run finishes (Ctrl-C aborts it), then the chat ends
+            return "exit"
+        if line == "/compact":
+            self.compact_after = True
+            self.io.err("agentkit: the conversation is compacted when this run ends")
+            return None
         interruption = line[1:].strip() if line.startswith(INTERRUPT_PREFIX) else ""
         if interruption:
             self.agent.interrupt(interruption)
@@ -150,6 +162,7 @@ class _Chat:
         elif line:
             self.agent.steer(line)
             self.io.err(f"agentkit: steering: {line}")
+        return None
 
     def _start(self, task: str) -> None:
         """Start a run on ``task``; its end comes back through the inbox."""
@@ -159,6 +172,10 @@ class _Chat:
             self.io.err(f"agentkit: {exc}")
             return
         self.run.add_done_callback(lambda finished: self.inbox.put(("done", 0, finished)))
+
+
+EXIT_COMMANDS = ("/exit", "/quit")
+"""The lines that end the chat."""
 
 
 def _compact(agent: Agent, io: Console) -> None:

@@ -8,9 +8,9 @@ import threading
 from pathlib import Path
 
 from agentkit import cli
-from agentkit.testing import ScriptedModel
+from agentkit.testing import ScriptedModel, reply, tool_call
 from agentkit.types import role_of
-from tests.support import Watched
+from tests.support import Watched, text_of
 
 
 def test_chat_compacts_on_slash_compact(tmp_path: Path) -> None:
@@ -60,3 +60,62 @@ def test_chat_turns_compaction_on() -> None:
     console = Console(stdin=io.StringIO(""), stdout=io.StringIO(), stderr=io.StringIO())
     assert chat(agent, console) == 0
     assert agent.compaction is not None and agent.compaction.strategy == "summarize"
+
+
+def gated_chat(
+    tmp_path: Path, line: str, replies: list[object], until: str
+) -> tuple[int, ScriptedModel, str]:
+    """A chat whose first task runs a command that waits on a FIFO (``gate``): ``line`` is
+    typed while it waits, then the gate opens; the input ends once ``until`` is on stderr, or
+    once the chat has left by itself."""
+    model = ScriptedModel([reply(tool_call("run_command", {"command": "cat gate"})), *replies])
+    os.mkfifo(tmp_path / "gate")
+    read_fd, write_fd = os.pipe()
+    stdin, writer = os.fdopen(read_fd, "r"), os.fdopen(write_fd, "w")
+    out, err = Watched("-> run_command"), Watched(until)
+
+    def drive() -> None:
+        try:
+            writer.write("first task\n")
+            writer.flush()
+            assert out.seen.wait(60)  # the command waits at the gate: the run goes on
+            writer.write(line + "\n")
+            writer.flush()
+            with open(tmp_path / "gate", "w") as gate:  # opens once the command reads it
+                gate.write("open\n")
+            err.seen.wait(60)  # set by ``until``, or when the chat left by itself
+        finally:
+            writer.close()
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        code = cli.main(
+            ["chat", "--yes", "--workspace", str(tmp_path)], stream_fn=model, model=model.model,
+            stdin=stdin, stdout=out, stderr=err,
+        )  # fmt: skip
+    finally:
+        err.seen.set()  # the chat left: the driver ends the input (if it had not)
+        driver.join(60)
+    return code, model, err.getvalue()
+
+
+def test_slash_compact_during_a_run_compacts_when_it_ends_and_never_reaches_the_model(
+    tmp_path: Path,
+) -> None:
+    code, model, err = gated_chat(tmp_path, "/compact", ["first answer", "- a summary"],
+                                  until="agentkit: compacted (summarize)")  # fmt: skip
+    assert code == 0, err
+    assert "compacted when this run ends" in err and "agentkit: compacted (summarize)" in err
+    assert "steering" not in err
+    assert len(model.requests) == 3  # the call, the answer, then the summary
+    sent = [text_of(m) for r in model.requests for m in r.messages if role_of(m) == "user"]
+    assert "/compact" not in sent
+
+
+def test_slash_exit_during_a_run_lets_it_finish_then_leaves(tmp_path: Path) -> None:
+    code, model, err = gated_chat(tmp_path, "/exit", ["first answer"], until="never said")
+    assert code == 0, err
+    assert "steering" not in err and len(model.requests) == 2
+    sent = [text_of(m) for r in model.requests for m in r.messages if role_of(m) == "user"]
+    assert "/exit" not in sent

@@ -445,12 +445,27 @@ class ToolSearch(RunPolicy):
             self.preloaded = False  # the first request only
             options = request.options.model_copy(update={"tool_choice": "required"})
             request = dataclasses.replace(request, options=options)
+        request = self._load_forced(run, request, catalog)
         loaded, model = loaded_names(request.context.messages), request.model
         if self.native and model.api == ANTHROPIC_API:
             return call_next(self._deferred_natively(request, catalog, loaded))
         if self.native and model.api == RESPONSES_API and supports_tool_search(model):
             return call_next(self._searched_natively(request, catalog, loaded))
         return call_next(_declared_locally(request, catalog, loaded))
+
+    def _load_forced(self, run: RunScope, request: ModelRequest, catalog: Catalog) -> ModelRequest:
+        """``request`` whose ``tool_choice`` names a deferred tool not loaded yet (another
+        policy's, a harness sending back a call the model described): the tool is loaded
+        first, as a search loads it, so the request declares the tool it must call."""
+        choice = request.options.tool_choice
+        name = choice.get("name") if isinstance(choice, dict) and len(choice) == 1 else None
+        messages = request.context.messages
+        if name not in catalog.tools or name in loaded_names(messages):
+            return request
+        load = SystemMessage(tools_added=[catalog.tools[name]])
+        run.append([load])  # the transcript says so, for this request and the next ones
+        context = request.context.model_copy(update={"messages": [*messages, load]})
+        return dataclasses.replace(request, context=context)
 
     def _native_loads(
         self, request: ModelRequest, catalog: Catalog, loaded: list[str]

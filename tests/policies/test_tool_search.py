@@ -4,6 +4,7 @@ injection, a tool that does not exist, a deferred tool called before it was load
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -392,3 +393,32 @@ def test_what_was_loaded_stays_loaded_after_a_compaction_drops_the_search() -> N
     assert not any(m.role == "tool_result" and m.tool_name == "search_tools" for m in sent.messages)
     assert "git_list_commit" in declared(sent)  # the load outlived the search it came from
     assert calls == [{"tool": "git_list_commit", "id": "9"}] and result.text == "listed"
+
+
+class ForceCall(RunPolicy):
+    """Asks the run's first request for a call of one tool, as the harness does when it sends
+    back a call the model described instead of making it."""
+
+    def __init__(self, name: str) -> None:
+        self.tool = name
+
+    def wrap_request(self, run: RunScope, request: Any, call_next: Any) -> Any:
+        if run.result.usage.requests == 0:
+            options = request.options.model_copy(update={"tool_choice": {"name": self.tool}})
+            request = dataclasses.replace(request, options=options)
+        return call_next(request)
+
+
+def test_a_request_that_must_call_a_deferred_tool_loads_it_first() -> None:
+    calls: list[dict[str, Any]] = []
+    model = ScriptedModel([reply(tool_call("crm_get_contact", {"id": "7"})), "done"])
+    agent = Agent(model=model.model, stream_fn=model, tools=catalog_tools(60, calls),
+                  policies=[ForceCall("crm_get_contact"), ToolSearch()])  # fmt: skip
+    agent.prompt("get contact 7")
+    first = model.requests[0]
+    assert first.options.tool_choice == {"name": "crm_get_contact"}
+    assert "crm_get_contact" in declared(first)  # the tool it must call is declared
+    assert calls == [{"tool": "crm_get_contact", "id": "7"}]  # it ran: not refused as early
+    loads = [[t.name for t in m.tools_added] for m in agent.state.messages[1:]
+             if isinstance(m, SystemMessage) and m.tools_added]  # fmt: skip
+    assert loads == [["search_tools"], ["crm_get_contact"]]  # loaded once, in the transcript

@@ -35,11 +35,8 @@ import dataclasses
 import fcntl
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -55,9 +52,10 @@ MAX_TOKENS = 256
 """The output budget of each reply (a call or a sentence; the server's own is 2,048): on a busy
 machine one reply that rambles would otherwise take half an hour."""
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "mcp_servers"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cli_run import REFUSED, ROOT, read_replies, run_command  # noqa: E402
 from log_server import CODE, QUESTION, log_text  # noqa: E402  (the MCP server's own)
 
-ROOT = Path(__file__).resolve().parents[1]
 LOG_SERVER = ROOT / "tests" / "mcp_servers" / "log_server.py"
 
 
@@ -111,7 +109,7 @@ def one_run(limit: bool, log: str) -> dict[str, Any]:
     load = os.getloadavg()[0]
     result = agent.prompt(QUESTION)
     seconds = time.monotonic() - started
-    refused = re.search(r"request \((\d+) tokens\) exceeds", result.error_message or "")
+    refused = REFUSED.search(result.error_message or "")
     replies = [m for m in result.messages if isinstance(m, AssistantMessage)]
     calls = [f"{c.name}({json.dumps(c.arguments)})" for m in replies for c in m.content
              if isinstance(c, ToolCall)]  # fmt: skip
@@ -143,44 +141,22 @@ def cli_run(limit: bool, timeout: float) -> dict[str, Any]:
         "--yes", "--json", "--max-turns", "8", "--output-limit", "on" if limit else "off",
         "--mcp", server, QUESTION,
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     load = os.getloadavg()[0]
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory() as workspace:
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, cwd=workspace,
-                                  env=env, timeout=timeout)  # fmt: skip
-            out = done.stdout
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-    seconds = time.monotonic() - started
-    messages: list[dict[str, Any]] = []
-    for line in out.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("type") == "agent_end":
-            messages = event.get("messages") or []
-    replies = [m for m in messages if m.get("role") == "assistant"]
-    last = replies[-1] if replies else {}
-    answer = "".join(b.get("text", "") for b in last.get("content") or [] if b.get("type") == "text")
-    error = next((m.get("error_message") for m in reversed(replies) if m.get("error_message")), "")
-    refused = re.search(r"request \((\d+) tokens\) exceeds", error or "")
-    usage = [m.get("usage") or {} for m in replies]
-    calls = [f"{b.get('name')}({json.dumps(b.get('arguments'))})" for m in replies
-             for b in m.get("content") or [] if b.get("type") == "tool_call"]  # fmt: skip
+    out, _, seconds = run_command(command, timeout)
+    run = read_replies(out)
+    answer, last = run.answer, run.last
+    calls = [f"{b.get('name')}({json.dumps(b.get('arguments'))})" for b in run.tool_calls()]
     return {
         "limit": limit,
         "via": "cli",
         "ok": CODE in answer and last.get("stop_reason") == "stop",
-        "stop_reason": last.get("stop_reason") or ("timeout" if not messages else None),
-        "error": (error or "")[:300] or None,
+        "stop_reason": last.get("stop_reason") or ("timeout" if not run.ended else None),
+        "error": run.error[:300] or None,
         "answer": answer[:300],
-        "requests": len(replies),
-        "input_tokens": [(u.get("input") or 0) + (u.get("cache_read") or 0) for u in usage],
-        "output_tokens": [u.get("output") or 0 for u in usage],
-        "refused_request_tokens": int(refused.group(1)) if refused else None,
+        "requests": len(run.replies),
+        "input_tokens": run.tokens("input", "cache_read"),
+        "output_tokens": run.tokens("output"),
+        "refused_request_tokens": run.refused_tokens,
         "calls": calls,
         "seconds": round(seconds, 2),
         "load": round(load, 2),

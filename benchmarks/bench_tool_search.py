@@ -21,16 +21,16 @@ import argparse
 import fcntl
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cli_run import ROOT, read_replies, run_command  # noqa: E402
+
 MODEL = "local:qwen2.5-coder-1.5b"
 TASK = "How many units of item SKU-4411 are in stock? Use your tools to find out."
 ANSWER = "37"
@@ -66,52 +66,26 @@ def run_once(mode: str, tools: int, timeout: float, max_turns: int) -> dict[str,
         "--json", "--max-turns", str(max_turns), "--tool-search", MODES[mode], "--mcp", server,
         TASK,
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with tempfile.TemporaryDirectory() as workspace:
-        started = time.monotonic()
-        load = [round(x, 2) for x in os.getloadavg()]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, cwd=workspace,
-                                  env=env, timeout=timeout)  # fmt: skip
-            out, code = done.stdout, done.returncode
-        except subprocess.TimeoutExpired as exc:
-            out, code = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), None
-        seconds = time.monotonic() - started
+    load = [round(x, 2) for x in os.getloadavg()]
+    out, code, seconds = run_command(command, timeout)
     return {"mode": mode, "exit": code, "seconds": round(seconds, 1), "load": load,
             "commit": COMMIT, **read_run(out)}  # fmt: skip
 
 
 def read_run(jsonl: str) -> dict[str, Any]:
     """What a run's JSON lines say: its answer, requests, tokens, tool calls and how it ended."""
-    messages: list[dict[str, Any]] = []
-    for line in jsonl.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("type") == "agent_end":
-            messages = event.get("messages") or []
-    replies = [m for m in messages if m.get("role") == "assistant"]
-    prompt = [
-        sum((m.get("usage") or {}).get(k) or 0 for k in ("input", "cache_read", "cache_write"))
-        for m in replies
-    ]
-    calls = [b.get("name") for m in replies for b in m.get("content") or []
-             if b.get("type") in ("toolCall", "tool_call")]  # fmt: skip
-    error = next((m.get("error_message") for m in reversed(replies) if m.get("error_message")), "")
-    needed = re.search(r"request \((\d+) tokens\) exceeds", error or "")
-    last = replies[-1] if replies else {}
-    answer = "".join(b.get("text", "") for b in last.get("content") or [] if b.get("type") == "text")
+    run = read_replies(jsonl)
+    answer, last = run.answer, run.last
     return {
         "success": ANSWER in answer and last.get("stop_reason") == "stop",
         "answer": answer[:300],
         "stop_reason": last.get("stop_reason"),
-        "error": (error or "")[:300] or None,
-        "needed_tokens": int(needed.group(1)) if needed else None,
-        "requests": len(replies),
-        "prompt_tokens": prompt,
-        "output_tokens": [(m.get("usage") or {}).get("output") or 0 for m in replies],
-        "tool_calls": calls,
+        "error": run.error[:300] or None,
+        "needed_tokens": run.refused_tokens,
+        "requests": len(run.replies),
+        "prompt_tokens": run.tokens("input", "cache_read", "cache_write"),
+        "output_tokens": run.tokens("output"),
+        "tool_calls": [b.get("name") for b in run.tool_calls()],
     }
 
 

@@ -59,6 +59,7 @@ from ..providers.anthropic import TOOL_SEARCH_BETA, defer_tools, with_beta
 from ..providers.openai_responses import API as RESPONSES_API
 from ..providers.openai_responses import search_natively, supports_tool_search
 from ..transcript import (
+    as_system_message,
     get_current_system_message,
     get_current_tools,
     render_system_prompt,
@@ -254,10 +255,16 @@ def loaded_names(messages: Sequence[Any]) -> list[str]:
         return []
     loaded: dict[str, None] = {}
     for message in system_messages(messages[start + 1 :]):
-        for ref in message.tools_removed or []:
-            loaded.pop(ref.name, None)
-        loaded.update(dict.fromkeys(decl.name for decl in message.tools_added or []))
+        _declare(loaded, message)
     return list(loaded)
+
+
+def _declare(declared: dict[str, None], message: SystemMessage) -> None:
+    """Change ``declared`` as the tool-change ``message`` does: its removals, then its
+    additions."""
+    for ref in message.tools_removed or []:
+        declared.pop(ref.name, None)
+    declared.update(dict.fromkeys(decl.name for decl in message.tools_added or []))
 
 
 def undeclared_loads(messages: Sequence[Any], catalog: Catalog, search_tool: str) -> list[str]:
@@ -269,20 +276,16 @@ def undeclared_loads(messages: Sequence[Any], catalog: Catalog, search_tool: str
     start = _catalog_start(messages)
     if start is None:
         return []
-    declared: set[str] = set()
+    declared: dict[str, None] = {}
     wanted: dict[str, None] = {}
     for message in messages[start + 1 :]:
         if isinstance(message, ToolResultMessage):
             if message.tool_name == search_tool:
-                names = message.details.get("loaded") if isinstance(message.details, dict) else None
-                if not message.is_error and isinstance(names, list):
-                    wanted.update(dict.fromkeys(str(n) for n in names))
+                wanted.update(dict.fromkeys(_searched(message)))
             elif message.is_error and message.tool_name not in declared:
                 wanted[message.tool_name] = None  # called before it was loaded: refused
         elif role_of(message) == "system":
-            for ref in _field(message, "tools_removed") or []:
-                declared.discard(ref.name)
-            declared.update(decl.name for decl in _field(message, "tools_added") or [])
+            _declare(declared, as_system_message(message))
     return [name for name in wanted if name in catalog.tools and name not in declared]
 
 
@@ -291,10 +294,16 @@ def search_loads(messages: Sequence[Any], search_tool: str) -> dict[str, list[st
     loads: dict[str, list[str]] = {}
     for message in messages:
         if isinstance(message, ToolResultMessage) and message.tool_name == search_tool:
-            names = message.details.get("loaded") if isinstance(message.details, dict) else None
-            if not message.is_error and isinstance(names, list) and names:
-                loads[message.tool_call_id] = [str(n) for n in names]
+            names = _searched(message)
+            if names:
+                loads[message.tool_call_id] = names
     return loads
+
+
+def _searched(result: ToolResultMessage) -> list[str]:
+    """The tools a search's result says it loaded (none for a failed search)."""
+    names = result.details.get("loaded") if isinstance(result.details, dict) else None
+    return [str(n) for n in names] if not result.is_error and isinstance(names, list) else []
 
 
 # --- the policy -------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from agentkit import cli
 from agentkit.testing import ScriptedModel, reply, tool_call
@@ -13,33 +15,47 @@ from agentkit.types import role_of
 from tests.support import Watched, text_of
 
 
-def test_chat_compacts_on_slash_compact(tmp_path: Path) -> None:
-    model = ScriptedModel(["first answer", "- the user asked for a first task", "second answer"])
+def typed_chat(
+    argv: list[str], model: ScriptedModel, out: TextIO, err: TextIO,
+    typing: Callable[[TextIO], None], left: threading.Event | None = None,
+) -> int:  # fmt: skip
+    """``agentkit chat ARGV`` on ``model``, its standard input what ``typing(writer)`` writes
+    from a thread of its own (the input ends when it returns); ``left`` is set once the chat
+    has returned."""
     read_fd, write_fd = os.pipe()
     stdin, writer = os.fdopen(read_fd, "r"), os.fdopen(write_fd, "w")
-    out, err = Watched("first answer"), Watched("agentkit: compacted (summarize)")
 
     def drive() -> None:
         try:
-            writer.write("first task\n")
-            writer.flush()
-            assert out.seen.wait(60)
-            writer.write("/compact\n")
-            writer.flush()
-            assert err.seen.wait(60)
-            writer.write("second task\n")
+            typing(writer)
         finally:
             writer.close()
 
     driver = threading.Thread(target=drive)
     driver.start()
     try:
-        code = cli.main(
-            ["chat", "--workspace", str(tmp_path)], stream_fn=model, model=model.model,
-            stdin=stdin, stdout=out, stderr=err,
-        )  # fmt: skip
+        return cli.main(["chat", *argv], stream_fn=model, model=model.model, stdin=stdin,
+                        stdout=out, stderr=err)  # fmt: skip
     finally:
+        if left is not None:
+            left.set()  # the chat left: the typing ends the input (if it had not)
         driver.join(60)
+
+
+def test_chat_compacts_on_slash_compact(tmp_path: Path) -> None:
+    model = ScriptedModel(["first answer", "- the user asked for a first task", "second answer"])
+    out, err = Watched("first answer"), Watched("agentkit: compacted (summarize)")
+
+    def typing(writer: TextIO) -> None:
+        writer.write("first task\n")
+        writer.flush()
+        assert out.seen.wait(60)
+        writer.write("/compact\n")
+        writer.flush()
+        assert err.seen.wait(60)
+        writer.write("second task\n")
+
+    code = typed_chat(["--workspace", str(tmp_path)], model, out, err, typing)
     assert code == 0, err.getvalue()
     assert len(model.requests) == 3
     summary_request, after = model.requests[1], model.requests[2]
@@ -70,33 +86,20 @@ def gated_chat(
     once the chat has left by itself."""
     model = ScriptedModel([reply(tool_call("run_command", {"command": "cat gate"})), *replies])
     os.mkfifo(tmp_path / "gate")
-    read_fd, write_fd = os.pipe()
-    stdin, writer = os.fdopen(read_fd, "r"), os.fdopen(write_fd, "w")
     out, err = Watched("-> run_command"), Watched(until)
 
-    def drive() -> None:
-        try:
-            writer.write("first task\n")
-            writer.flush()
-            assert out.seen.wait(60)  # the command waits at the gate: the run goes on
-            writer.write(line + "\n")
-            writer.flush()
-            with open(tmp_path / "gate", "w") as gate:  # opens once the command reads it
-                gate.write("open\n")
-            err.seen.wait(60)  # set by ``until``, or when the chat left by itself
-        finally:
-            writer.close()
+    def typing(writer: TextIO) -> None:
+        writer.write("first task\n")
+        writer.flush()
+        assert out.seen.wait(60)  # the command waits at the gate: the run goes on
+        writer.write(line + "\n")
+        writer.flush()
+        with open(tmp_path / "gate", "w") as gate:  # opens once the command reads it
+            gate.write("open\n")
+        err.seen.wait(60)  # set by ``until``, or when the chat left by itself
 
-    driver = threading.Thread(target=drive)
-    driver.start()
-    try:
-        code = cli.main(
-            ["chat", "--yes", "--workspace", str(tmp_path)], stream_fn=model, model=model.model,
-            stdin=stdin, stdout=out, stderr=err,
-        )  # fmt: skip
-    finally:
-        err.seen.set()  # the chat left: the driver ends the input (if it had not)
-        driver.join(60)
+    argv = ["--yes", "--workspace", str(tmp_path)]
+    code = typed_chat(argv, model, out, err, typing, left=err.seen)
     return code, model, err.getvalue()
 
 

@@ -635,10 +635,15 @@ def test_a_kept_server_whose_process_died_is_not_running(tmp_path: Path) -> None
 
     from agentkit.local import kept as K
 
-    # A stand-in for the server process: what a kept server's command line looks like.
+    # A stand-in for the server process: what a kept server's command line looks like. It says
+    # when it runs: just after exec the kernel may not have set its command line yet (a CI run
+    # read an empty one), and a state file only ever names a server that already serves.
     stand_in = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)", K.SERVER_MODULE, "--serve"]
-    )
+        [sys.executable, "-c", "import time; print(flush=True); time.sleep(600)",
+         K.SERVER_MODULE, "--serve"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert stand_in.stdout is not None and stand_in.stdout.readline() == b"\n"
     state = K.ServerState(
         pid=stand_in.pid, port=1, api_key="k", spec={"model": "m.gguf", "n_ctx": 512},
         idle_s=60.0, started_at=time.time(),
@@ -655,3 +660,4 @@ def test_a_kept_server_whose_process_died_is_not_running(tmp_path: Path) -> None
         server.stop()
         stand_in.kill()
         stand_in.wait()
+        stand_in.stdout.close()

@@ -29,6 +29,12 @@ _STORE_KINDS = frozenset({"redis", "postgres"})
 tests' ``store_url``, ``kind``...), which its fixtures start through ``getfixturevalue``."""
 
 
+_COMMAND_MODULES = frozenset(
+    {"test_local_server.py", "test_main_job.py", "test_console_samples.py", "test_local_models.py"}
+)
+"""The modules whose embedded tests run the ``agentkit`` command and its kept server."""
+
+
 @pytest.hookimpl(tryfirst=True)  # before the -m selection of setup.cfg reads the markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test for the servers its fixtures and parameters need, so that a plain
@@ -43,10 +49,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for marker in sorted(needs):
             item.add_marker(marker)
         if item.get_closest_marker("embedded") is not None:
-            # scripts/test runs the suite on two workers (pytest-xdist, --dist loadgroup): the
-            # embedded model's tests go to one of them, one after another, as its server is one
-            # per user and each of them takes the machine's cores.
-            item.add_marker(pytest.mark.xdist_group("embedded"))
+            # scripts/test runs the suite on pytest-xdist workers (--dist loadgroup). The
+            # embedded model's tests make two groups, each on one worker, one test after another
+            # (each of them takes the machine's cores): the command's, on the default model, and
+            # the protocol's, on the smaller one. Each worker keeps its servers in a folder of its
+            # own (kept_servers_stay_in_the_suite), so the two groups never share one.
+            group = "embedded-command" if item.path.name in _COMMAND_MODULES else "embedded"
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 # --- fixtures ---------------------------------------------------------------------------------

@@ -10,10 +10,7 @@ from __future__ import annotations
 import functools
 import http.server
 import importlib.util
-import os
 import re
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.docs.site_build import built_site
 from tests.ui.browser import needs_browser, open_page, shot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,17 +87,10 @@ def test_the_outline_parser() -> None:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The site, built strictly from this tree and served on 127.0.0.1; its root URL."""
-    folder = tmp_path_factory.mktemp("site")
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(folder)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)},
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    """The site, built strictly from this tree (once for the run) and served on 127.0.0.1; its
+    root URL."""
+    folder, code, stderr = built_site(tmp_path_factory)
+    assert code == 0, stderr
     handler = functools.partial(_QuietHandler, directory=str(folder))
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         thread = threading.Thread(target=server.serve_forever, name="docs-site", daemon=True)

@@ -30,6 +30,7 @@ from agentkit.local import constants as C
 from agentkit.local import server as S
 from agentkit.local import template as T
 from agentkit.local import weights as W
+from tests.support import small_model_path
 
 # --- fake weights -------------------------------------------------------------------------
 
@@ -403,11 +404,11 @@ WEATHER_TOOL = {
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[S.LocalModel]:
-    """One embedded server for the whole session."""
+    """One embedded server (the smaller model) for the whole session."""
     if importlib.util.find_spec("xllamacpp") is None:
         pytest.skip("the 'local' extra is not installed")
     try:
-        local = S.start_local_model()
+        local = S.start_local_model(model_path=small_model_path())
     except W.LocalModelNotInstalledError as exc:
         pytest.skip(str(exc))
     yield local
@@ -562,7 +563,7 @@ def test_the_other_apis_answer_at_their_base_urls(server: S.LocalModel) -> None:
 @needs_extra
 def test_stop_frees_the_port_and_the_threads(server: S.LocalModel) -> None:
     before = os_threads()
-    local = S.start_local_model()
+    local = S.start_local_model(model_path=server.model_path)
     assert local.port != server.port and local.health()
     assert os_threads() > before
     local.stop()

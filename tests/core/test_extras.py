@@ -26,6 +26,10 @@ def test_from_a_checkout_the_command_installs_the_checkout_editable() -> None:
     assert "ui =" in (ROOT / "setup.cfg").read_text()  # an extra the checkout declares
 
 
+# One worker runs the whole module (pytest-xdist), so the wheel is built once.
+pytestmark = pytest.mark.xdist_group("extras-wheel")
+
+
 @pytest.fixture(scope="module")
 def wheel_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """This tree built as a wheel (pip, from the package index's setuptools) and installed

